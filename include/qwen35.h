@@ -1,0 +1,92 @@
+/* qwen35.h: the public interface of the qwen35 engine.
+ *
+ * Two opaque handles:
+ *   q35_engine   a loaded model (checkpoint directory or weight cache). It is
+ *                read-only after load and may be shared by many sessions.
+ *   q35_session  one timeline: the attention KV caches and the Gated DeltaNet
+ *                recurrent and conv states of one sequence.
+ *
+ * Every call that can fail returns a q35_status and, when given a q35_error,
+ * fills it with a message that names the file or tensor at fault. The library
+ * never prints and never exits. */
+#ifndef QWEN35_H
+#define QWEN35_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define Q35_VERSION "0.1.0"
+
+typedef enum q35_status {
+    Q35_OK = 0,
+    Q35_ERR_IO = 1,          /* a file could not be opened, read, mapped or written */
+    Q35_ERR_FORMAT = 2,      /* a file is malformed, truncated or inconsistent */
+    Q35_ERR_UNSUPPORTED = 3, /* a valid input this engine does not handle */
+    Q35_ERR_NOMEM = 4,
+    Q35_ERR_ARG = 5,         /* a bad argument from the caller */
+    Q35_ERR_CONTEXT = 6,     /* the session's context is full */
+} q35_status;
+
+typedef struct q35_error {
+    q35_status status;
+    char msg[1024];
+} q35_error;
+
+typedef struct q35_engine q35_engine;
+typedef struct q35_session q35_session;
+
+/* What a caller needs to know about the loaded model. */
+typedef struct q35_model_info {
+    int32_t vocab_size;        /* rows of lm_head (logits per position) */
+    int32_t hidden_size;
+    int32_t n_layer;           /* decoder layers, both kinds */
+    int32_t n_layer_full;      /* of which full (gated) attention */
+    int32_t max_position;      /* max_position_embeddings from the config */
+    int32_t eos_token_id;      /* -1 when the config names none */
+    int32_t has_mtp;           /* the checkpoint carries mtp.* tensors */
+    int64_t n_params;          /* text-model parameters (MTP and vision excluded) */
+    int64_t weight_bytes;      /* bytes of every weight the text model reads */
+} q35_model_info;
+
+typedef struct q35_engine_params {
+    int32_t n_threads;         /* 0: one per core */
+} q35_engine_params;
+
+/* Loads a Hugging Face checkpoint directory (config.json plus
+ * model.safetensors or model.safetensors.index.json). */
+q35_status q35_engine_load(const char *path, const q35_engine_params *params,
+                           q35_engine **out, q35_error *err);
+void q35_engine_free(q35_engine *engine);
+const q35_model_info *q35_engine_info(const q35_engine *engine);
+
+/* A session holds up to n_ctx positions (0: the model's maximum). */
+q35_status q35_session_new(q35_engine *engine, int32_t n_ctx, q35_session **out, q35_error *err);
+void q35_session_free(q35_session *session);
+void q35_session_reset(q35_session *session);
+int32_t q35_session_pos(const q35_session *session); /* tokens consumed so far */
+int32_t q35_session_ctx(const q35_session *session); /* capacity in tokens */
+
+enum {
+    Q35_EVAL_ALL_LOGITS = 1, /* write logits for every input row, not only the last */
+    Q35_EVAL_RECURRENT = 2,  /* run the GDN token by token even for a prompt (testing) */
+};
+
+/* Feeds n tokens at the session's current position. logits, when not NULL,
+ * receives vocab_size floats for the last row, or n*vocab_size with
+ * Q35_EVAL_ALL_LOGITS. On error the session is left as it was before. */
+q35_status q35_session_eval(q35_session *session, const int32_t *tokens, int32_t n,
+                            float *logits, int flags, q35_error *err);
+
+/* Greedy choice: the lowest index among the largest logits. */
+int32_t q35_argmax(const float *logits, int32_t n);
+
+const char *q35_status_name(q35_status status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

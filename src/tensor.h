@@ -1,0 +1,43 @@
+/* tensor.h: the engine's view of one weight tensor.
+ *
+ * Weights are never copied: `data` points into a read-only mapping of a
+ * safetensors shard or of a weight cache. Shapes follow PyTorch order, so a
+ * Linear weight is [out_features, in_features] with rows contiguous. */
+#ifndef Q35_TENSOR_H
+#define Q35_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum q35_dtype {
+    Q35_DT_F32 = 0,
+    Q35_DT_F16 = 1,
+    Q35_DT_BF16 = 2,
+    Q35_DT_BFP8 = 3, /* Tenstorrent bfp8_b: blocks of 16, shared 8-bit exponent */
+    Q35_DT_BFP4 = 4, /* Tenstorrent bfp4_b: blocks of 16, shared 8-bit exponent */
+    Q35_DT_COUNT
+} q35_dtype;
+
+const char *q35_dtype_name(q35_dtype dt);
+
+#define Q35_MAX_DIMS 4
+
+typedef struct q35_tensor {
+    const char *name;              /* checkpoint name, e.g. "lm_head.weight" */
+    q35_dtype dtype;
+    int32_t ndim;
+    int64_t shape[Q35_MAX_DIMS];   /* PyTorch order, outermost first */
+    const void *data;              /* read-only, inside a mapping */
+    size_t nbytes;
+} q35_tensor;
+
+static inline int64_t q35_tensor_nelem(const q35_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/* Element i of a tensor stored as F32, F16 or BF16, widened to float. */
+float q35_tensor_get_f32(const q35_tensor *t, int64_t i);
+
+#endif

@@ -1,0 +1,8 @@
+/* cli.h: the subcommands of the qwen35 program. Each lives in its own file
+ * under tools/ and returns the process exit status. */
+#ifndef Q35_CLI_H
+#define Q35_CLI_H
+
+/* (one line per subcommand, kept in the order of the table in qwen35.c) */
+
+#endif

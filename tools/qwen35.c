@@ -1,0 +1,38 @@
+/* qwen35.c: entry point of the qwen35 program; dispatches to subcommands. */
+#include "cli.h"
+#include "qwen35.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int cmd_version(int argc, char **argv) {
+    (void)argc; (void)argv;
+    printf("qwen35 %s\n", Q35_VERSION);
+    return 0;
+}
+
+typedef struct { const char *name; int (*fn)(int, char **); const char *help; } command;
+
+static const command commands[] = {
+    {"version", cmd_version, "print the version"},
+};
+
+static void usage(FILE *fp) {
+    fprintf(fp, "qwen35 %s: Qwen3.5 inference engine\n\nusage: qwen35 COMMAND [options]\n\ncommands:\n", Q35_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(fp, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(fp, "\n'qwen35 COMMAND --help' shows a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "qwen35: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
