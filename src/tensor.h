@@ -20,7 +20,7 @@ typedef enum q35_dtype {
 
 const char *q35_dtype_name(q35_dtype dt);
 
-#define Q35_MAX_DIMS 4
+#define Q35_MAX_DIMS 8
 
 typedef struct q35_tensor {
     const char *name;              /* checkpoint name, e.g. "lm_head.weight" */

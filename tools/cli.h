@@ -4,5 +4,7 @@
 #define Q35_CLI_H
 
 /* (one line per subcommand, kept in the order of the table in qwen35.c) */
+int cmd_run(int argc, char **argv);    /* tools/run.c */
+int cmd_logits(int argc, char **argv); /* tools/run.c */
 
 #endif

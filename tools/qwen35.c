@@ -14,6 +14,8 @@ static int cmd_version(int argc, char **argv) {
 typedef struct { const char *name; int (*fn)(int, char **); const char *help; } command;
 
 static const command commands[] = {
+    {"run", cmd_run, "greedy generation from prompt token ids; prints ids and tok/s"},
+    {"logits", cmd_logits, "write float32 logits for every prompt position"},
     {"version", cmd_version, "print the version"},
 };
 

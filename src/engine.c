@@ -1,0 +1,230 @@
+/* engine.c: the public API (qwen35.h) and the model's forward pass.
+ *
+ * q35_engine owns the mapped checkpoint and the bound weights; it is never
+ * written after load. q35_session owns one sequence's state (GDN conv and
+ * recurrent states, attention KV caches) and all scratch memory, sized at
+ * creation so that evaluation allocates nothing.
+ *
+ * Forward of one micro-batch of T tokens (pre-norm decoder):
+ *   x = embed[tokens]
+ *   per layer: x += mixer(rmsnorm1p(x)); x += mlp(rmsnorm1p(x))
+ *              mixer = Gated DeltaNet (gdn.c) or gated attention (attention.c)
+ *   hidden = rmsnorm1p(x, final norm); logits = lm_head hidden */
+#include "attention.h"
+#include "gdn.h"
+#include "kernels/kernels.h"
+#include "model.h"
+#include "safetensors.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define Q35_UBATCH 128 /* tokens per forward micro-batch: bounds scratch memory */
+
+struct q35_engine {
+    q35_config cfg;
+    q35_checkpoint ck;
+    q35_weights w;
+    q35_model_info info;
+};
+
+struct q35_session {
+    q35_engine *engine;
+    int32_t n_ctx, pos;
+    float *conv_state[Q35_MAX_LAYERS]; /* (CD, CK-1) GDN layers only */
+    float *ssm_state[Q35_MAX_LAYERS];  /* (HV, DK, DV) GDN layers only */
+    float *k_cache[Q35_MAX_LAYERS];    /* (n_ctx, NKV*HD) full layers only */
+    float *v_cache[Q35_MAX_LAYERS];
+    float *state_block;                /* one allocation behind conv and ssm states */
+    float *x, *xn, *tmp;               /* (UBATCH, H) */
+    float *mlp_gate, *mlp_up;          /* (UBATCH, I) */
+    float *mixer_scratch;
+    size_t state_floats;
+};
+
+static int64_t tensor_elems(const q35_tensor *t) { return t->data ? q35_tensor_nelem(t) : 0; }
+
+static void fill_info(q35_engine *e) {
+    const q35_config *c = &e->cfg;
+    q35_model_info *in = &e->info;
+    in->vocab_size = c->vocab_size;
+    in->hidden_size = c->hidden_size;
+    in->n_layer = c->n_layer;
+    in->n_layer_full = c->n_layer_full;
+    in->max_position = c->max_position_embeddings;
+    in->eos_token_id = c->eos_token_id;
+    in->has_mtp = e->w.mtp.present;
+    int64_t n = 0, bytes = 0;
+    const q35_tensor *top[] = {&e->w.embed, &e->w.final_norm};
+    for (size_t i = 0; i < 2; i++) { n += tensor_elems(top[i]); bytes += (int64_t)top[i]->nbytes; }
+    if (!c->tie_word_embeddings) { n += tensor_elems(&e->w.lm_head); bytes += (int64_t)e->w.lm_head.nbytes; }
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        const q35_tensor *ts = (const q35_tensor *)&e->w.layers[i];
+        for (size_t j = 0; j < sizeof(q35_layer_weights) / sizeof(q35_tensor); j++) {
+            n += tensor_elems(&ts[j]);
+            bytes += (int64_t)ts[j].nbytes;
+        }
+    }
+    in->n_params = n;
+    in->weight_bytes = bytes;
+}
+
+q35_status q35_engine_load(const char *path, const q35_engine_params *params, q35_engine **out, q35_error *err) {
+    (void)params;
+    *out = NULL;
+    if (!path || !*path) return q35_fail(err, Q35_ERR_ARG, "no model path given");
+    if (!q35_is_dir(path)) return q35_fail(err, Q35_ERR_IO, "%s: not a directory (expected a checkpoint directory)", path);
+    q35_engine *e = calloc(1, sizeof *e);
+    if (!e) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    char *cfg_path = q35_path_join(path, "config.json");
+    q35_status st = q35_config_load(cfg_path, &e->cfg, err);
+    free(cfg_path);
+    if (!st) st = q35_checkpoint_open(path, &e->ck, err);
+    if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
+    if (st) {
+        q35_engine_free(e);
+        return st;
+    }
+    fill_info(e);
+    *out = e;
+    return Q35_OK;
+}
+
+void q35_engine_free(q35_engine *e) {
+    if (!e) return;
+    q35_checkpoint_close(&e->ck);
+    free(e);
+}
+
+const q35_model_info *q35_engine_info(const q35_engine *e) { return &e->info; }
+
+q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_error *err) {
+    *out = NULL;
+    const q35_config *c = &e->cfg;
+    if (n_ctx <= 0 || n_ctx > c->max_position_embeddings) n_ctx = c->max_position_embeddings;
+    q35_session *s = calloc(1, sizeof *s);
+    if (!s) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    s->engine = e;
+    s->n_ctx = n_ctx;
+    size_t conv = (size_t)q35_conv_dim(c) * (size_t)(c->lin_conv_kernel - 1);
+    size_t ssm = (size_t)c->lin_n_head_v * (size_t)c->lin_head_k_dim * (size_t)c->lin_head_v_dim;
+    size_t kv = (size_t)n_ctx * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    int32_t n_gdn = c->n_layer - c->n_layer_full;
+    s->state_floats = (size_t)n_gdn * (conv + ssm);
+    s->state_block = calloc(s->state_floats ? s->state_floats : 1, sizeof(float));
+    int ok = s->state_block != NULL;
+    float *p = s->state_block;
+    for (int32_t i = 0; ok && i < c->n_layer; i++) {
+        if (c->layer_is_full[i]) {
+            /* calloc of a large block maps zero pages lazily: only used positions cost memory */
+            s->k_cache[i] = calloc(kv, sizeof(float));
+            s->v_cache[i] = calloc(kv, sizeof(float));
+            ok = s->k_cache[i] && s->v_cache[i];
+        } else {
+            s->conv_state[i] = p; p += conv;
+            s->ssm_state[i] = p; p += ssm;
+        }
+    }
+    size_t U = Q35_UBATCH, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t mix = q35_gdn_scratch_floats(c, Q35_UBATCH);
+    size_t att = q35_attention_scratch_floats(c, Q35_UBATCH, n_ctx);
+    if (att > mix) mix = att;
+    if (ok) {
+        s->x = malloc(U * H * sizeof(float));
+        s->xn = malloc(U * H * sizeof(float));
+        s->tmp = malloc(U * H * sizeof(float));
+        s->mlp_gate = malloc(U * I * sizeof(float));
+        s->mlp_up = malloc(U * I * sizeof(float));
+        s->mixer_scratch = malloc(mix * sizeof(float));
+        ok = s->x && s->xn && s->tmp && s->mlp_gate && s->mlp_up && s->mixer_scratch;
+    }
+    if (!ok) {
+        q35_session_free(s);
+        return q35_fail(err, Q35_ERR_NOMEM, "out of memory creating a session of %d positions", n_ctx);
+    }
+    *out = s;
+    return Q35_OK;
+}
+
+void q35_session_free(q35_session *s) {
+    if (!s) return;
+    for (int32_t i = 0; i < Q35_MAX_LAYERS; i++) { free(s->k_cache[i]); free(s->v_cache[i]); }
+    free(s->state_block);
+    free(s->x); free(s->xn); free(s->tmp); free(s->mlp_gate); free(s->mlp_up); free(s->mixer_scratch);
+    free(s);
+}
+
+void q35_session_reset(q35_session *s) {
+    memset(s->state_block, 0, s->state_floats * sizeof(float));
+    s->pos = 0; /* KV rows past pos are never read, so they need no clearing */
+}
+
+int32_t q35_session_pos(const q35_session *s) { return s->pos; }
+int32_t q35_session_ctx(const q35_session *s) { return s->n_ctx; }
+
+int32_t q35_argmax(const float *logits, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+static void mlp_forward(const q35_config *c, const q35_layer_weights *l, q35_session *s, int32_t T) {
+    const int32_t I = c->intermediate_size;
+    q35_matmul_ref(s->mlp_gate, &l->gate_proj, s->xn, T, 0, I);
+    q35_matmul_ref(s->mlp_up, &l->up_proj, s->xn, T, 0, I);
+    for (size_t i = 0; i < (size_t)T * I; i++) {
+        float g = s->mlp_gate[i];
+        s->mlp_gate[i] = g / (1.0f + expf(-g)) * s->mlp_up[i];
+    }
+    q35_matmul_ref(s->tmp, &l->down_proj, s->mlp_gate, T, 0, c->hidden_size);
+}
+
+/* One micro-batch of T <= Q35_UBATCH tokens at s->pos. Leaves the post-norm
+ * hidden states in s->xn. */
+static void forward_ubatch(q35_session *s, const int32_t *tokens, int32_t T, int recurrent) {
+    const q35_engine *e = s->engine;
+    const q35_config *c = &e->cfg;
+    const int32_t H = c->hidden_size;
+    for (int32_t t = 0; t < T; t++) q35_get_row_ref(s->x + (size_t)t * H, &e->w.embed, tokens[t]);
+    for (int32_t li = 0; li < c->n_layer; li++) {
+        const q35_layer_weights *l = &e->w.layers[li];
+        for (int32_t t = 0; t < T; t++)
+            q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->input_norm, H, c->rms_norm_eps);
+        if (c->layer_is_full[li])
+            q35_attention_forward(c, l, s->k_cache[li], s->v_cache[li], s->pos, s->xn, s->tmp, T, s->mixer_scratch);
+        else
+            q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T, recurrent, s->mixer_scratch);
+        for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
+        for (int32_t t = 0; t < T; t++)
+            q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->post_norm, H, c->rms_norm_eps);
+        mlp_forward(c, l, s, T);
+        for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
+    }
+    for (int32_t t = 0; t < T; t++)
+        q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &e->w.final_norm, H, c->rms_norm_eps);
+    s->pos += T;
+}
+
+q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, float *logits, int flags, q35_error *err) {
+    const q35_config *c = &s->engine->cfg;
+    if (n <= 0 || !tokens) return q35_fail(err, Q35_ERR_ARG, "no tokens to evaluate");
+    if (n > s->n_ctx - s->pos)
+        return q35_fail(err, Q35_ERR_CONTEXT, "%d tokens do not fit: position %d of a %d-token context", n, s->pos,
+                        s->n_ctx);
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return q35_fail(err, Q35_ERR_ARG, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
+                            c->vocab_size);
+    const int32_t H = c->hidden_size, V = c->vocab_size;
+    for (int32_t done = 0; done < n;) {
+        int32_t T = n - done < Q35_UBATCH ? n - done : Q35_UBATCH;
+        forward_ubatch(s, tokens + done, T, flags & Q35_EVAL_RECURRENT);
+        if (logits && (flags & Q35_EVAL_ALL_LOGITS))
+            q35_matmul_ref(logits + (size_t)done * V, &s->engine->w.lm_head, s->xn, T, 0, V);
+        else if (logits && done + T == n)
+            q35_matmul_ref(logits, &s->engine->w.lm_head, s->xn + (size_t)(T - 1) * H, 1, 0, V);
+        done += T;
+    }
+    return Q35_OK;
+}

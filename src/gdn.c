@@ -1,0 +1,210 @@
+/* gdn.c: Gated DeltaNet forward (see gdn.h), scalar reference.
+ *
+ * Data flow for n_tok tokens (HF modeling_qwen3_5.py semantics, fp32):
+ *   qkv = in_proj_qkv xn; z = in_proj_z xn; b = in_proj_b xn; a = in_proj_a xn
+ *   qkv = silu(causal depthwise conv(qkv)) with conv_state as history
+ *   q, k per K head: l2norm (eps 1e-6 inside the sqrt of the sum); q *= DK^-1/2
+ *   beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias)
+ *   V head hv reads K head hv / (HV/HK) (repeat-interleave, not tile)
+ *   o = delta rule over S; o = rmsnorm(o) * w * silu(z); out = out_proj o */
+#include "gdn.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch threshold 20 */
+
+size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV) {
+    int32_t C = Q35_GDN_CHUNK;
+    /* A (C,C), QK (C,C), U (C,DV), W (C,DK), gamma (C), tmp (DV) */
+    return (size_t)C * C * 2 + (size_t)C * DV + (size_t)C * DK + (size_t)C + (size_t)DV + (size_t)DK;
+}
+
+size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok) {
+    size_t T = (size_t)n_tok, CD = (size_t)q35_conv_dim(c), HV = (size_t)c->lin_n_head_v;
+    size_t DK = (size_t)c->lin_head_k_dim, DV = (size_t)c->lin_head_v_dim;
+    /* qkv raw + conv out, z, b, a, core out, per-head packed q,k,v,g,beta,o, chunk scratch */
+    return T * CD * 2 + T * HV * DV * 2 + T * HV * 2 + T * (DK * 2 + DV * 2 + 2) +
+           q35_gdn_chunk_scratch_floats((int32_t)DK, (int32_t)DV);
+}
+
+void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                       float *o, int32_t T, int32_t DK, int32_t DV) {
+    for (int32_t t = 0; t < T; t++) {
+        const float *qt = q + (size_t)t * DK, *kt = k + (size_t)t * DK, *vt = v + (size_t)t * DV;
+        float *ot = o + (size_t)t * DV;
+        float decay = expf(g[t]);
+        for (int32_t i = 0; i < DK * DV; i++) S[i] *= decay; /* decay first */
+        for (int32_t j = 0; j < DV; j++) {
+            float kv = 0.0f; /* (S^T k)[j] from the decayed state */
+            for (int32_t i = 0; i < DK; i++) kv += kt[i] * S[(size_t)i * DV + j];
+            float delta = beta[t] * (vt[j] - kv);
+            for (int32_t i = 0; i < DK; i++) S[(size_t)i * DV + j] += kt[i] * delta;
+        }
+        for (int32_t j = 0; j < DV; j++) { /* read out of the updated state */
+            float acc = 0.0f;
+            for (int32_t i = 0; i < DK; i++) acc += qt[i] * S[(size_t)i * DV + j];
+            ot[j] = acc;
+        }
+    }
+}
+
+/* Chunked form (HF torch_chunk_gated_delta_rule, chunk 64). Within a chunk,
+ * with G = inclusive cumsum of g and D[i][j] = exp(G[i]-G[j]) for j <= i:
+ *   A = I + strictly_lower((beta k) k^T * D), U = A^-1 (beta v), W = A^-1 (beta k exp(G))
+ *   Vn = U - W S;  O = (q exp(G)) S + ((q k^T) * D, lower incl. diagonal) Vn
+ *   S = exp(G_last) S + (k exp(G_last - G))^T Vn
+ * A is unit lower triangular, so A^-1 is applied by forward substitution. */
+void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                     float *o, int32_t T, int32_t DK, int32_t DV, float *scratch) {
+    const int32_t C = Q35_GDN_CHUNK;
+    float *A = scratch, *QK = A + C * C, *U = QK + C * C, *W = U + (size_t)C * DV, *G = W + (size_t)C * DK;
+    float *tmp = G + C, *tmpk = tmp + DV;
+    for (int32_t c0 = 0; c0 < T; c0 += C) {
+        int32_t n = T - c0 < C ? T - c0 : C;
+        const float *qc = q + (size_t)c0 * DK, *kc = k + (size_t)c0 * DK, *vc = v + (size_t)c0 * DV;
+        const float *gc = g + c0, *bc = beta + c0;
+        float *oc = o + (size_t)c0 * DV;
+        float acc = 0.0f;
+        for (int32_t i = 0; i < n; i++) { acc += gc[i]; G[i] = acc; }
+        /* strictly lower part of (beta k) k^T * D, and the (q k^T) * D lower part */
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t j = 0; j < n; j++) {
+                float kk = 0.0f, qk = 0.0f;
+                if (j <= i) {
+                    for (int32_t d = 0; d < DK; d++) {
+                        kk += kc[(size_t)i * DK + d] * kc[(size_t)j * DK + d];
+                        qk += qc[(size_t)i * DK + d] * kc[(size_t)j * DK + d];
+                    }
+                }
+                float dm = j <= i ? expf(G[i] - G[j]) : 0.0f;
+                A[i * C + j] = j < i ? bc[i] * kk * dm : 0.0f;
+                QK[i * C + j] = qk * dm;
+            }
+        /* forward substitution: row i of U = beta_i v_i - sum_{j<i} A[i][j] U[j] (same for W) */
+        for (int32_t i = 0; i < n; i++) {
+            float eg = expf(G[i]);
+            for (int32_t d = 0; d < DV; d++) {
+                float s = bc[i] * vc[(size_t)i * DV + d];
+                for (int32_t j = 0; j < i; j++) s -= A[i * C + j] * U[(size_t)j * DV + d];
+                U[(size_t)i * DV + d] = s;
+            }
+            for (int32_t d = 0; d < DK; d++) {
+                float s = bc[i] * kc[(size_t)i * DK + d] * eg;
+                for (int32_t j = 0; j < i; j++) s -= A[i * C + j] * W[(size_t)j * DK + d];
+                W[(size_t)i * DK + d] = s;
+            }
+        }
+        /* Vn = U - W S (in place in U), then the outputs */
+        for (int32_t i = 0; i < n; i++) {
+            for (int32_t d = 0; d < DV; d++) tmp[d] = 0.0f;
+            for (int32_t e = 0; e < DK; e++) {
+                float w = W[(size_t)i * DK + e];
+                for (int32_t d = 0; d < DV; d++) tmp[d] += w * S[(size_t)e * DV + d];
+            }
+            for (int32_t d = 0; d < DV; d++) U[(size_t)i * DV + d] -= tmp[d];
+        }
+        for (int32_t i = 0; i < n; i++) {
+            float eg = expf(G[i]);
+            for (int32_t d = 0; d < DV; d++) tmp[d] = 0.0f;
+            for (int32_t e = 0; e < DK; e++) {
+                float qe = qc[(size_t)i * DK + e] * eg;
+                for (int32_t d = 0; d < DV; d++) tmp[d] += qe * S[(size_t)e * DV + d];
+            }
+            for (int32_t j = 0; j <= i; j++) {
+                float a = QK[i * C + j];
+                for (int32_t d = 0; d < DV; d++) tmp[d] += a * U[(size_t)j * DV + d];
+            }
+            for (int32_t d = 0; d < DV; d++) oc[(size_t)i * DV + d] = tmp[d];
+        }
+        /* carry the state to the end of the chunk */
+        float glast = G[n - 1], elast = expf(glast);
+        for (int32_t e = 0; e < DK * DV; e++) S[e] *= elast;
+        for (int32_t i = 0; i < n; i++) {
+            float sc = expf(glast - G[i]);
+            for (int32_t e = 0; e < DK; e++) tmpk[e] = kc[(size_t)i * DK + e] * sc;
+            for (int32_t e = 0; e < DK; e++)
+                for (int32_t d = 0; d < DV; d++) S[(size_t)e * DV + d] += tmpk[e] * U[(size_t)i * DV + d];
+        }
+    }
+}
+
+static void l2norm(float *x, int32_t n) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)ss + 1e-6f);
+    for (int32_t i = 0; i < n; i++) x[i] *= r;
+}
+
+void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
+                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch) {
+    const int32_t T = n_tok, H = c->hidden_size, CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
+    const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
+    const int32_t KD = HK * DK, VD = HV * DV, ratio = HV / HK;
+    float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
+    float *bb = core + (size_t)T * VD, *aa = bb + (size_t)T * HV;
+    float *hq = aa + (size_t)T * HV, *hk = hq + (size_t)T * DK, *hv = hk + (size_t)T * DK, *ho = hv + (size_t)T * DV;
+    float *hg = ho + (size_t)T * DV, *hb = hg + T, *chunk = hb + T;
+    (void)H;
+
+    q35_matmul_ref(raw, &l->in_proj_qkv, xn, T, 0, CD);
+    q35_matmul_ref(z, &l->in_proj_z, xn, T, 0, VD);
+    q35_matmul_ref(bb, &l->in_proj_b, xn, T, 0, HV);
+    q35_matmul_ref(aa, &l->in_proj_a, xn, T, 0, HV);
+
+    /* causal depthwise conv: tap j of channel ch multiplies the input CK-1-j steps back */
+    for (int32_t ch = 0; ch < CD; ch++) {
+        float w[16], hist[16 + 1];
+        for (int32_t j = 0; j < CK; j++) w[j] = q35_tensor_get_f32(&l->conv1d, (int64_t)ch * CK + j);
+        float *st = conv_state + (size_t)ch * (CK - 1);
+        for (int32_t j = 0; j < CK - 1; j++) hist[j] = st[j];
+        for (int32_t t = 0; t < T; t++) {
+            hist[CK - 1] = raw[(size_t)t * CD + ch];
+            float acc = 0.0f;
+            for (int32_t j = 0; j < CK; j++) acc += w[j] * hist[j];
+            y[(size_t)t * CD + ch] = silu(acc);
+            for (int32_t j = 0; j < CK - 1; j++) hist[j] = hist[j + 1];
+        }
+        for (int32_t j = 0; j < CK - 1; j++) st[j] = hist[j];
+    }
+
+    for (int32_t t = 0; t < T; t++) { /* normalise q and k once per K head */
+        float *yt = y + (size_t)t * CD;
+        for (int32_t h = 0; h < HK; h++) {
+            l2norm(yt + h * DK, DK);
+            l2norm(yt + KD + h * DK, DK);
+            float s = 1.0f / sqrtf((float)DK);
+            for (int32_t i = 0; i < DK; i++) yt[h * DK + i] *= s;
+        }
+    }
+
+    for (int32_t h = 0; h < HV; h++) {
+        int32_t kh = h / ratio;
+        float A = expf(q35_tensor_get_f32(&l->A_log, h)), dt = q35_tensor_get_f32(&l->dt_bias, h);
+        for (int32_t t = 0; t < T; t++) {
+            const float *yt = y + (size_t)t * CD;
+            memcpy(hq + (size_t)t * DK, yt + kh * DK, sizeof(float) * (size_t)DK);
+            memcpy(hk + (size_t)t * DK, yt + KD + kh * DK, sizeof(float) * (size_t)DK);
+            memcpy(hv + (size_t)t * DV, yt + 2 * KD + h * DV, sizeof(float) * (size_t)DV);
+            hb[t] = sigmoidf_(bb[(size_t)t * HV + h]);
+            hg[t] = -A * softplus(aa[(size_t)t * HV + h] + dt);
+        }
+        float *S = ssm_state + (size_t)h * DK * DV;
+        if (recurrent || T == 1) q35_gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV);
+        else q35_gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
+        /* gated RMSNorm per head: normalise, * w (plain), * silu(z) */
+        for (int32_t t = 0; t < T; t++) {
+            float *o = ho + (size_t)t * DV;
+            const float *zt = z + (size_t)t * VD + h * DV;
+            double ss = 0.0;
+            for (int32_t i = 0; i < DV; i++) ss += (double)o[i] * o[i];
+            float r = 1.0f / sqrtf((float)(ss / DV) + c->rms_norm_eps);
+            float *dst = core + (size_t)t * VD + h * DV;
+            for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_tensor_get_f32(&l->gdn_norm, i) * silu(zt[i]);
+        }
+    }
+    q35_matmul_ref(out, &l->out_proj, core, T, 0, c->hidden_size);
+}

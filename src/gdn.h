@@ -1,0 +1,31 @@
+/* gdn.h: the Gated DeltaNet layer (Qwen3.5's linear-attention mixer).
+ *
+ * Per layer and sequence it keeps two states:
+ *   conv_state (CD, CK-1)   the last CK-1 raw (pre-conv) qkv inputs, oldest first
+ *   ssm_state  (HV, DK, DV) the delta-rule memory S, fp32
+ * Prompts use the chunked algorithm (chunk 64), single tokens the
+ * recurrence; both compute the same function up to rounding. */
+#ifndef Q35_GDN_H
+#define Q35_GDN_H
+
+#include "model.h"
+
+#define Q35_GDN_CHUNK 64
+
+/* Scratch floats q35_gdn_forward needs for a batch of n_tok tokens. */
+size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok);
+
+/* out (n_tok, H) = GDN mixer of xn (n_tok, H), advancing the layer's states.
+ * recurrent != 0 forces the token-by-token path. */
+void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
+                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch);
+
+/* The two delta-rule kernels, per V head, exposed for tests.
+ * S (DK, DV); q, k (T, DK) already L2-normalised, q scaled; v (T, DV); g, beta (T); o (T, DV). */
+void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                       float *o, int32_t T, int32_t DK, int32_t DV);
+void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                     float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
+size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV);
+
+#endif

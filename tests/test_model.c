@@ -1,0 +1,170 @@
+/* Tests of the reference forward pass against transformers' fp32 goldens,
+ * and of the equivalences the engine relies on: chunked GDN == recurrence,
+ * prefill then decode == token by token, and any prompt split. */
+#include "gdn.h"
+#include "golden.h"
+#include "qwen35.h"
+#include "test.h"
+
+#define LOGIT_TOL 1e-4 /* max |diff| / max |logit| against transformers fp32 */
+#define PATH_TOL 2e-5  /* between two engine paths that differ only in rounding */
+
+static q35_engine *load_engine(const golden *g) {
+    q35_engine *e = NULL;
+    q35_error err = {0};
+    if (q35_engine_load(g->model_dir, NULL, &e, &err)) q35_test_fail(__FILE__, __LINE__, "load: %s", err.msg);
+    return e;
+}
+
+TEST(model, prompt_logits_match_transformers) {
+    for (int m = 0; m < golden_n_models; m++) {
+        golden g;
+        REQUIRE_MSG(golden_load(golden_models[m], &g) == 0, "golden %s missing", golden_models[m]);
+        q35_engine *e = load_engine(&g);
+        q35_session *s = NULL;
+        q35_error err = {0};
+        if (e && q35_session_new(e, 0, &s, &err) == Q35_OK) {
+            CHECK_EQ_INT(q35_engine_info(e)->vocab_size, g.vocab_size);
+            size_t V = (size_t)g.vocab_size;
+            float *lg = malloc(sizeof(float) * V * (size_t)g.n_prompt);
+            CHECK(q35_session_eval(s, g.prompt_ids, g.n_prompt, lg, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+            for (int32_t p = 0; p < g.n_prompt; p++) {
+                double d = rel_max_diff(lg + p * V, g.prompt_logits + p * V, V);
+                CHECK_MSG(d <= LOGIT_TOL, "%s: position %d: relative diff %.3g > %.1g", golden_models[m], p, d, LOGIT_TOL);
+            }
+            free(lg);
+        }
+        q35_session_free(s);
+        q35_engine_free(e);
+        golden_free(&g);
+    }
+}
+
+TEST(model, greedy_tokens_and_decode_logits_match_transformers) {
+    for (int m = 0; m < golden_n_models; m++) {
+        golden g;
+        REQUIRE_MSG(golden_load(golden_models[m], &g) == 0, "golden %s missing", golden_models[m]);
+        q35_engine *e = load_engine(&g);
+        q35_session *s = NULL;
+        q35_error err = {0};
+        if (e && q35_session_new(e, 0, &s, &err) == Q35_OK) {
+            size_t V = (size_t)g.vocab_size;
+            float *lg = malloc(sizeof(float) * V);
+            CHECK(q35_session_eval(s, g.prompt_ids, g.n_prompt, lg, 0, &err) == Q35_OK);
+            for (int32_t i = 0; i < g.n_greedy; i++) {
+                int32_t tok = q35_argmax(lg, (int32_t)V);
+                CHECK_MSG(tok == g.greedy_ids[i], "%s: greedy token %d: %d, transformers %d", golden_models[m], i, tok,
+                          g.greedy_ids[i]);
+                double d = rel_max_diff(lg, g.greedy_logits + i * V, V);
+                CHECK_MSG(d <= LOGIT_TOL, "%s: decode step %d: relative diff %.3g", golden_models[m], i, d);
+                tok = g.greedy_ids[i]; /* follow the reference so one slip does not cascade */
+                CHECK(q35_session_eval(s, &tok, 1, lg, 0, &err) == Q35_OK);
+            }
+            free(lg);
+        }
+        q35_session_free(s);
+        q35_engine_free(e);
+        golden_free(&g);
+    }
+}
+
+/* Evaluates ids in pieces of the given sizes; returns all-row logits. */
+static float *eval_pieces(q35_engine *e, const int32_t *ids, int32_t n, const int32_t *sizes, int n_sizes, int flags) {
+    q35_session *s = NULL;
+    q35_error err = {0};
+    if (q35_session_new(e, 0, &s, &err)) return NULL;
+    size_t V = (size_t)q35_engine_info(e)->vocab_size;
+    float *lg = malloc(sizeof(float) * V * (size_t)n);
+    int32_t done = 0;
+    for (int i = 0; i < n_sizes && done < n; i++) {
+        int32_t k = sizes[i] < n - done ? sizes[i] : n - done;
+        if (q35_session_eval(s, ids + done, k, lg + done * V, flags | Q35_EVAL_ALL_LOGITS, &err)) {
+            free(lg);
+            lg = NULL;
+            break;
+        }
+        done += k;
+    }
+    q35_session_free(s);
+    return lg;
+}
+
+TEST(model, prefill_equals_token_by_token) {
+    for (int m = 0; m < golden_n_models; m++) {
+        golden g;
+        REQUIRE(golden_load(golden_models[m], &g) == 0);
+        q35_engine *e = load_engine(&g);
+        REQUIRE(e);
+        int32_t n = g.n_prompt, all[1] = {n}, ones[256];
+        for (int i = 0; i < 256; i++) ones[i] = 1;
+        float *a = eval_pieces(e, g.prompt_ids, n, all, 1, 0);
+        float *b = eval_pieces(e, g.prompt_ids, n, ones, n, 0);
+        float *c = eval_pieces(e, g.prompt_ids, n, all, 1, Q35_EVAL_RECURRENT);
+        REQUIRE(a && b && c);
+        size_t V = (size_t)g.vocab_size;
+        for (int32_t p = 0; p < n; p++) {
+            CHECK_MSG(rel_max_diff(b + p * V, a + p * V, V) <= PATH_TOL, "%s: pos %d token-by-token vs prefill", golden_models[m], p);
+            CHECK_MSG(rel_max_diff(c + p * V, a + p * V, V) <= PATH_TOL, "%s: pos %d recurrent vs chunked prefill", golden_models[m], p);
+        }
+        free(a); free(b); free(c);
+        q35_engine_free(e);
+        golden_free(&g);
+    }
+}
+
+TEST(model, prompt_split_anywhere_gives_same_logits) {
+    golden g;
+    REQUIRE(golden_load("tiny-b", &g) == 0);
+    q35_engine *e = load_engine(&g);
+    REQUIRE(e);
+    int32_t n = g.n_prompt, all[1] = {n};
+    size_t V = (size_t)g.vocab_size;
+    float *ref = eval_pieces(e, g.prompt_ids, n, all, 1, 0);
+    REQUIRE(ref);
+    for (int32_t k = 1; k < n; k++) {
+        int32_t sizes[2] = {k, n - k};
+        float *lg = eval_pieces(e, g.prompt_ids, n, sizes, 2, 0);
+        REQUIRE(lg);
+        double d = rel_max_diff(lg, ref, V * (size_t)n);
+        CHECK_MSG(d <= PATH_TOL, "split at %d: relative diff %.3g", k, d);
+        free(lg);
+    }
+    free(ref);
+    q35_engine_free(e);
+    golden_free(&g);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+TEST(gdn, chunked_equals_recurrent_on_random_data) {
+    const int32_t DK = 24, DV = 20;
+    const int32_t lengths[] = {1, 2, 63, 64, 65, 130, 200};
+    float *scratch = malloc(sizeof(float) * q35_gdn_chunk_scratch_floats(DK, DV));
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        int32_t T = lengths[li];
+        float *q = malloc(sizeof(float) * T * DK), *k = malloc(sizeof(float) * T * DK), *v = malloc(sizeof(float) * T * DV);
+        float *g = malloc(sizeof(float) * T), *b = malloc(sizeof(float) * T);
+        float *o1 = malloc(sizeof(float) * T * DV), *o2 = malloc(sizeof(float) * T * DV);
+        float S1[24 * 20], S2[24 * 20];
+        for (int32_t t = 0; t < T; t++) {
+            double n2 = 0, m2 = 0;
+            for (int32_t i = 0; i < DK; i++) { q[t * DK + i] = frand(); k[t * DK + i] = frand(); }
+            for (int32_t i = 0; i < DK; i++) { n2 += q[t * DK + i] * q[t * DK + i]; m2 += k[t * DK + i] * k[t * DK + i]; }
+            for (int32_t i = 0; i < DK; i++) { q[t * DK + i] /= (float)sqrt(n2 * DK); k[t * DK + i] /= (float)sqrt(m2); }
+            for (int32_t i = 0; i < DV; i++) v[t * DV + i] = frand();
+            g[t] = -0.5f * (frand() + 1.0f); /* decays in (0.37, 1] */
+            b[t] = 0.5f * (frand() + 1.0f);
+        }
+        for (int32_t i = 0; i < DK * DV; i++) S1[i] = S2[i] = 0.1f * frand(); /* a non-zero initial state */
+        q35_gdn_recurrent(S1, q, k, v, g, b, o1, T, DK, DV);
+        q35_gdn_chunked(S2, q, k, v, g, b, o2, T, DK, DV, scratch);
+        CHECK_MSG(rel_max_diff(o2, o1, (size_t)T * DV) <= 1e-5, "T=%d outputs differ: %.3g", T, rel_max_diff(o2, o1, (size_t)T * DV));
+        CHECK_MSG(rel_max_diff(S2, S1, (size_t)DK * DV) <= 1e-5, "T=%d states differ: %.3g", T, rel_max_diff(S2, S1, (size_t)DK * DV));
+        free(q); free(k); free(v); free(g); free(b); free(o1); free(o2);
+    }
+    free(scratch);
+}

@@ -1,0 +1,172 @@
+/* run.c: `qwen35 run` (greedy generation from token ids) and `qwen35 logits`
+ * (float32 logits for every prompt position). Both interfaces are relied on
+ * by scripts and tests: keep their options and output stable. */
+#include "cli.h"
+#include "qwen35.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "1,2,3" -> ids; rejects empty items, signs, junk and overflow. */
+static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
+    size_t cap = 16, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        if (*p < '0' || *p > '9') { free(ids); return -1; }
+        long v = strtol(p, &end, 10);
+        if (errno || v > INT32_MAX || end == p) { free(ids); return -1; }
+        if (n == cap) {
+            cap *= 2;
+            int32_t *nid = realloc(ids, cap * sizeof *ids);
+            if (!nid) { free(ids); return -1; }
+            ids = nid;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+        if (*p == ',') { p++; if (!*p) { free(ids); return -1; } }
+        else if (*p) { free(ids); return -1; }
+    }
+    if (!n) { free(ids); return -1; }
+    *out = ids;
+    *n_out = (int32_t)n;
+    return 0;
+}
+
+typedef struct {
+    const char *model, *ids, *out;
+    long n_gen, threads;
+} run_args;
+
+static int parse_args(int argc, char **argv, run_args *a, int want_out, const char *usage) {
+    memset(a, 0, sizeof *a);
+    a->n_gen = 16;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); exit(0); }
+        if (!v) { fprintf(stderr, "%s: option %s needs a value\n%s", argv[0], k, usage); return -1; }
+        char *end;
+        if (!strcmp(k, "-m") || !strcmp(k, "--model")) a->model = v;
+        else if (!strcmp(k, "--prompt-ids")) a->ids = v;
+        else if (want_out && (!strcmp(k, "-o") || !strcmp(k, "--output"))) a->out = v;
+        else if (!want_out && (!strcmp(k, "-n") || !strcmp(k, "--n-predict"))) {
+            a->n_gen = strtol(v, &end, 10);
+            if (*end || a->n_gen < 0 || a->n_gen > 1000000) { fprintf(stderr, "%s: bad -n '%s'\n", argv[0], v); return -1; }
+        } else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) {
+            a->threads = strtol(v, &end, 10);
+            if (*end || a->threads < 0 || a->threads > 1024) { fprintf(stderr, "%s: bad -t '%s'\n", argv[0], v); return -1; }
+        } else { fprintf(stderr, "%s: unknown option '%s'\n%s", argv[0], k, usage); return -1; }
+        i++;
+    }
+    if (!a->model || !a->ids || (want_out && !a->out)) {
+        fprintf(stderr, "%s: missing required options\n%s", argv[0], usage);
+        return -1;
+    }
+    return 0;
+}
+
+static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_t need_ctx) {
+    q35_error err = {0};
+    q35_engine_params p = {.n_threads = (int32_t)a->threads};
+    if (q35_engine_load(a->model, &p, e, &err)) {
+        fprintf(stderr, "qwen35: %s\n", err.msg);
+        return -1;
+    }
+    if (q35_session_new(*e, need_ctx, s, &err)) {
+        fprintf(stderr, "qwen35: %s\n", err.msg);
+        q35_engine_free(*e);
+        return -1;
+    }
+    return 0;
+}
+
+static const char run_usage[] =
+    "usage: qwen35 run -m MODEL_DIR --prompt-ids 1,2,3 [-n N] [-t THREADS]\n"
+    "  Greedy generation; prints the generated token ids, then tok/s on stderr.\n";
+
+int cmd_run(int argc, char **argv) {
+    run_args a;
+    if (parse_args(argc, argv, &a, 0, run_usage)) return 2;
+    int32_t *ids = NULL, n_ids = 0;
+    if (parse_ids(a.ids, &ids, &n_ids)) { fprintf(stderr, "qwen35 run: bad --prompt-ids '%s'\n", a.ids); return 2; }
+    q35_engine *e;
+    q35_session *s;
+    if (open_model(&a, &e, &s, n_ids + (int32_t)a.n_gen)) { free(ids); return 1; }
+    const q35_model_info *info = q35_engine_info(e);
+    float *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
+    q35_error err = {0};
+    int rc = 0;
+    double t0 = now_s();
+    if (!logits || q35_session_eval(s, ids, n_ids, logits, 0, &err)) {
+        fprintf(stderr, "qwen35 run: %s\n", logits ? err.msg : "out of memory");
+        rc = 1;
+    }
+    double t1 = now_s(), t2 = t1;
+    long n_done = 0;
+    for (long i = 0; !rc && i < a.n_gen; i++) {
+        int32_t tok = q35_argmax(logits, info->vocab_size);
+        printf("%s%d", i ? "," : "", tok);
+        fflush(stdout);
+        n_done++;
+        if (i + 1 == a.n_gen) break;
+        if (q35_session_eval(s, &tok, 1, logits, 0, &err)) { fprintf(stderr, "\nqwen35 run: %s\n", err.msg); rc = 1; }
+    }
+    t2 = now_s();
+    if (n_done) printf("\n");
+    if (!rc)
+        fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s); generated: %ld tokens in %.3f s (%.2f tok/s)\n", n_ids,
+                t1 - t0, n_ids / (t1 - t0), n_done, t2 - t1, n_done > 1 ? (n_done - 1) / (t2 - t1) : 0.0);
+    free(logits);
+    free(ids);
+    q35_session_free(s);
+    q35_engine_free(e);
+    return rc;
+}
+
+static const char logits_usage[] =
+    "usage: qwen35 logits -m MODEL_DIR --prompt-ids 1,2,3 -o FILE [-t THREADS]\n"
+    "  Writes little-endian float32 logits: one row of vocab_size values per prompt position.\n";
+
+int cmd_logits(int argc, char **argv) {
+    run_args a;
+    if (parse_args(argc, argv, &a, 1, logits_usage)) return 2;
+    int32_t *ids = NULL, n_ids = 0;
+    if (parse_ids(a.ids, &ids, &n_ids)) { fprintf(stderr, "qwen35 logits: bad --prompt-ids '%s'\n", a.ids); return 2; }
+    q35_engine *e;
+    q35_session *s;
+    if (open_model(&a, &e, &s, n_ids)) { free(ids); return 1; }
+    const q35_model_info *info = q35_engine_info(e);
+    size_t n_vals = (size_t)n_ids * (size_t)info->vocab_size;
+    float *logits = malloc(sizeof(float) * n_vals);
+    q35_error err = {0};
+    int rc = 0;
+    if (!logits || q35_session_eval(s, ids, n_ids, logits, Q35_EVAL_ALL_LOGITS, &err)) {
+        fprintf(stderr, "qwen35 logits: %s\n", logits ? err.msg : "out of memory");
+        rc = 1;
+    } else {
+        FILE *fp = fopen(a.out, "wb");
+        /* x86-64 is little-endian, so the floats are written as they are */
+        if (!fp || fwrite(logits, sizeof(float), n_vals, fp) != n_vals || fclose(fp) != 0) {
+            fprintf(stderr, "qwen35 logits: cannot write %s: %s\n", a.out, strerror(errno));
+            rc = 1;
+        }
+    }
+    free(logits);
+    free(ids);
+    q35_session_free(s);
+    q35_engine_free(e);
+    return rc;
+}
