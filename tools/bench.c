@@ -270,7 +270,7 @@ static void run_request(const bench_opts *o, const char *model, const workload *
         http_status_error(x.status, url, x.error_body.data, r->error, esz);
     else if (rc != CURLE_OK && x.status == 0)
         snprintf(r->error, esz, "cannot reach %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(rc));
-    else if (s->n_events == 0 && !s->done)
+    else if (s->n_events == 0 && !s->done && !(ctype && strstr(ctype, "event-stream")))
         snprintf(r->error, esz, "%s answered without streaming (Content-Type: %s, body starts \"%.60s\"); "
                  "the server must support stream=true", url, ctype ? ctype : "none", x.head.data ? x.head.data : "");
     else if (!s->done)
@@ -616,8 +616,8 @@ static void print_summary(const bench_state *b) {
         spec_add(&total, &s.spec);
         char prompt[24] = "?", dec[64], ttft[64], med[32] = "-", spec[64] = "-";
         if (s.prompt_tokens >= 0) snprintf(prompt, sizeof prompt, "%lld", (long long)s.prompt_tokens);
-        snprintf(dec, sizeof dec, "%.2f / %.2f / %.2f", s.decode.min, s.decode.median, s.decode.max);
-        snprintf(ttft, sizeof ttft, "%.1f / %.1f / %.1f", s.ttft.min, s.ttft.median, s.ttft.max);
+        snprintf(dec, sizeof dec, s.decode.n ? "%.2f / %.2f / %.2f" : "-", s.decode.min, s.decode.median, s.decode.max);
+        snprintf(ttft, sizeof ttft, s.ttft.n ? "%.1f / %.1f / %.1f" : "-", s.ttft.min, s.ttft.median, s.ttft.max);
         if (s.median_run != SIZE_MAX)
             run_label(&b->runs[i][s.median_run], (int)s.median_run, b->o->warmups, med, sizeof med);
         if (s.spec.draft_tokens > 0 && s.spec.accepted_tokens >= 0)

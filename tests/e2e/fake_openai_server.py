@@ -11,8 +11,8 @@ A mode makes it misbehave in one chosen way:
   nonstream     ignores stream=true and answers one JSON completion
   malformed     the second event is not JSON
   hang          sends the headers, then nothing
-  die:N         the first N completion requests are fine; the next one stops
-                after a few events and closes the connection
+  die:N[:K]     the first N completion requests are fine; the next one stops
+                after K events (default 3) and closes the connection
   nousage       never sends the usage chunk
   llama         no /metrics; speculation counters in the final chunk's
                 "timings" (draft_n, draft_n_accepted), as llama-server does
@@ -49,6 +49,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):
         pass
+
+    def handle(self):
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # bench hung up first, as it does on a malformed event
 
     def send_json(self, status, obj):
         body = json.dumps(obj).encode()
@@ -133,7 +139,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_event("[DONE]")
                 self.send_chunk(b"")
                 return
-            if st.mode.startswith("die:") and seq >= int(st.mode[4:]) and i == 3:
+            if st.mode.startswith("die:") and seq >= int(st.mode.split(":")[1]) and \
+                    i == int((st.mode.split(":") + ["3"])[2]):
                 self.wfile.flush()
                 self.connection.shutdown(2)
                 self.close_connection = True

@@ -194,6 +194,13 @@ def test_server_dies_mid_stream_keeps_runs(tmp_path):
     assert summary["decode_tok_s"]["median"] is not None
 
 
+def test_server_dies_before_the_first_event():
+    with FakeServer("die:0:0") as srv:
+        rc, _, stderr = bench("--url", srv.url, "--runs", "1", "--warmups", "0", "--max-tokens", "8")
+    assert rc != 0
+    assert "after 0 events without data: [DONE]" in stderr and "mid-stream" in stderr
+
+
 @pytest.mark.parametrize("args, message", [
     ([], "--url is required"),
     (["--url", "127.0.0.1:8000"], "must start with http"),
