@@ -81,6 +81,26 @@ enum {
 q35_status q35_session_eval(q35_session *session, const int32_t *tokens, int32_t n,
                             float *logits, int flags, q35_error *err);
 
+/* One decode step for several independent sessions: row i feeds tokens[i]
+ * to sessions[i] and receives vocab_size logits at logits + i*vocab_size.
+ * Row by row the result equals q35_session_eval on each session alone, so a
+ * request's output does not depend on what else is in the batch. The
+ * sessions must be distinct and belong to one engine. */
+q35_status q35_batch_decode(q35_session *const *sessions, const int32_t *tokens, int32_t n, float *logits,
+                            q35_error *err);
+
+/* A snapshot is a copy of a session's whole state at its current position
+ * (attention KV rows 0..pos-1 and the GDN conv and recurrent states). It
+ * backs prefix caching and speculative rollback: restoring it into any
+ * session of the same engine (with enough context) continues exactly as the
+ * original would have. */
+typedef struct q35_snapshot q35_snapshot;
+q35_status q35_snapshot_take(const q35_session *session, q35_snapshot **out, q35_error *err);
+q35_status q35_snapshot_restore(q35_session *session, const q35_snapshot *snap, q35_error *err);
+int32_t q35_snapshot_pos(const q35_snapshot *snap);
+size_t q35_snapshot_bytes(const q35_snapshot *snap);
+void q35_snapshot_free(q35_snapshot *snap);
+
 /* Greedy choice: the lowest index among the largest logits. */
 int32_t q35_argmax(const float *logits, int32_t n);
 

@@ -228,3 +228,88 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
     }
     return Q35_OK;
 }
+
+q35_status q35_batch_decode(q35_session *const *sessions, const int32_t *tokens, int32_t n, float *logits,
+                            q35_error *err) {
+    if (n <= 0 || !sessions || !tokens) return q35_fail(err, Q35_ERR_ARG, "empty batch");
+    const q35_engine *e = sessions[0]->engine;
+    for (int32_t i = 0; i < n; i++) {
+        if (sessions[i]->engine != e) return q35_fail(err, Q35_ERR_ARG, "batch row %d uses another engine", i);
+        for (int32_t j = 0; j < i; j++)
+            if (sessions[j] == sessions[i]) return q35_fail(err, Q35_ERR_ARG, "session repeated in batch rows %d and %d", j, i);
+        if (sessions[i]->pos >= sessions[i]->n_ctx)
+            return q35_fail(err, Q35_ERR_CONTEXT, "batch row %d: context of %d tokens is full", i, sessions[i]->n_ctx);
+        if (tokens[i] < 0 || tokens[i] >= e->cfg.vocab_size)
+            return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary", i, tokens[i]);
+    }
+    const size_t V = (size_t)e->cfg.vocab_size;
+    for (int32_t i = 0; i < n; i++) {
+        q35_status st = q35_session_eval(sessions[i], &tokens[i], 1, logits ? logits + (size_t)i * V : NULL, 0, err);
+        if (st) return st;
+    }
+    return Q35_OK;
+}
+
+struct q35_snapshot {
+    const q35_engine *engine;
+    int32_t pos;
+    float *state;   /* copy of the session's GDN states (state_floats) */
+    float *kv;      /* per full layer: K rows 0..pos-1, then V rows 0..pos-1 */
+    size_t bytes;
+};
+
+static size_t kv_row_floats(const q35_config *c) { return (size_t)c->n_head_kv * (size_t)c->head_dim; }
+
+q35_status q35_snapshot_take(const q35_session *s, q35_snapshot **out, q35_error *err) {
+    *out = NULL;
+    const q35_config *c = &s->engine->cfg;
+    size_t kv_floats = (size_t)c->n_layer_full * 2 * (size_t)s->pos * kv_row_floats(c);
+    q35_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    snap->engine = s->engine;
+    snap->pos = s->pos;
+    snap->state = malloc((s->state_floats ? s->state_floats : 1) * sizeof(float));
+    snap->kv = malloc((kv_floats ? kv_floats : 1) * sizeof(float));
+    if (!snap->state || !snap->kv) {
+        q35_snapshot_free(snap);
+        return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a snapshot of %d positions", s->pos);
+    }
+    memcpy(snap->state, s->state_block, s->state_floats * sizeof(float));
+    size_t rows = (size_t)s->pos * kv_row_floats(c);
+    float *p = snap->kv;
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        if (!c->layer_is_full[i]) continue;
+        memcpy(p, s->k_cache[i], rows * sizeof(float)); p += rows;
+        memcpy(p, s->v_cache[i], rows * sizeof(float)); p += rows;
+    }
+    snap->bytes = (s->state_floats + kv_floats) * sizeof(float);
+    *out = snap;
+    return Q35_OK;
+}
+
+q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_error *err) {
+    const q35_config *c = &s->engine->cfg;
+    if (snap->engine != s->engine) return q35_fail(err, Q35_ERR_ARG, "snapshot belongs to another engine");
+    if (snap->pos > s->n_ctx)
+        return q35_fail(err, Q35_ERR_CONTEXT, "snapshot of %d positions does not fit a %d-token context", snap->pos, s->n_ctx);
+    memcpy(s->state_block, snap->state, s->state_floats * sizeof(float));
+    size_t rows = (size_t)snap->pos * kv_row_floats(c);
+    const float *p = snap->kv;
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        if (!c->layer_is_full[i]) continue;
+        memcpy(s->k_cache[i], p, rows * sizeof(float)); p += rows;
+        memcpy(s->v_cache[i], p, rows * sizeof(float)); p += rows;
+    }
+    s->pos = snap->pos;
+    return Q35_OK;
+}
+
+int32_t q35_snapshot_pos(const q35_snapshot *snap) { return snap->pos; }
+size_t q35_snapshot_bytes(const q35_snapshot *snap) { return snap->bytes; }
+
+void q35_snapshot_free(q35_snapshot *snap) {
+    if (!snap) return;
+    free(snap->state);
+    free(snap->kv);
+    free(snap);
+}

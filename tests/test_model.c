@@ -168,3 +168,91 @@ TEST(gdn, chunked_equals_recurrent_on_random_data) {
     }
     free(scratch);
 }
+
+TEST(model, batch_decode_rows_equal_single_sessions) {
+    golden g;
+    REQUIRE(golden_load("tiny-c", &g) == 0);
+    q35_engine *e = load_engine(&g);
+    REQUIRE(e);
+    size_t V = (size_t)g.vocab_size;
+    q35_session *a[3], *b[3];
+    q35_error err;
+    float *la = malloc(sizeof(float) * V * 3), *lb = malloc(sizeof(float) * V);
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(q35_session_new(e, 128, &a[i], &err) == Q35_OK && q35_session_new(e, 128, &b[i], &err) == Q35_OK);
+        int32_t n = 5 + 7 * i; /* different lengths and contents per row */
+        CHECK(q35_session_eval(a[i], g.prompt_ids + i, n, NULL, 0, &err) == Q35_OK);
+        CHECK(q35_session_eval(b[i], g.prompt_ids + i, n, NULL, 0, &err) == Q35_OK);
+    }
+    for (int step = 0; step < 4; step++) {
+        int32_t toks[3] = {g.greedy_ids[step], g.greedy_ids[step + 1], g.greedy_ids[step + 2]};
+        CHECK(q35_batch_decode(a, toks, 3, la, &err) == Q35_OK);
+        for (int i = 0; i < 3; i++) {
+            CHECK(q35_session_eval(b[i], &toks[i], 1, lb, 0, &err) == Q35_OK);
+            CHECK_MSG(memcmp(la + i * V, lb, V * sizeof(float)) == 0, "step %d row %d differs", step, i);
+        }
+    }
+    q35_session *dup[2] = {a[0], a[0]};
+    int32_t t2[2] = {1, 2};
+    CHECK(q35_batch_decode(dup, t2, 2, la, &err) == Q35_ERR_ARG);
+    for (int i = 0; i < 3; i++) { q35_session_free(a[i]); q35_session_free(b[i]); }
+    free(la); free(lb);
+    q35_engine_free(e);
+    golden_free(&g);
+}
+
+TEST(model, snapshot_restore_continues_exactly) {
+    golden g;
+    REQUIRE(golden_load("tiny-a", &g) == 0);
+    q35_engine *e = load_engine(&g);
+    REQUIRE(e);
+    size_t V = (size_t)g.vocab_size;
+    q35_error err;
+    q35_session *s, *t;
+    REQUIRE(q35_session_new(e, 256, &s, &err) == Q35_OK && q35_session_new(e, 256, &t, &err) == Q35_OK);
+    CHECK(q35_session_eval(s, g.prompt_ids, 30, NULL, 0, &err) == Q35_OK);
+    q35_snapshot *snap;
+    REQUIRE(q35_snapshot_take(s, &snap, &err) == Q35_OK);
+    CHECK_EQ_INT(q35_snapshot_pos(snap), 30);
+    float *l1 = malloc(sizeof(float) * V * 18), *l2 = malloc(sizeof(float) * V * 18);
+    CHECK(q35_session_eval(s, g.prompt_ids + 30, 18, l1, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    /* a different history in t, then the snapshot: t must continue like s */
+    CHECK(q35_session_eval(t, g.greedy_ids, 20, NULL, 0, &err) == Q35_OK);
+    CHECK(q35_snapshot_restore(t, snap, &err) == Q35_OK);
+    CHECK_EQ_INT(q35_session_pos(t), 30);
+    CHECK(q35_session_eval(t, g.prompt_ids + 30, 18, l2, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    CHECK(memcmp(l1, l2, sizeof(float) * V * 18) == 0);
+    /* and back into s itself: rollback */
+    CHECK(q35_snapshot_restore(s, snap, &err) == Q35_OK);
+    CHECK(q35_session_eval(s, g.prompt_ids + 30, 18, l2, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    CHECK(memcmp(l1, l2, sizeof(float) * V * 18) == 0);
+    q35_session *small;
+    REQUIRE(q35_session_new(e, 16, &small, &err) == Q35_OK);
+    CHECK(q35_snapshot_restore(small, snap, &err) == Q35_ERR_CONTEXT);
+    q35_session_free(small);
+    q35_snapshot_free(snap);
+    free(l1); free(l2);
+    q35_session_free(s); q35_session_free(t);
+    q35_engine_free(e);
+    golden_free(&g);
+}
+
+TEST(model, eval_rejects_bad_tokens_and_context_overflow) {
+    golden g;
+    REQUIRE(golden_load("tiny-a", &g) == 0);
+    q35_engine *e = load_engine(&g);
+    REQUIRE(e);
+    q35_error err;
+    q35_session *s;
+    REQUIRE(q35_session_new(e, 8, &s, &err) == Q35_OK);
+    int32_t bad[2] = {1, g.vocab_size};
+    CHECK(q35_session_eval(s, bad, 2, NULL, 0, &err) == Q35_ERR_ARG);
+    CHECK(strstr(err.msg, "vocabulary") != NULL);
+    CHECK_EQ_INT(q35_session_pos(s), 0); /* left as it was */
+    CHECK(q35_session_eval(s, g.prompt_ids, 9, NULL, 0, &err) == Q35_ERR_CONTEXT);
+    CHECK(q35_session_eval(s, g.prompt_ids, 8, NULL, 0, &err) == Q35_OK);
+    CHECK(q35_session_eval(s, g.prompt_ids, 1, NULL, 0, &err) == Q35_ERR_CONTEXT);
+    q35_session_free(s);
+    q35_engine_free(e);
+    golden_free(&g);
+}
