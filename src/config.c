@@ -79,11 +79,11 @@ static q35_status parse_text_config(json_t *top, json_t *tc, const char *label, 
     if (!rp) rp = json_object_get(tc, "rope_scaling");
     json_t *theta = json_object_get(tc, "rope_theta");
     if (!theta && json_is_object(rp)) theta = json_object_get(rp, "rope_theta");
-    if (!theta) return q35_fail(err, Q35_ERR_FORMAT, "%s: missing 'rope_theta' (in text_config or rope_parameters)", label);
-    if ((st = get_num(theta, "rope_theta", 0, &c->rope_theta, label, err))) return st;
+    /* transformers' defaults when absent: theta 10000, rotary fraction 0.25 */
+    if ((st = get_num(theta, "rope_theta", 10000.0f, &c->rope_theta, label, err))) return st;
     json_t *prf = json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL;
     if (!prf) prf = json_object_get(tc, "partial_rotary_factor");
-    if ((st = get_num(prf, "partial_rotary_factor", 1.0f, &c->partial_rotary_factor, label, err))) return st;
+    if ((st = get_num(prf, "partial_rotary_factor", 0.25f, &c->partial_rotary_factor, label, err))) return st;
     if (json_is_object(rp)) {
         const char *rt = json_string_value(json_object_get(rp, "rope_type"));
         if (!rt) rt = json_string_value(json_object_get(rp, "type"));
