@@ -167,17 +167,17 @@ static q35_status read_index(const char *index_path, char ***names, int32_t *n_n
     const char *key;
     json_t *val;
     json_object_foreach(wm, key, val) {
-        if (!json_is_string(val)) {
-            free(list);
-            json_decref(root);
-            return q35_fail(err, Q35_ERR_FORMAT, "%s: weight_map['%s'] is not a file name", index_path, key);
-        }
+        q35_status bad = Q35_OK;
         const char *fn = json_string_value(val);
-        if (strchr(fn, '/') || !strcmp(fn, "..") || !*fn) {
+        if (!fn)
+            bad = q35_fail(err, Q35_ERR_FORMAT, "%s: weight_map['%s'] is not a file name", index_path, key);
+        else if (strchr(fn, '/') || !strcmp(fn, "..") || !*fn)
+            bad = q35_fail(err, Q35_ERR_FORMAT, "%s: weight_map['%s'] names '%s', which is not a plain file name",
+                           index_path, key, fn);
+        if (bad) { /* the message is formatted before the JSON it quotes is freed */
             free(list);
             json_decref(root);
-            return q35_fail(err, Q35_ERR_FORMAT, "%s: weight_map['%s'] names '%s', which is not a plain file name",
-                            index_path, key, fn);
+            return bad;
         }
         int seen = 0;
         for (int32_t i = 0; i < n && !seen; i++) seen = !strcmp(list[i], fn);
