@@ -73,6 +73,8 @@ int32_t q35_session_ctx(const q35_session *session); /* capacity in tokens */
 enum {
     Q35_EVAL_ALL_LOGITS = 1, /* write logits for every input row, not only the last */
     Q35_EVAL_RECURRENT = 2,  /* run the GDN token by token even for a prompt (testing) */
+    Q35_EVAL_CHECKPOINT = 4, /* keep per-row states so q35_session_rewind can drop rows (at most
+                                Q35_SPEC_K_MAX+1 tokens; needs q35_session_set_spec) */
 };
 
 /* Feeds n tokens at the session's current position. logits, when not NULL,
@@ -100,6 +102,52 @@ q35_status q35_snapshot_restore(q35_session *session, const q35_snapshot *snap, 
 int32_t q35_snapshot_pos(const q35_snapshot *snap);
 size_t q35_snapshot_bytes(const q35_snapshot *snap);
 void q35_snapshot_free(q35_snapshot *snap);
+
+/* ---- speculative decoding with the MTP head ----
+ * With speculation on, each q35_session_step drafts k tokens with the
+ * checkpoint's MTP head, verifies them in one batch of k+1 rows, keeps the
+ * longest accepted prefix plus one token from the target, and rolls the
+ * GDN, attention and MTP states back past the rejected rows. Greedy output
+ * is token-for-token the output without speculation; with sampling, drafts
+ * go through standard speculative rejection sampling, so the output
+ * distribution is unchanged. */
+typedef struct q35_spec_stats {
+    int64_t steps;     /* verify steps run */
+    int64_t drafts;    /* draft tokens proposed */
+    int64_t accepted;  /* draft tokens accepted */
+} q35_spec_stats;
+
+#define Q35_SPEC_K_MAX 8
+
+/* k draft tokens per step (1..Q35_SPEC_K_MAX), or 0 for off. Needs an MTP
+ * head (Q35_ERR_UNSUPPORTED otherwise). Call between requests, not mid-way:
+ * it allocates the rollback buffers. */
+q35_status q35_session_set_spec(q35_session *session, int32_t k, q35_error *err);
+int32_t q35_session_spec_k(const q35_session *session);
+q35_spec_stats q35_session_spec_stats(const q35_session *session);
+
+/* How q35_session_step chooses tokens. probs fills a distribution over the
+ * vocabulary from a logits row (the request's temperature, top-k, ...);
+ * `prev` lists the tokens this step has already emitted, for penalties.
+ * rng is a 64-bit state the step advances. A NULL policy means greedy. */
+typedef struct q35_policy {
+    void (*probs)(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs);
+    void *ctx;
+    uint64_t *rng;
+} q35_policy;
+
+/* One generation step. `last` is the newest token, not yet evaluated (the
+ * first step after a prompt passes the token chosen from the prompt's
+ * logits). Writes 1..k+1 new tokens to out (room for Q35_SPEC_K_MAX+1) and
+ * their count to n_out; the last of them is the next step's `last`. With
+ * logits non-NULL it receives the target's logits row that chose each
+ * emitted token, (n_out, vocab) (room for Q35_SPEC_K_MAX+1 rows). */
+q35_status q35_session_step(q35_session *session, int32_t last, const q35_policy *policy, int32_t *out,
+                            int32_t *n_out, float *logits, q35_error *err);
+
+/* Rewinds the last eval made with Q35_EVAL_CHECKPOINT to its first n_keep
+ * rows (1 <= n_keep <= rows): GDN states, KV length and MTP rows. */
+q35_status q35_session_rewind(q35_session *session, int32_t n_keep, q35_error *err);
 
 /* Greedy choice: the lowest index among the largest logits. */
 int32_t q35_argmax(const float *logits, int32_t n);

@@ -15,32 +15,10 @@
 #include "kernels/kernels.h"
 #include "model.h"
 #include "safetensors.h"
+#include "session.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-#define Q35_UBATCH 128 /* tokens per forward micro-batch: bounds scratch memory */
-
-struct q35_engine {
-    q35_config cfg;
-    q35_checkpoint ck;
-    q35_weights w;
-    q35_model_info info;
-};
-
-struct q35_session {
-    q35_engine *engine;
-    int32_t n_ctx, pos;
-    float *conv_state[Q35_MAX_LAYERS]; /* (CD, CK-1) GDN layers only */
-    float *ssm_state[Q35_MAX_LAYERS];  /* (HV, DK, DV) GDN layers only */
-    float *k_cache[Q35_MAX_LAYERS];    /* (n_ctx, NKV*HD) full layers only */
-    float *v_cache[Q35_MAX_LAYERS];
-    float *state_block;                /* one allocation behind conv and ssm states */
-    float *x, *xn, *tmp;               /* (UBATCH, H) */
-    float *mlp_gate, *mlp_up;          /* (UBATCH, I) */
-    float *mixer_scratch;
-    size_t state_floats;
-};
 
 static int64_t tensor_elems(const q35_tensor *t) { return t->data ? q35_tensor_nelem(t) : 0; }
 
@@ -136,7 +114,9 @@ q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_
         s->mlp_gate = malloc(U * I * sizeof(float));
         s->mlp_up = malloc(U * I * sizeof(float));
         s->mixer_scratch = malloc(mix * sizeof(float));
-        ok = s->x && s->xn && s->tmp && s->mlp_gate && s->mlp_up && s->mixer_scratch;
+        s->spec_logits = malloc((Q35_SPEC_MAX + 1) * (size_t)c->vocab_size * sizeof(float));
+        s->target_probs = malloc((size_t)c->vocab_size * sizeof(float));
+        ok = s->x && s->xn && s->tmp && s->mlp_gate && s->mlp_up && s->mixer_scratch && s->spec_logits && s->target_probs;
     }
     if (!ok) {
         q35_session_free(s);
@@ -151,12 +131,17 @@ void q35_session_free(q35_session *s) {
     for (int32_t i = 0; i < Q35_MAX_LAYERS; i++) { free(s->k_cache[i]); free(s->v_cache[i]); }
     free(s->state_block);
     free(s->x); free(s->xn); free(s->tmp); free(s->mlp_gate); free(s->mlp_up); free(s->mixer_scratch);
+    free(s->mtp_k_cache); free(s->mtp_v_cache); free(s->mtp_x); free(s->mtp_xn); free(s->mtp_cat);
+    free(s->pending_hidden); free(s->draft_hidden); free(s->ckpt);
+    q35_spec_free_buffers(s);
     free(s);
 }
 
 void q35_session_reset(q35_session *s) {
     memset(s->state_block, 0, s->state_floats * sizeof(float));
     s->pos = 0; /* KV rows past pos are never read, so they need no clearing */
+    s->n_pending = 0;
+    s->ckpt_rows = 0;
 }
 
 int32_t q35_session_pos(const q35_session *s) { return s->pos; }
@@ -169,20 +154,21 @@ int32_t q35_argmax(const float *logits, int32_t n) {
     return best;
 }
 
-static void mlp_forward(const q35_config *c, const q35_layer_weights *l, q35_session *s, int32_t T) {
+void q35_mlp_forward(const q35_config *c, const q35_layer_weights *l, const float *xn, float *out, float *gate,
+                     float *up, int32_t T) {
     const int32_t I = c->intermediate_size;
-    q35_matmul_ref(s->mlp_gate, &l->gate_proj, s->xn, T, 0, I);
-    q35_matmul_ref(s->mlp_up, &l->up_proj, s->xn, T, 0, I);
+    q35_matmul_ref(gate, &l->gate_proj, xn, T, 0, I);
+    q35_matmul_ref(up, &l->up_proj, xn, T, 0, I);
     for (size_t i = 0; i < (size_t)T * I; i++) {
-        float g = s->mlp_gate[i];
-        s->mlp_gate[i] = g / (1.0f + expf(-g)) * s->mlp_up[i];
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
-    q35_matmul_ref(s->tmp, &l->down_proj, s->mlp_gate, T, 0, c->hidden_size);
+    q35_matmul_ref(out, &l->down_proj, gate, T, 0, c->hidden_size);
 }
 
 /* One micro-batch of T <= Q35_UBATCH tokens at s->pos. Leaves the post-norm
  * hidden states in s->xn. */
-static void forward_ubatch(q35_session *s, const int32_t *tokens, int32_t T, int recurrent) {
+static void forward_ubatch(q35_session *s, const int32_t *tokens, int32_t T, int recurrent, int checkpoint) {
     const q35_engine *e = s->engine;
     const q35_config *c = &e->cfg;
     const int32_t H = c->hidden_size;
@@ -193,12 +179,17 @@ static void forward_ubatch(q35_session *s, const int32_t *tokens, int32_t T, int
             q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->input_norm, H, c->rms_norm_eps);
         if (c->layer_is_full[li])
             q35_attention_forward(c, l, s->k_cache[li], s->v_cache[li], s->pos, s->xn, s->tmp, T, s->mixer_scratch);
+        else if (checkpoint) /* slot t mirrors state_block after row t */
+            q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T, 1, s->mixer_scratch,
+                            s->ckpt + (s->conv_state[li] - s->state_block), s->ckpt + (s->ssm_state[li] - s->state_block),
+                            s->state_floats);
         else
-            q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T, recurrent, s->mixer_scratch);
+            q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T,
+                            recurrent || T < Q35_GDN_MIN_CHUNKED, s->mixer_scratch, NULL, NULL, 0);
         for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
         for (int32_t t = 0; t < T; t++)
             q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->post_norm, H, c->rms_norm_eps);
-        mlp_forward(c, l, s, T);
+        q35_mlp_forward(c, l, s->xn, s->tmp, s->mlp_gate, s->mlp_up, T);
         for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
     }
     for (int32_t t = 0; t < T; t++)
@@ -216,16 +207,52 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return q35_fail(err, Q35_ERR_ARG, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
                             c->vocab_size);
+    const int checkpoint = (flags & Q35_EVAL_CHECKPOINT) != 0;
+    if (checkpoint && (!s->spec_k || n > s->spec_k + 1))
+        return q35_fail(err, Q35_ERR_ARG, "a checkpointed eval takes at most spec_k+1 = %d tokens (got %d)",
+                        s->spec_k + 1, n);
     const int32_t H = c->hidden_size, V = c->vocab_size;
+    s->ckpt_rows = 0;
     for (int32_t done = 0; done < n;) {
         int32_t T = n - done < Q35_UBATCH ? n - done : Q35_UBATCH;
-        forward_ubatch(s, tokens + done, T, flags & Q35_EVAL_RECURRENT);
+        int32_t pos0 = s->pos;
+        /* rows left pending by the previous call learn their next token now */
+        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[done], NULL);
+        forward_ubatch(s, tokens + done, T, flags & Q35_EVAL_RECURRENT, checkpoint);
         if (logits && (flags & Q35_EVAL_ALL_LOGITS))
             q35_matmul_ref(logits + (size_t)done * V, &s->engine->w.lm_head, s->xn, T, 0, V);
         else if (logits && done + T == n)
             q35_matmul_ref(logits, &s->engine->w.lm_head, s->xn + (size_t)(T - 1) * H, 1, 0, V);
+        if (s->mtp_on) {
+            /* rows whose next token is known go through the MTP now (filling
+             * its KV cache); the rest wait. A checkpointed (verify) batch
+             * keeps all rows pending until the caller knows which survive. */
+            int32_t n_now = checkpoint ? 0 : T - 1;
+            if (n_now > 0) q35_mtp_rows(s, s->xn, tokens + done + 1, n_now, pos0, NULL);
+            s->n_pending = T - n_now;
+            s->pending_pos0 = pos0 + n_now;
+            memcpy(s->pending_hidden, s->xn + (size_t)n_now * H, sizeof(float) * (size_t)H * (size_t)s->n_pending);
+            memcpy(s->pending_tok, tokens + done + n_now, sizeof(int32_t) * (size_t)s->n_pending);
+        }
+        if (checkpoint) {
+            s->ckpt_pos0 = pos0;
+            s->ckpt_rows = T;
+        }
         done += T;
     }
+    return Q35_OK;
+}
+
+q35_status q35_session_rewind(q35_session *s, int32_t n_keep, q35_error *err) {
+    if (!s->ckpt_rows) return q35_fail(err, Q35_ERR_ARG, "nothing to rewind: the last eval was not checkpointed");
+    if (n_keep < 1 || n_keep > s->ckpt_rows)
+        return q35_fail(err, Q35_ERR_ARG, "cannot keep %d rows of a %d-row eval", n_keep, s->ckpt_rows);
+    if (n_keep < s->ckpt_rows)
+        memcpy(s->state_block, s->ckpt + (size_t)(n_keep - 1) * s->state_floats, s->state_floats * sizeof(float));
+    /* attention rows past the new end are overwritten before they are ever read */
+    s->pos = s->ckpt_pos0 + n_keep;
+    if (s->mtp_on && s->n_pending > n_keep) s->n_pending = n_keep;
+    s->ckpt_rows = 0;
     return Q35_OK;
 }
 
@@ -255,6 +282,12 @@ struct q35_snapshot {
     int32_t pos;
     float *state;   /* copy of the session's GDN states (state_floats) */
     float *kv;      /* per full layer: K rows 0..pos-1, then V rows 0..pos-1 */
+    /* the MTP's part, when the session had it on: its KV rows 0..pos-1 (K
+     * then V) and the rows still waiting for their next token */
+    float *mtp_kv;
+    int32_t n_pending, pending_pos0;
+    int32_t pending_tok[Q35_SPEC_MAX + 1];
+    float *pending_hidden;
     size_t bytes;
 };
 
@@ -263,19 +296,25 @@ static size_t kv_row_floats(const q35_config *c) { return (size_t)c->n_head_kv *
 q35_status q35_snapshot_take(const q35_session *s, q35_snapshot **out, q35_error *err) {
     *out = NULL;
     const q35_config *c = &s->engine->cfg;
-    size_t kv_floats = (size_t)c->n_layer_full * 2 * (size_t)s->pos * kv_row_floats(c);
+    size_t rows = (size_t)s->pos * kv_row_floats(c), H = (size_t)c->hidden_size;
+    size_t kv_floats = (size_t)c->n_layer_full * 2 * rows;
     q35_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     snap->engine = s->engine;
     snap->pos = s->pos;
     snap->state = malloc((s->state_floats ? s->state_floats : 1) * sizeof(float));
     snap->kv = malloc((kv_floats ? kv_floats : 1) * sizeof(float));
-    if (!snap->state || !snap->kv) {
+    int ok = snap->state && snap->kv;
+    if (ok && s->mtp_on) {
+        snap->mtp_kv = malloc((rows ? 2 * rows : 1) * sizeof(float));
+        snap->pending_hidden = malloc((size_t)(Q35_SPEC_MAX + 1) * H * sizeof(float));
+        ok = snap->mtp_kv && snap->pending_hidden;
+    }
+    if (!ok) {
         q35_snapshot_free(snap);
         return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a snapshot of %d positions", s->pos);
     }
     memcpy(snap->state, s->state_block, s->state_floats * sizeof(float));
-    size_t rows = (size_t)s->pos * kv_row_floats(c);
     float *p = snap->kv;
     for (int32_t i = 0; i < c->n_layer; i++) {
         if (!c->layer_is_full[i]) continue;
@@ -283,6 +322,15 @@ q35_status q35_snapshot_take(const q35_session *s, q35_snapshot **out, q35_error
         memcpy(p, s->v_cache[i], rows * sizeof(float)); p += rows;
     }
     snap->bytes = (s->state_floats + kv_floats) * sizeof(float);
+    if (s->mtp_on) {
+        memcpy(snap->mtp_kv, s->mtp_k_cache, rows * sizeof(float));
+        memcpy(snap->mtp_kv + rows, s->mtp_v_cache, rows * sizeof(float));
+        snap->n_pending = s->n_pending;
+        snap->pending_pos0 = s->pending_pos0;
+        memcpy(snap->pending_tok, s->pending_tok, sizeof snap->pending_tok);
+        memcpy(snap->pending_hidden, s->pending_hidden, (size_t)s->n_pending * H * sizeof(float));
+        snap->bytes += (2 * rows + (size_t)s->n_pending * H) * sizeof(float);
+    }
     *out = snap;
     return Q35_OK;
 }
@@ -301,6 +349,16 @@ q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_er
         memcpy(s->v_cache[i], p, rows * sizeof(float)); p += rows;
     }
     s->pos = snap->pos;
+    s->ckpt_rows = 0;
+    s->n_pending = 0; /* without the MTP's part, drafting resumes after the next eval */
+    if (s->mtp_on && snap->mtp_kv) {
+        memcpy(s->mtp_k_cache, snap->mtp_kv, rows * sizeof(float));
+        memcpy(s->mtp_v_cache, snap->mtp_kv + rows, rows * sizeof(float));
+        s->n_pending = snap->n_pending;
+        s->pending_pos0 = snap->pending_pos0;
+        memcpy(s->pending_tok, snap->pending_tok, sizeof s->pending_tok);
+        memcpy(s->pending_hidden, snap->pending_hidden, (size_t)snap->n_pending * (size_t)c->hidden_size * sizeof(float));
+    }
     return Q35_OK;
 }
 
@@ -311,5 +369,7 @@ void q35_snapshot_free(q35_snapshot *snap) {
     if (!snap) return;
     free(snap->state);
     free(snap->kv);
+    free(snap->mtp_kv);
+    free(snap->pending_hidden);
     free(snap);
 }

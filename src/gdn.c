@@ -32,7 +32,7 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok) {
 }
 
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
-                       float *o, int32_t T, int32_t DK, int32_t DV) {
+                       float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride) {
     for (int32_t t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * DK, *kt = k + (size_t)t * DK, *vt = v + (size_t)t * DV;
         float *ot = o + (size_t)t * DV;
@@ -49,6 +49,7 @@ void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v,
             for (int32_t i = 0; i < DK; i++) acc += qt[i] * S[(size_t)i * DV + j];
             ot[j] = acc;
         }
+        if (S_after && t + 1 < T) memcpy(S_after + (size_t)t * after_stride, S, sizeof(float) * (size_t)DK * DV);
     }
 }
 
@@ -140,7 +141,8 @@ static void l2norm(float *x, int32_t n) {
 }
 
 void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
-                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch) {
+                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch, float *ckpt_conv,
+                     float *ckpt_ssm, size_t ckpt_stride) {
     const int32_t T = n_tok, H = c->hidden_size, CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
     const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
     const int32_t KD = HK * DK, VD = HV * DV, ratio = HV / HK;
@@ -167,6 +169,8 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *con
             for (int32_t j = 0; j < CK; j++) acc += w[j] * hist[j];
             y[(size_t)t * CD + ch] = silu(acc);
             for (int32_t j = 0; j < CK - 1; j++) hist[j] = hist[j + 1];
+            if (ckpt_conv && t + 1 < T)
+                memcpy(ckpt_conv + (size_t)t * ckpt_stride + (size_t)ch * (CK - 1), hist, sizeof(float) * (size_t)(CK - 1));
         }
         for (int32_t j = 0; j < CK - 1; j++) st[j] = hist[j];
     }
@@ -193,7 +197,9 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *con
             hg[t] = -A * softplus(aa[(size_t)t * HV + h] + dt);
         }
         float *S = ssm_state + (size_t)h * DK * DV;
-        if (recurrent || T == 1) q35_gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV);
+        if (recurrent || ckpt_ssm || T == 1)
+            q35_gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, ckpt_ssm ? ckpt_ssm + (size_t)h * DK * DV : NULL,
+                              ckpt_stride);
         else q35_gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
         /* gated RMSNorm per head: normalise, * w (plain), * silu(z) */
         for (int32_t t = 0; t < T; t++) {

@@ -16,14 +16,17 @@
 size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok);
 
 /* out (n_tok, H) = GDN mixer of xn (n_tok, H), advancing the layer's states.
- * recurrent != 0 forces the token-by-token path. */
+ * recurrent != 0 forces the token-by-token path. With ckpt_conv and
+ * ckpt_ssm (recurrent path only), the states after each row t < n_tok-1 are
+ * also written to ckpt_conv + t*ckpt_stride and ckpt_ssm + t*ckpt_stride. */
 void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
-                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch);
+                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch, float *ckpt_conv,
+                     float *ckpt_ssm, size_t ckpt_stride);
 
 /* The two delta-rule kernels, per V head, exposed for tests.
  * S (DK, DV); q, k (T, DK) already L2-normalised, q scaled; v (T, DV); g, beta (T); o (T, DV). */
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
-                       float *o, int32_t T, int32_t DK, int32_t DV);
+                       float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);
 void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                      float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV);

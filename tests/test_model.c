@@ -160,7 +160,7 @@ TEST(gdn, chunked_equals_recurrent_on_random_data) {
             b[t] = 0.5f * (frand() + 1.0f);
         }
         for (int32_t i = 0; i < DK * DV; i++) S1[i] = S2[i] = 0.1f * frand(); /* a non-zero initial state */
-        q35_gdn_recurrent(S1, q, k, v, g, b, o1, T, DK, DV);
+        q35_gdn_recurrent(S1, q, k, v, g, b, o1, T, DK, DV, NULL, 0);
         q35_gdn_chunked(S2, q, k, v, g, b, o2, T, DK, DV, scratch);
         CHECK_MSG(rel_max_diff(o2, o1, (size_t)T * DV) <= 1e-5, "T=%d outputs differ: %.3g", T, rel_max_diff(o2, o1, (size_t)T * DV));
         CHECK_MSG(rel_max_diff(S2, S1, (size_t)DK * DV) <= 1e-5, "T=%d states differ: %.3g", T, rel_max_diff(S2, S1, (size_t)DK * DV));

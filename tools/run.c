@@ -48,15 +48,18 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
 typedef struct {
     const char *model, *ids, *out;
     long n_gen, threads;
+    long spec_k; /* -1: the default (1 with an MTP head, else 0) */
 } run_args;
 
 static int parse_args(int argc, char **argv, run_args *a, int want_out, const char *usage) {
     memset(a, 0, sizeof *a);
     a->n_gen = 16;
+    a->spec_k = -1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); exit(0); }
+        if (!want_out && !strcmp(k, "--no-spec")) { a->spec_k = 0; continue; }
         if (!v) { fprintf(stderr, "%s: option %s needs a value\n%s", argv[0], k, usage); return -1; }
         char *end;
         if (!strcmp(k, "-m") || !strcmp(k, "--model")) a->model = v;
@@ -65,6 +68,12 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         else if (!want_out && (!strcmp(k, "-n") || !strcmp(k, "--n-predict"))) {
             a->n_gen = strtol(v, &end, 10);
             if (*end || a->n_gen < 0 || a->n_gen > 1000000) { fprintf(stderr, "%s: bad -n '%s'\n", argv[0], v); return -1; }
+        } else if (!want_out && !strcmp(k, "--spec-k")) {
+            a->spec_k = strtol(v, &end, 10);
+            if (*end || a->spec_k < 0 || a->spec_k > Q35_SPEC_K_MAX) {
+                fprintf(stderr, "%s: --spec-k must be 0..%d (got '%s')\n", argv[0], Q35_SPEC_K_MAX, v);
+                return -1;
+            }
         } else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) {
             a->threads = strtol(v, &end, 10);
             if (*end || a->threads < 0 || a->threads > 1024) { fprintf(stderr, "%s: bad -t '%s'\n", argv[0], v); return -1; }
@@ -94,8 +103,10 @@ static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_
 }
 
 static const char run_usage[] =
-    "usage: qwen35 run -m MODEL_DIR --prompt-ids 1,2,3 [-n N] [-t THREADS]\n"
-    "  Greedy generation; prints the generated token ids, then tok/s on stderr.\n";
+    "usage: qwen35 run -m MODEL_DIR --prompt-ids 1,2,3 [-n N] [-t THREADS] [--spec-k K | --no-spec]\n"
+    "  Greedy generation; prints the generated token ids, then tok/s and the\n"
+    "  speculative-decoding counters on stderr. With an MTP head, speculation\n"
+    "  drafts K tokens per step (default 1); the output is the same either way.\n";
 
 int cmd_run(int argc, char **argv) {
     run_args a;
@@ -109,26 +120,47 @@ int cmd_run(int argc, char **argv) {
     float *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
     q35_error err = {0};
     int rc = 0;
+    /* speculation is set before the prompt so that the MTP head sees it too */
+    int32_t k = (int32_t)a.spec_k;
+    if (k < 0) k = info->has_mtp ? 1 : 0;
+    if (k > 0 && q35_session_set_spec(s, k, &err)) {
+        fprintf(stderr, "qwen35 run: %s\n", err.msg);
+        rc = 1;
+    }
+    if (!rc && !info->has_mtp) fprintf(stderr, "qwen35 run: the model has no MTP head; decoding without speculation\n");
     double t0 = now_s();
-    if (!logits || q35_session_eval(s, ids, n_ids, logits, 0, &err)) {
+    if (!rc && (!logits || q35_session_eval(s, ids, n_ids, logits, 0, &err))) {
         fprintf(stderr, "qwen35 run: %s\n", logits ? err.msg : "out of memory");
         rc = 1;
     }
     double t1 = now_s(), t2 = t1;
     long n_done = 0;
-    for (long i = 0; !rc && i < a.n_gen; i++) {
-        int32_t tok = q35_argmax(logits, info->vocab_size);
-        printf("%s%d", i ? "," : "", tok);
-        fflush(stdout);
+    int32_t last = rc ? 0 : q35_argmax(logits, info->vocab_size);
+    while (!rc && n_done < a.n_gen) {
+        printf("%s%d", n_done ? "," : "", last);
         n_done++;
-        if (i + 1 == a.n_gen) break;
-        if (q35_session_eval(s, &tok, 1, logits, 0, &err)) { fprintf(stderr, "\nqwen35 run: %s\n", err.msg); rc = 1; }
+        if (n_done == a.n_gen) break;
+        int32_t out[Q35_SPEC_K_MAX + 1], m = 0;
+        if (q35_session_step(s, last, NULL, out, &m, NULL, &err)) { fprintf(stderr, "\nqwen35 run: %s\n", err.msg); rc = 1; break; }
+        for (int32_t i = 0; i + 1 < m && n_done < a.n_gen; i++) {
+            printf(",%d", out[i]);
+            n_done++;
+        }
+        last = out[m - 1];
+        fflush(stdout);
     }
     t2 = now_s();
     if (n_done) printf("\n");
-    if (!rc)
+    if (!rc) {
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s); generated: %ld tokens in %.3f s (%.2f tok/s)\n", n_ids,
                 t1 - t0, n_ids / (t1 - t0), n_done, t2 - t1, n_done > 1 ? (n_done - 1) / (t2 - t1) : 0.0);
+        q35_spec_stats st = q35_session_spec_stats(s);
+        if (k > 0)
+            fprintf(stderr, "speculation: k=%d, %lld steps, %lld drafts, %lld accepted (acceptance %.1f%%, mean acceptance "
+                    "length %.2f tokens per step)\n", k, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
+                    st.drafts ? 100.0 * (double)st.accepted / (double)st.drafts : 0.0,
+                    st.steps ? 1.0 + (double)st.accepted / (double)st.steps : 0.0);
+    }
     free(logits);
     free(ids);
     q35_session_free(s);

@@ -1,0 +1,88 @@
+"""End-to-end tests of `qwen35 run` and `qwen35 logits` on the tiny test
+checkpoints: their output format, speculation on and off, and clear errors."""
+
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = os.environ.get("Q35_BIN", str(ROOT / "build" / "qwen35"))
+MODELS = ROOT / "tests" / "data" / "models"
+GOLDEN = ROOT / "tests" / "data" / "golden"
+
+
+def q35(*args, timeout=120):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def golden(name):
+    return json.loads((GOLDEN / (name + ".json")).read_text())
+
+
+def test_run_prints_the_greedy_continuation_with_and_without_speculation():
+    g = golden("tiny-b")
+    ids = ",".join(map(str, g["prompt_ids"]))
+    outs = []
+    for extra in ([], ["--no-spec"], ["--spec-k", "3"]):
+        p = q35("run", "-m", str(MODELS / "tiny-b"), "--prompt-ids", ids, "-n", "32", *extra)
+        assert p.returncode == 0, p.stderr
+        outs.append([int(x) for x in p.stdout.strip().split(",")])
+        assert "tok/s" in p.stderr
+        assert ("speculation: k=" in p.stderr) == ("--no-spec" not in extra)
+    assert outs[0] == outs[1] == outs[2] == g["greedy_ids"]
+
+
+def test_logits_file_matches_the_golden(tmp_path):
+    g = golden("tiny-c")
+    out = tmp_path / "logits.f32"
+    p = q35("logits", "-m", str(MODELS / "tiny-c"), "--prompt-ids", ",".join(map(str, g["prompt_ids"])), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    data = out.read_bytes()
+    V, n = g["vocab_size"], len(g["prompt_ids"])
+    assert len(data) == 4 * V * n
+    ours = struct.unpack("<%df" % (V * n), data)
+    ref = struct.unpack("<%df" % (V * n), (GOLDEN / g["prompt_logits_file"]).read_bytes())
+    for row in range(n):
+        a, b = ours[row * V:(row + 1) * V], ref[row * V:(row + 1) * V]
+        assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-4 * max(abs(y) for y in b)
+
+
+def strip_mtp(src, dst):
+    """A copy of a single-file checkpoint whose header no longer lists mtp.*."""
+    shutil.copytree(src, dst)
+    path = dst / "model.safetensors"
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header = {k: v for k, v in header.items() if not k.startswith("mtp.")}
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+
+def test_model_without_mtp_runs_and_says_so(tmp_path):
+    strip_mtp(MODELS / "tiny-a", tmp_path / "nomtp")
+    p = q35("run", "-m", str(tmp_path / "nomtp"), "--prompt-ids", "1,2,3", "-n", "8")
+    assert p.returncode == 0, p.stderr
+    assert "no MTP head" in p.stderr
+    assert len(p.stdout.strip().split(",")) == 8
+    p = q35("run", "-m", str(tmp_path / "nomtp"), "--prompt-ids", "1,2,3", "-n", "8", "--spec-k", "2")
+    assert p.returncode == 1 and "no MTP head" in p.stderr
+
+
+def test_bad_arguments_give_clear_errors(tmp_path):
+    m = str(MODELS / "tiny-a")
+    cases = [
+        (["run", "-m", m, "--prompt-ids", "1,2,3", "--spec-k", "9"], "--spec-k must be 0..8"),
+        (["run", "-m", m, "--prompt-ids", "1,,3"], "bad --prompt-ids"),
+        (["run", "-m", m, "--prompt-ids", "1,2,99999"], "outside the vocabulary"),
+        (["run", "-m", str(tmp_path / "missing"), "--prompt-ids", "1"], "not a directory"),
+        (["logits", "-m", m, "--prompt-ids", "1"], "missing required options"),
+        (["frobnicate"], "unknown command"),
+    ]
+    for args, msg in cases:
+        p = q35(*args)
+        assert p.returncode != 0, args
+        assert msg in p.stderr, (args, p.stderr)
