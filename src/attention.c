@@ -6,7 +6,7 @@
  *   o = softmax(q k^T / sqrt(HD), causal) v, q head h reads kv head h / (NH/NKV)
  *   out = o_proj (o * sigmoid(gate)) */
 #include "attention.h"
-#include "kernels/kernels.h"
+#include "compute.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,15 +39,15 @@ static void rope(float *x, int32_t pos, int32_t rd, const float *inv_freq) {
 }
 
 void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, float *k_cache, float *v_cache,
-                           int32_t pos0, const float *xn, float *out, int32_t n_tok, float *scratch) {
+                           int32_t pos0, const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool) {
     const int32_t T = n_tok, NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, RD = c->rotary_dim;
     const int32_t QD = NH * HD, KVD = NKV * HD, group = NH / NKV;
     float *qg = scratch, *k = qg + (size_t)T * QD * 2, *v = k + (size_t)T * KVD, *o = v + (size_t)T * KVD;
     float *scores = o + (size_t)T * QD, *inv_freq = scores + pos0 + T;
 
-    q35_matmul_ref(qg, &l->q_proj, xn, T, 0, 2 * QD);
-    q35_matmul_ref(k, &l->k_proj, xn, T, 0, KVD);
-    q35_matmul_ref(v, &l->v_proj, xn, T, 0, KVD);
+    q35_matmul(pool, qg, &l->q_proj, xn, T);
+    q35_matmul(pool, k, &l->k_proj, xn, T);
+    q35_matmul(pool, v, &l->v_proj, xn, T);
     for (int32_t i = 0; i < RD / 2; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)RD);
 
     for (int32_t t = 0; t < T; t++) {
@@ -94,5 +94,5 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, floa
             for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
         }
     }
-    q35_matmul_ref(out, &l->o_proj, o, T, 0, c->hidden_size);
+    q35_matmul(pool, out, &l->o_proj, o, T);
 }

@@ -12,6 +12,7 @@
  *   hidden = rmsnorm1p(x, final norm); logits = lm_head hidden */
 #include "attention.h"
 #include "gdn.h"
+#include "compute.h"
 #include "kernels/kernels.h"
 #include "model.h"
 #include "safetensors.h"
@@ -48,7 +49,6 @@ static void fill_info(q35_engine *e) {
 }
 
 q35_status q35_engine_load(const char *path, const q35_engine_params *params, q35_engine **out, q35_error *err) {
-    (void)params;
     *out = NULL;
     if (!path || !*path) return q35_fail(err, Q35_ERR_ARG, "no model path given");
     if (!q35_is_dir(path)) return q35_fail(err, Q35_ERR_IO, "%s: not a directory (expected a checkpoint directory)", path);
@@ -59,6 +59,7 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     free(cfg_path);
     if (!st) st = q35_checkpoint_open(path, &e->ck, err);
     if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
+    if (!st) st = q35_pool_new(params ? params->n_threads : 0, &e->pool, err);
     if (st) {
         q35_engine_free(e);
         return st;
@@ -70,6 +71,7 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
 
 void q35_engine_free(q35_engine *e) {
     if (!e) return;
+    q35_pool_free(e->pool);
     q35_checkpoint_close(&e->ck);
     free(e);
 }
@@ -155,15 +157,15 @@ int32_t q35_argmax(const float *logits, int32_t n) {
 }
 
 void q35_mlp_forward(const q35_config *c, const q35_layer_weights *l, const float *xn, float *out, float *gate,
-                     float *up, int32_t T) {
+                     float *up, int32_t T, q35_pool *pool) {
     const int32_t I = c->intermediate_size;
-    q35_matmul_ref(gate, &l->gate_proj, xn, T, 0, I);
-    q35_matmul_ref(up, &l->up_proj, xn, T, 0, I);
+    q35_matmul(pool, gate, &l->gate_proj, xn, T);
+    q35_matmul(pool, up, &l->up_proj, xn, T);
     for (size_t i = 0; i < (size_t)T * I; i++) {
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
-    q35_matmul_ref(out, &l->down_proj, gate, T, 0, c->hidden_size);
+    q35_matmul(pool, out, &l->down_proj, gate, T);
 }
 
 /* One micro-batch of T <= Q35_UBATCH tokens at s->pos. Leaves the post-norm
@@ -178,18 +180,18 @@ static void forward_ubatch(q35_session *s, const int32_t *tokens, int32_t T, int
         for (int32_t t = 0; t < T; t++)
             q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->input_norm, H, c->rms_norm_eps);
         if (c->layer_is_full[li])
-            q35_attention_forward(c, l, s->k_cache[li], s->v_cache[li], s->pos, s->xn, s->tmp, T, s->mixer_scratch);
+            q35_attention_forward(c, l, s->k_cache[li], s->v_cache[li], s->pos, s->xn, s->tmp, T, s->mixer_scratch, e->pool);
         else if (checkpoint) /* slot t mirrors state_block after row t */
             q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T, 1, s->mixer_scratch,
                             s->ckpt + (s->conv_state[li] - s->state_block), s->ckpt + (s->ssm_state[li] - s->state_block),
-                            s->state_floats);
+                            s->state_floats, e->pool);
         else
             q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T,
-                            recurrent || T < Q35_GDN_MIN_CHUNKED, s->mixer_scratch, NULL, NULL, 0);
+                            recurrent || T < Q35_GDN_MIN_CHUNKED, s->mixer_scratch, NULL, NULL, 0, e->pool);
         for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
         for (int32_t t = 0; t < T; t++)
             q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->post_norm, H, c->rms_norm_eps);
-        q35_mlp_forward(c, l, s->xn, s->tmp, s->mlp_gate, s->mlp_up, T);
+        q35_mlp_forward(c, l, s->xn, s->tmp, s->mlp_gate, s->mlp_up, T, e->pool);
         for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
     }
     for (int32_t t = 0; t < T; t++)
@@ -220,9 +222,9 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
         if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[done], NULL);
         forward_ubatch(s, tokens + done, T, flags & Q35_EVAL_RECURRENT, checkpoint);
         if (logits && (flags & Q35_EVAL_ALL_LOGITS))
-            q35_matmul_ref(logits + (size_t)done * V, &s->engine->w.lm_head, s->xn, T, 0, V);
+            q35_matmul(s->engine->pool, logits + (size_t)done * V, &s->engine->w.lm_head, s->xn, T);
         else if (logits && done + T == n)
-            q35_matmul_ref(logits, &s->engine->w.lm_head, s->xn + (size_t)(T - 1) * H, 1, 0, V);
+            q35_matmul(s->engine->pool, logits, &s->engine->w.lm_head, s->xn + (size_t)(T - 1) * H, 1);
         if (s->mtp_on) {
             /* rows whose next token is known go through the MTP now (filling
              * its KV cache); the rest wait. A checkpointed (verify) batch

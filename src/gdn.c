@@ -8,6 +8,7 @@
  *   V head hv reads K head hv / (HV/HK) (repeat-interleave, not tile)
  *   o = delta rule over S; o = rmsnorm(o) * w * silu(z); out = out_proj o */
 #include "gdn.h"
+#include "compute.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -142,7 +143,7 @@ static void l2norm(float *x, int32_t n) {
 
 void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
                      const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch, float *ckpt_conv,
-                     float *ckpt_ssm, size_t ckpt_stride) {
+                     float *ckpt_ssm, size_t ckpt_stride, q35_pool *pool) {
     const int32_t T = n_tok, H = c->hidden_size, CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
     const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
     const int32_t KD = HK * DK, VD = HV * DV, ratio = HV / HK;
@@ -152,10 +153,10 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *con
     float *hg = ho + (size_t)T * DV, *hb = hg + T, *chunk = hb + T;
     (void)H;
 
-    q35_matmul_ref(raw, &l->in_proj_qkv, xn, T, 0, CD);
-    q35_matmul_ref(z, &l->in_proj_z, xn, T, 0, VD);
-    q35_matmul_ref(bb, &l->in_proj_b, xn, T, 0, HV);
-    q35_matmul_ref(aa, &l->in_proj_a, xn, T, 0, HV);
+    q35_matmul(pool, raw, &l->in_proj_qkv, xn, T);
+    q35_matmul(pool, z, &l->in_proj_z, xn, T);
+    q35_matmul(pool, bb, &l->in_proj_b, xn, T);
+    q35_matmul(pool, aa, &l->in_proj_a, xn, T);
 
     /* causal depthwise conv: tap j of channel ch multiplies the input CK-1-j steps back */
     for (int32_t ch = 0; ch < CD; ch++) {
@@ -212,5 +213,5 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *con
             for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_tensor_get_f32(&l->gdn_norm, i) * silu(zt[i]);
         }
     }
-    q35_matmul_ref(out, &l->out_proj, core, T, 0, c->hidden_size);
+    q35_matmul(pool, out, &l->out_proj, core, T);
 }

@@ -9,6 +9,7 @@
 #define Q35_GDN_H
 
 #include "model.h"
+#include "threadpool.h"
 
 #define Q35_GDN_CHUNK 64
 
@@ -21,7 +22,7 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok);
  * also written to ckpt_conv + t*ckpt_stride and ckpt_ssm + t*ckpt_stride. */
 void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
                      const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch, float *ckpt_conv,
-                     float *ckpt_ssm, size_t ckpt_stride);
+                     float *ckpt_ssm, size_t ckpt_stride, q35_pool *pool);
 
 /* The two delta-rule kernels, per V head, exposed for tests.
  * S (DK, DV); q, k (T, DK) already L2-normalised, q scaled; v (T, DV); g, beta (T); o (T, DV). */

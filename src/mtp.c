@@ -9,6 +9,7 @@
  * The embedding and lm_head are the main model's. A chained draft feeds d
  * back as the hidden state of the next row. */
 #include "attention.h"
+#include "compute.h"
 #include "kernels/kernels.h"
 #include "session.h"
 
@@ -25,17 +26,17 @@ void q35_mtp_rows(q35_session *s, const float *hidden, const int32_t *next, int3
         q35_rmsnorm1p(row, &m->pre_fc_norm_embedding, H, eps);
         q35_rmsnorm1p_to(row + H, hidden + (size_t)i * H, &m->pre_fc_norm_hidden, H, eps);
     }
-    q35_matmul_ref(u, &m->fc, cat, n, 0, H);
+    q35_matmul(e->pool, u, &m->fc, cat, n);
     for (int32_t i = 0; i < n; i++) q35_rmsnorm1p_to(un + (size_t)i * H, u + (size_t)i * H, &m->layer.input_norm, H, eps);
     /* cat is free again: it holds the mixer output (n, H) */
-    q35_attention_forward(c, &m->layer, s->mtp_k_cache, s->mtp_v_cache, pos0, un, cat, n, s->mixer_scratch);
+    q35_attention_forward(c, &m->layer, s->mtp_k_cache, s->mtp_v_cache, pos0, un, cat, n, s->mixer_scratch, e->pool);
     for (size_t i = 0; i < (size_t)n * H; i++) u[i] += cat[i];
     for (int32_t i = 0; i < n; i++) q35_rmsnorm1p_to(un + (size_t)i * H, u + (size_t)i * H, &m->layer.post_norm, H, eps);
-    q35_mlp_forward(c, &m->layer, un, cat, s->mlp_gate, s->mlp_up, n);
+    q35_mlp_forward(c, &m->layer, un, cat, s->mlp_gate, s->mlp_up, n, e->pool);
     for (size_t i = 0; i < (size_t)n * H; i++) u[i] += cat[i];
     if (logits) {
         q35_rmsnorm1p_to(s->draft_hidden, u + (size_t)(n - 1) * H, &m->norm, H, eps);
-        q35_matmul_ref(logits, &e->w.lm_head, s->draft_hidden, 1, 0, c->vocab_size);
+        q35_matmul(e->pool, logits, &e->w.lm_head, s->draft_hidden, 1);
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include "model.h"
 #include "safetensors.h"
+#include "threadpool.h"
 
 #define Q35_UBATCH 128   /* tokens per forward micro-batch: bounds scratch memory */
 #define Q35_SPEC_MAX 8   /* most draft tokens per speculative step */
@@ -20,6 +21,7 @@ struct q35_engine {
     q35_checkpoint ck;
     q35_weights w;
     q35_model_info info;
+    q35_pool *pool;        /* the workers every session of this engine computes with */
 };
 
 struct q35_session {
@@ -74,6 +76,6 @@ void q35_mtp_flush(q35_session *s, int32_t next_token, float *logits);
 
 /* Shared forward helpers (engine.c). */
 void q35_mlp_forward(const q35_config *c, const q35_layer_weights *l, const float *xn, float *out, float *gate,
-                     float *up, int32_t T);
+                     float *up, int32_t T, q35_pool *pool);
 
 #endif
