@@ -8,7 +8,13 @@
 
 #include <stdio.h>
 
-enum { ANY_FLOAT = (1 << Q35_DT_F32) | (1 << Q35_DT_F16) | (1 << Q35_DT_BF16) };
+/* Vectors (norms, gates, conv taps) are read element by element and stay
+ * in a float format; matrices go through the kernels, which also take the
+ * block formats of a weight cache. */
+enum {
+    ANY_FLOAT = (1 << Q35_DT_F32) | (1 << Q35_DT_F16) | (1 << Q35_DT_BF16),
+    ANY_MATRIX = ANY_FLOAT | (1 << Q35_DT_BFP8) | (1 << Q35_DT_BFP4),
+};
 
 static void shape_str(char *buf, size_t n, const int64_t *shape, int nd) {
     size_t o = 0;
@@ -39,7 +45,7 @@ static q35_status bind(const q35_checkpoint *ck, const char *name, int nd, const
 #define BIND1(name, d0, slot) \
     do { int64_t s_[1] = {d0}; if ((st = bind(ck, name, 1, s_, ANY_FLOAT, slot, err))) return st; } while (0)
 #define BIND2(name, d0, d1, slot) \
-    do { int64_t s_[2] = {d0, d1}; if ((st = bind(ck, name, 2, s_, ANY_FLOAT, slot, err))) return st; } while (0)
+    do { int64_t s_[2] = {d0, d1}; if ((st = bind(ck, name, 2, s_, ANY_MATRIX, slot, err))) return st; } while (0)
 
 static q35_status bind_attention(const q35_checkpoint *ck, const q35_config *c, const char *p, q35_layer_weights *l,
                                  q35_error *err) {
