@@ -11,10 +11,11 @@
 #include <math.h>
 #include <stdlib.h>
 
-size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx) {
+size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx, int32_t n_workers) {
     size_t T = (size_t)n_tok, NH = (size_t)c->n_head, HD = (size_t)c->head_dim, NKV = (size_t)c->n_head_kv;
-    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), scores (n_ctx), rope cos/sin (RD/2 each) */
-    return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)n_ctx + (size_t)c->rotary_dim;
+    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq, scores (n_ctx) per worker */
+    return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)c->rotary_dim +
+           (size_t)n_workers * (size_t)n_ctx;
 }
 
 void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
@@ -38,61 +39,88 @@ static void rope(float *x, int32_t pos, int32_t rd, const float *inv_freq) {
     }
 }
 
-void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, float *k_cache, float *v_cache,
-                           int32_t pos0, const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool) {
+typedef struct {
+    const q35_config *c;
+    const q35_attn_seg *segs;
+    int32_t n_segs, n_tok;
+    const float *qg;
+    float *o, *scores;
+    size_t scores_stride;
+} attn_job;
+
+/* Row r (of sequence sg, at position pos) and query head h: causal softmax
+ * attention over the sequence's cache, then the sigmoid output gate. */
+static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t h, float *scores) {
+    const q35_config *c = j->c;
+    const int32_t NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
+    const int32_t kvh = h / (NH / NKV), n_keys = sg->pos0 + (r - sg->row0) + 1;
+    const float *qh = j->qg + (size_t)r * QD * 2 + (size_t)h * 2 * HD, *gate = qh + HD;
+    const float scale = 1.0f / sqrtf((float)HD);
+    float mx = -INFINITY;
+    for (int32_t p = 0; p < n_keys; p++) {
+        const float *kp = sg->k_cache + (size_t)p * KVD + (size_t)kvh * HD;
+        double acc = 0.0;
+        for (int32_t d = 0; d < HD; d++) acc += (double)qh[d] * kp[d];
+        scores[p] = (float)acc * scale;
+        if (scores[p] > mx) mx = scores[p];
+    }
+    double sum = 0.0;
+    for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
+    float inv = (float)(1.0 / sum);
+    float *oh = j->o + (size_t)r * QD + (size_t)h * HD;
+    for (int32_t d = 0; d < HD; d++) oh[d] = 0.0f;
+    for (int32_t p = 0; p < n_keys; p++) {
+        const float *vp = sg->v_cache + (size_t)p * KVD + (size_t)kvh * HD;
+        float wgt = scores[p] * inv;
+        for (int32_t d = 0; d < HD; d++) oh[d] += wgt * vp[d];
+    }
+    for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
+}
+
+static void attn_worker(void *p, int ith, int nth) {
+    const attn_job *j = p;
+    const int64_t NH = j->c->n_head;
+    int64_t lo, hi;
+    q35_split((int64_t)j->n_tok * NH, 1, ith, nth, &lo, &hi);
+    int32_t si = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        int32_t r = (int32_t)(i / NH), h = (int32_t)(i % NH);
+        while (r >= j->segs[si].row0 + j->segs[si].n_rows) si++; /* rows are in segment order */
+        attend(j, &j->segs[si], r, h, j->scores + (size_t)ith * j->scores_stride);
+    }
+}
+
+void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, const q35_attn_seg *segs, int32_t n_segs,
+                           const float *xn, float *out, int32_t n_tok, int32_t n_ctx, float *scratch, q35_pool *pool) {
     const int32_t T = n_tok, NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, RD = c->rotary_dim;
-    const int32_t QD = NH * HD, KVD = NKV * HD, group = NH / NKV;
+    const int32_t QD = NH * HD, KVD = NKV * HD;
     float *qg = scratch, *k = qg + (size_t)T * QD * 2, *v = k + (size_t)T * KVD, *o = v + (size_t)T * KVD;
-    float *scores = o + (size_t)T * QD, *inv_freq = scores + pos0 + T;
+    float *inv_freq = o + (size_t)T * QD, *scores = inv_freq + RD;
 
     q35_matmul(pool, qg, &l->q_proj, xn, T);
     q35_matmul(pool, k, &l->k_proj, xn, T);
     q35_matmul(pool, v, &l->v_proj, xn, T);
     for (int32_t i = 0; i < RD / 2; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)RD);
 
-    for (int32_t t = 0; t < T; t++) {
-        int32_t pos = pos0 + t;
-        for (int32_t h = 0; h < NH; h++) {
-            float *qh = qg + (size_t)t * QD * 2 + (size_t)h * 2 * HD;
-            q35_rmsnorm1p(qh, &l->q_norm, HD, c->rms_norm_eps);
-            rope(qh, pos, RD, inv_freq);
-        }
-        for (int32_t h = 0; h < NKV; h++) {
-            float *kh = k + (size_t)t * KVD + (size_t)h * HD;
-            q35_rmsnorm1p(kh, &l->k_norm, HD, c->rms_norm_eps);
-            rope(kh, pos, RD, inv_freq);
-        }
-        memcpy(k_cache + (size_t)pos * KVD, k + (size_t)t * KVD, sizeof(float) * (size_t)KVD);
-        memcpy(v_cache + (size_t)pos * KVD, v + (size_t)t * KVD, sizeof(float) * (size_t)KVD);
-    }
-
-    const float scale = 1.0f / sqrtf((float)HD);
-    for (int32_t t = 0; t < T; t++) {
-        int32_t n_keys = pos0 + t + 1;
-        for (int32_t h = 0; h < NH; h++) {
-            const float *qh = qg + (size_t)t * QD * 2 + (size_t)h * 2 * HD;
-            const float *gate = qh + HD;
-            int32_t kvh = h / group;
-            float mx = -INFINITY;
-            for (int32_t p = 0; p < n_keys; p++) {
-                const float *kp = k_cache + (size_t)p * KVD + (size_t)kvh * HD;
-                double s = 0.0;
-                for (int32_t d = 0; d < HD; d++) s += (double)qh[d] * kp[d];
-                scores[p] = (float)s * scale;
-                if (scores[p] > mx) mx = scores[p];
+    for (int32_t si = 0; si < n_segs; si++) {
+        const q35_attn_seg *sg = &segs[si];
+        for (int32_t t = 0; t < sg->n_rows; t++) {
+            int32_t r = sg->row0 + t, pos = sg->pos0 + t;
+            for (int32_t h = 0; h < NH; h++) {
+                float *qh = qg + (size_t)r * QD * 2 + (size_t)h * 2 * HD;
+                q35_rmsnorm1p(qh, &l->q_norm, HD, c->rms_norm_eps);
+                rope(qh, pos, RD, inv_freq);
             }
-            double sum = 0.0;
-            for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
-            float inv = (float)(1.0 / sum);
-            float *oh = o + (size_t)t * QD + (size_t)h * HD;
-            for (int32_t d = 0; d < HD; d++) oh[d] = 0.0f;
-            for (int32_t p = 0; p < n_keys; p++) {
-                const float *vp = v_cache + (size_t)p * KVD + (size_t)kvh * HD;
-                float wgt = scores[p] * inv;
-                for (int32_t d = 0; d < HD; d++) oh[d] += wgt * vp[d];
+            for (int32_t h = 0; h < NKV; h++) {
+                float *kh = k + (size_t)r * KVD + (size_t)h * HD;
+                q35_rmsnorm1p(kh, &l->k_norm, HD, c->rms_norm_eps);
+                rope(kh, pos, RD, inv_freq);
             }
-            for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
+            memcpy(sg->k_cache + (size_t)pos * KVD, k + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
+            memcpy(sg->v_cache + (size_t)pos * KVD, v + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
         }
     }
+    attn_job j = {c, segs, n_segs, T, qg, o, scores, (size_t)n_ctx};
+    q35_pool_run(pool, attn_worker, &j);
     q35_matmul(pool, out, &l->o_proj, o, T);
 }

@@ -9,12 +9,20 @@
 #include "model.h"
 #include "threadpool.h"
 
-size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx);
+/* One sequence's rows within a batch, at positions pos0.., and its cache. */
+typedef struct q35_attn_seg {
+    int32_t row0, n_rows, pos0;
+    float *k_cache, *v_cache;
+} q35_attn_seg;
 
-/* out (n_tok, H) = gated attention of xn (n_tok, H) at positions pos0 .. pos0+n_tok-1;
- * writes those positions' keys and values into the cache first. */
-void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, float *k_cache, float *v_cache,
-                           int32_t pos0, const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool);
+/* Scratch floats for n_tok rows, caches of up to n_ctx positions, n_workers threads. */
+size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx, int32_t n_workers);
+
+/* out (n_tok, H) = gated attention of xn (n_tok, H); each sequence's rows
+ * first write their keys and values into its cache. (row, head) pairs are
+ * spread over the pool. */
+void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, const q35_attn_seg *segs, int32_t n_segs,
+                           const float *xn, float *out, int32_t n_tok, int32_t n_ctx, float *scratch, q35_pool *pool);
 
 /* RMSNorm with the (1 + w) weight convention, in place over n values. */
 void q35_rmsnorm1p(float *x, const q35_tensor *w, int32_t n, float eps);

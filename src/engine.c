@@ -106,8 +106,9 @@ q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_
         }
     }
     size_t U = Q35_UBATCH, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
-    size_t mix = q35_gdn_scratch_floats(c, Q35_UBATCH);
-    size_t att = q35_attention_scratch_floats(c, Q35_UBATCH, n_ctx);
+    int32_t n_workers = q35_pool_size(e->pool);
+    size_t mix = q35_gdn_scratch_floats(c, Q35_UBATCH, n_workers);
+    size_t att = q35_attention_scratch_floats(c, Q35_UBATCH, n_ctx, n_workers);
     if (att > mix) mix = att;
     if (ok) {
         s->x = malloc(U * H * sizeof(float));
@@ -168,35 +169,58 @@ void q35_mlp_forward(const q35_config *c, const q35_layer_weights *l, const floa
     q35_matmul(pool, out, &l->down_proj, gate, T);
 }
 
-/* One micro-batch of T <= Q35_UBATCH tokens at s->pos. Leaves the post-norm
- * hidden states in s->xn. */
-static void forward_ubatch(q35_session *s, const int32_t *tokens, int32_t T, int recurrent, int checkpoint) {
-    const q35_engine *e = s->engine;
+/* The rows of one forward pass that belong to one session. */
+typedef struct {
+    q35_session *s;
+    int32_t row0, n_rows;
+    int recurrent, checkpoint;
+} seq_rows;
+
+/* One forward pass over T <= Q35_UBATCH rows drawn from one or more
+ * sessions (each at its own position, with its own states); the matmuls run
+ * once over all rows. Scratch comes from `own`. Leaves the post-norm hidden
+ * states in own->xn and advances each session's position. */
+static void forward_rows(q35_session *own, const seq_rows *seqs, int32_t n_seqs, const int32_t *tokens, int32_t T) {
+    const q35_engine *e = own->engine;
     const q35_config *c = &e->cfg;
     const int32_t H = c->hidden_size;
-    for (int32_t t = 0; t < T; t++) q35_get_row_ref(s->x + (size_t)t * H, &e->w.embed, tokens[t]);
+    q35_gdn_seg gsegs[Q35_UBATCH];
+    q35_attn_seg asegs[Q35_UBATCH];
+    for (int32_t t = 0; t < T; t++) q35_get_row_ref(own->x + (size_t)t * H, &e->w.embed, tokens[t]);
     for (int32_t li = 0; li < c->n_layer; li++) {
         const q35_layer_weights *l = &e->w.layers[li];
         for (int32_t t = 0; t < T; t++)
-            q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->input_norm, H, c->rms_norm_eps);
-        if (c->layer_is_full[li])
-            q35_attention_forward(c, l, s->k_cache[li], s->v_cache[li], s->pos, s->xn, s->tmp, T, s->mixer_scratch, e->pool);
-        else if (checkpoint) /* slot t mirrors state_block after row t */
-            q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T, 1, s->mixer_scratch,
-                            s->ckpt + (s->conv_state[li] - s->state_block), s->ckpt + (s->ssm_state[li] - s->state_block),
-                            s->state_floats, e->pool);
-        else
-            q35_gdn_forward(c, l, s->conv_state[li], s->ssm_state[li], s->xn, s->tmp, T,
-                            recurrent || T < Q35_GDN_MIN_CHUNKED, s->mixer_scratch, NULL, NULL, 0, e->pool);
-        for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
+            q35_rmsnorm1p_to(own->xn + (size_t)t * H, own->x + (size_t)t * H, &l->input_norm, H, c->rms_norm_eps);
+        if (c->layer_is_full[li]) {
+            for (int32_t i = 0; i < n_seqs; i++) {
+                q35_session *s = seqs[i].s;
+                asegs[i] = (q35_attn_seg){seqs[i].row0, seqs[i].n_rows, s->pos, s->k_cache[li], s->v_cache[li]};
+            }
+            q35_attention_forward(c, l, asegs, n_seqs, own->xn, own->tmp, T, own->n_ctx, own->mixer_scratch, e->pool);
+        } else {
+            for (int32_t i = 0; i < n_seqs; i++) {
+                q35_session *s = seqs[i].s;
+                q35_gdn_seg g = {seqs[i].row0, seqs[i].n_rows, s->conv_state[li], s->ssm_state[li], NULL, NULL, 0,
+                                 seqs[i].recurrent || seqs[i].n_rows < Q35_GDN_MIN_CHUNKED};
+                if (seqs[i].checkpoint) { /* slot t mirrors state_block after row t */
+                    g.ckpt_conv = s->ckpt + (s->conv_state[li] - s->state_block);
+                    g.ckpt_ssm = s->ckpt + (s->ssm_state[li] - s->state_block);
+                    g.ckpt_stride = s->state_floats;
+                    g.recurrent = 1;
+                }
+                gsegs[i] = g;
+            }
+            q35_gdn_forward(c, l, gsegs, n_seqs, own->xn, own->tmp, T, own->mixer_scratch, e->pool);
+        }
+        for (size_t i = 0; i < (size_t)T * H; i++) own->x[i] += own->tmp[i];
         for (int32_t t = 0; t < T; t++)
-            q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &l->post_norm, H, c->rms_norm_eps);
-        q35_mlp_forward(c, l, s->xn, s->tmp, s->mlp_gate, s->mlp_up, T, e->pool);
-        for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->tmp[i];
+            q35_rmsnorm1p_to(own->xn + (size_t)t * H, own->x + (size_t)t * H, &l->post_norm, H, c->rms_norm_eps);
+        q35_mlp_forward(c, l, own->xn, own->tmp, own->mlp_gate, own->mlp_up, T, e->pool);
+        for (size_t i = 0; i < (size_t)T * H; i++) own->x[i] += own->tmp[i];
     }
     for (int32_t t = 0; t < T; t++)
-        q35_rmsnorm1p_to(s->xn + (size_t)t * H, s->x + (size_t)t * H, &e->w.final_norm, H, c->rms_norm_eps);
-    s->pos += T;
+        q35_rmsnorm1p_to(own->xn + (size_t)t * H, own->x + (size_t)t * H, &e->w.final_norm, H, c->rms_norm_eps);
+    for (int32_t i = 0; i < n_seqs; i++) seqs[i].s->pos += seqs[i].n_rows;
 }
 
 q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, float *logits, int flags, q35_error *err) {
@@ -220,7 +244,8 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
         int32_t pos0 = s->pos;
         /* rows left pending by the previous call learn their next token now */
         if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[done], NULL);
-        forward_ubatch(s, tokens + done, T, flags & Q35_EVAL_RECURRENT, checkpoint);
+        seq_rows one = {s, 0, T, (flags & Q35_EVAL_RECURRENT) != 0, checkpoint};
+        forward_rows(s, &one, 1, tokens + done, T);
         if (logits && (flags & Q35_EVAL_ALL_LOGITS))
             q35_matmul(s->engine->pool, logits + (size_t)done * V, &s->engine->w.lm_head, s->xn, T);
         else if (logits && done + T == n)
@@ -261,7 +286,9 @@ q35_status q35_session_rewind(q35_session *s, int32_t n_keep, q35_error *err) {
 q35_status q35_batch_decode(q35_session *const *sessions, const int32_t *tokens, int32_t n, float *logits,
                             q35_error *err) {
     if (n <= 0 || !sessions || !tokens) return q35_fail(err, Q35_ERR_ARG, "empty batch");
+    if (n > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a batch holds at most %d sessions (got %d)", Q35_UBATCH, n);
     const q35_engine *e = sessions[0]->engine;
+    q35_session *own = sessions[0]; /* the scratch of the session with the largest context fits every row */
     for (int32_t i = 0; i < n; i++) {
         if (sessions[i]->engine != e) return q35_fail(err, Q35_ERR_ARG, "batch row %d uses another engine", i);
         for (int32_t j = 0; j < i; j++)
@@ -270,12 +297,29 @@ q35_status q35_batch_decode(q35_session *const *sessions, const int32_t *tokens,
             return q35_fail(err, Q35_ERR_CONTEXT, "batch row %d: context of %d tokens is full", i, sessions[i]->n_ctx);
         if (tokens[i] < 0 || tokens[i] >= e->cfg.vocab_size)
             return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary", i, tokens[i]);
+        if (sessions[i]->n_ctx > own->n_ctx) own = sessions[i];
     }
-    const size_t V = (size_t)e->cfg.vocab_size;
+    const size_t V = (size_t)e->cfg.vocab_size, H = (size_t)e->cfg.hidden_size;
+    seq_rows seqs[Q35_UBATCH];
     for (int32_t i = 0; i < n; i++) {
-        q35_status st = q35_session_eval(sessions[i], &tokens[i], 1, logits ? logits + (size_t)i * V : NULL, 0, err);
-        if (st) return st;
+        q35_session *s = sessions[i];
+        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[i], NULL);
+        s->ckpt_rows = 0;
+        seqs[i] = (seq_rows){s, i, 1, 0, 0};
     }
+    int32_t pos0[Q35_UBATCH];
+    for (int32_t i = 0; i < n; i++) pos0[i] = sessions[i]->pos;
+    forward_rows(own, seqs, n, tokens, n);
+    if (logits) q35_matmul(e->pool, logits, &e->w.lm_head, own->xn, n);
+    for (int32_t i = 0; i < n; i++) {
+        q35_session *s = sessions[i];
+        if (!s->mtp_on) continue;
+        s->n_pending = 1;
+        s->pending_pos0 = pos0[i];
+        s->pending_tok[0] = tokens[i];
+        memcpy(s->pending_hidden, own->xn + (size_t)i * H, sizeof(float) * H);
+    }
+    (void)V;
     return Q35_OK;
 }
 

@@ -24,12 +24,17 @@ size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV) {
     return (size_t)C * C * 2 + (size_t)C * DV + (size_t)C * DK + (size_t)C + (size_t)DV + (size_t)DK;
 }
 
-size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok) {
+/* Per worker: packed q, k (T, DK), v, o (T, DV), g, beta (T) of one head, and the chunk scratch. */
+static size_t head_scratch_floats(const q35_config *c, int32_t n_tok) {
+    size_t T = (size_t)n_tok, DK = (size_t)c->lin_head_k_dim, DV = (size_t)c->lin_head_v_dim;
+    return T * (DK * 2 + DV * 2 + 2) + q35_gdn_chunk_scratch_floats((int32_t)DK, (int32_t)DV);
+}
+
+size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_workers) {
     size_t T = (size_t)n_tok, CD = (size_t)q35_conv_dim(c), HV = (size_t)c->lin_n_head_v;
-    size_t DK = (size_t)c->lin_head_k_dim, DV = (size_t)c->lin_head_v_dim;
-    /* qkv raw + conv out, z, b, a, core out, per-head packed q,k,v,g,beta,o, chunk scratch */
-    return T * CD * 2 + T * HV * DV * 2 + T * HV * 2 + T * (DK * 2 + DV * 2 + 2) +
-           q35_gdn_chunk_scratch_floats((int32_t)DK, (int32_t)DV);
+    size_t DV = (size_t)c->lin_head_v_dim;
+    /* raw qkv and conv output (T, CD), z and core output (T, HV*DV), b and a (T, HV) */
+    return T * CD * 2 + T * HV * DV * 2 + T * HV * 2 + (size_t)n_workers * head_scratch_floats(c, n_tok);
 }
 
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
@@ -141,39 +146,94 @@ static void l2norm(float *x, int32_t n) {
     for (int32_t i = 0; i < n; i++) x[i] *= r;
 }
 
-void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
-                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch, float *ckpt_conv,
-                     float *ckpt_ssm, size_t ckpt_stride, q35_pool *pool) {
-    const int32_t T = n_tok, H = c->hidden_size, CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
+typedef struct {
+    const q35_config *c;
+    const q35_layer_weights *l;
+    const q35_gdn_seg *segs;
+    int32_t n_segs, max_rows;
+    const float *y, *z, *bb, *aa;
+    float *core, *head_scratch;
+    size_t head_stride;
+} heads_job;
+
+/* One (sequence, V head) pair: gates, delta rule over the sequence's rows,
+ * gated RMSNorm into core. Pairs are independent, so any worker may run any. */
+static void run_head(const heads_job *j, int32_t seg_i, int32_t h, float *scr) {
+    const q35_config *c = j->c;
+    const q35_layer_weights *l = j->l;
+    const q35_gdn_seg *sg = &j->segs[seg_i];
+    const int32_t T = sg->n_rows, r0 = sg->row0, CD = q35_conv_dim(c);
     const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
-    const int32_t KD = HK * DK, VD = HV * DV, ratio = HV / HK;
-    float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
-    float *bb = core + (size_t)T * VD, *aa = bb + (size_t)T * HV;
-    float *hq = aa + (size_t)T * HV, *hk = hq + (size_t)T * DK, *hv = hk + (size_t)T * DK, *ho = hv + (size_t)T * DV;
+    const int32_t KD = HK * DK, VD = HV * DV, kh = h / (HV / HK);
+    float *hq = scr, *hk = hq + (size_t)T * DK, *hv = hk + (size_t)T * DK, *ho = hv + (size_t)T * DV;
     float *hg = ho + (size_t)T * DV, *hb = hg + T, *chunk = hb + T;
-    (void)H;
+    float A = expf(q35_tensor_get_f32(&l->A_log, h)), dt = q35_tensor_get_f32(&l->dt_bias, h);
+    for (int32_t t = 0; t < T; t++) {
+        const float *yt = j->y + (size_t)(r0 + t) * CD;
+        memcpy(hq + (size_t)t * DK, yt + kh * DK, sizeof(float) * (size_t)DK);
+        memcpy(hk + (size_t)t * DK, yt + KD + kh * DK, sizeof(float) * (size_t)DK);
+        memcpy(hv + (size_t)t * DV, yt + 2 * KD + h * DV, sizeof(float) * (size_t)DV);
+        hb[t] = sigmoidf_(j->bb[(size_t)(r0 + t) * HV + h]);
+        hg[t] = -A * softplus(j->aa[(size_t)(r0 + t) * HV + h] + dt);
+    }
+    float *S = sg->ssm_state + (size_t)h * DK * DV;
+    if (sg->recurrent || sg->ckpt_ssm || T == 1)
+        q35_gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, sg->ckpt_ssm ? sg->ckpt_ssm + (size_t)h * DK * DV : NULL,
+                          sg->ckpt_stride);
+    else
+        q35_gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
+    for (int32_t t = 0; t < T; t++) { /* gated RMSNorm: normalise, * w (plain), * silu(z) */
+        const float *o = ho + (size_t)t * DV, *zt = j->z + (size_t)(r0 + t) * VD + h * DV;
+        double ss = 0.0;
+        for (int32_t i = 0; i < DV; i++) ss += (double)o[i] * o[i];
+        float r = 1.0f / sqrtf((float)(ss / DV) + c->rms_norm_eps);
+        float *dst = j->core + (size_t)(r0 + t) * VD + h * DV;
+        for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_tensor_get_f32(&l->gdn_norm, i) * silu(zt[i]);
+    }
+}
+
+static void heads_worker(void *p, int ith, int nth) {
+    const heads_job *j = p;
+    int64_t lo, hi, HV = j->c->lin_n_head_v;
+    q35_split((int64_t)j->n_segs * HV, 1, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        run_head(j, (int32_t)(i / HV), (int32_t)(i % HV), j->head_scratch + (size_t)ith * j->head_stride);
+}
+
+void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
+                     const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool) {
+    const int32_t T = n_tok, CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
+    const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
+    const int32_t KD = HK * DK, VD = HV * DV;
+    float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
+    float *bb = core + (size_t)T * VD, *aa = bb + (size_t)T * HV, *heads = aa + (size_t)T * HV;
 
     q35_matmul(pool, raw, &l->in_proj_qkv, xn, T);
     q35_matmul(pool, z, &l->in_proj_z, xn, T);
     q35_matmul(pool, bb, &l->in_proj_b, xn, T);
     q35_matmul(pool, aa, &l->in_proj_a, xn, T);
 
-    /* causal depthwise conv: tap j of channel ch multiplies the input CK-1-j steps back */
-    for (int32_t ch = 0; ch < CD; ch++) {
-        float w[16], hist[16 + 1];
-        for (int32_t j = 0; j < CK; j++) w[j] = q35_tensor_get_f32(&l->conv1d, (int64_t)ch * CK + j);
-        float *st = conv_state + (size_t)ch * (CK - 1);
-        for (int32_t j = 0; j < CK - 1; j++) hist[j] = st[j];
-        for (int32_t t = 0; t < T; t++) {
-            hist[CK - 1] = raw[(size_t)t * CD + ch];
-            float acc = 0.0f;
-            for (int32_t j = 0; j < CK; j++) acc += w[j] * hist[j];
-            y[(size_t)t * CD + ch] = silu(acc);
-            for (int32_t j = 0; j < CK - 1; j++) hist[j] = hist[j + 1];
-            if (ckpt_conv && t + 1 < T)
-                memcpy(ckpt_conv + (size_t)t * ckpt_stride + (size_t)ch * (CK - 1), hist, sizeof(float) * (size_t)(CK - 1));
+    /* causal depthwise conv per sequence: tap j multiplies the input CK-1-j steps back */
+    for (int32_t si = 0; si < n_segs; si++) {
+        const q35_gdn_seg *sg = &segs[si];
+        for (int32_t ch = 0; ch < CD; ch++) {
+            float w[16], hist[16 + 1];
+            for (int32_t j = 0; j < CK; j++) w[j] = q35_tensor_get_f32(&l->conv1d, (int64_t)ch * CK + j);
+            float *st = sg->conv_state + (size_t)ch * (CK - 1);
+            for (int32_t j = 0; j < CK - 1; j++) hist[j] = st[j];
+            for (int32_t t = 0; t < sg->n_rows; t++) {
+                size_t row = (size_t)(sg->row0 + t);
+                hist[CK - 1] = raw[row * CD + ch];
+                float acc = 0.0f;
+                for (int32_t j = 0; j < CK; j++) acc += w[j] * hist[j];
+                y[row * CD + ch] = silu(acc);
+                for (int32_t j = 0; j < CK - 1; j++) hist[j] = hist[j + 1];
+                if (sg->ckpt_conv && t + 1 < sg->n_rows)
+                    memcpy(sg->ckpt_conv + (size_t)t * sg->ckpt_stride + (size_t)ch * (CK - 1), hist,
+                           sizeof(float) * (size_t)(CK - 1));
+            }
+            for (int32_t j = 0; j < CK - 1; j++) st[j] = hist[j];
         }
-        for (int32_t j = 0; j < CK - 1; j++) st[j] = hist[j];
     }
 
     for (int32_t t = 0; t < T; t++) { /* normalise q and k once per K head */
@@ -186,32 +246,9 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *con
         }
     }
 
-    for (int32_t h = 0; h < HV; h++) {
-        int32_t kh = h / ratio;
-        float A = expf(q35_tensor_get_f32(&l->A_log, h)), dt = q35_tensor_get_f32(&l->dt_bias, h);
-        for (int32_t t = 0; t < T; t++) {
-            const float *yt = y + (size_t)t * CD;
-            memcpy(hq + (size_t)t * DK, yt + kh * DK, sizeof(float) * (size_t)DK);
-            memcpy(hk + (size_t)t * DK, yt + KD + kh * DK, sizeof(float) * (size_t)DK);
-            memcpy(hv + (size_t)t * DV, yt + 2 * KD + h * DV, sizeof(float) * (size_t)DV);
-            hb[t] = sigmoidf_(bb[(size_t)t * HV + h]);
-            hg[t] = -A * softplus(aa[(size_t)t * HV + h] + dt);
-        }
-        float *S = ssm_state + (size_t)h * DK * DV;
-        if (recurrent || ckpt_ssm || T == 1)
-            q35_gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, ckpt_ssm ? ckpt_ssm + (size_t)h * DK * DV : NULL,
-                              ckpt_stride);
-        else q35_gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
-        /* gated RMSNorm per head: normalise, * w (plain), * silu(z) */
-        for (int32_t t = 0; t < T; t++) {
-            float *o = ho + (size_t)t * DV;
-            const float *zt = z + (size_t)t * VD + h * DV;
-            double ss = 0.0;
-            for (int32_t i = 0; i < DV; i++) ss += (double)o[i] * o[i];
-            float r = 1.0f / sqrtf((float)(ss / DV) + c->rms_norm_eps);
-            float *dst = core + (size_t)t * VD + h * DV;
-            for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_tensor_get_f32(&l->gdn_norm, i) * silu(zt[i]);
-        }
-    }
+    int32_t max_rows = 0;
+    for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
+    heads_job j = {c, l, segs, n_segs, max_rows, y, z, bb, aa, core, heads, head_scratch_floats(c, max_rows)};
+    q35_pool_run(pool, heads_worker, &j);
     q35_matmul(pool, out, &l->out_proj, core, T);
 }

@@ -13,16 +13,26 @@
 
 #define Q35_GDN_CHUNK 64
 
-/* Scratch floats q35_gdn_forward needs for a batch of n_tok tokens. */
-size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok);
+/* One sequence's rows within a batch, and that sequence's layer state.
+ * With ckpt_conv and ckpt_ssm (recurrent path only), the states after each
+ * row t < n_rows-1 are also written to ckpt_* + t*ckpt_stride. */
+typedef struct q35_gdn_seg {
+    int32_t row0, n_rows;
+    float *conv_state;   /* (CD, CK-1) */
+    float *ssm_state;    /* (HV, DK, DV) */
+    float *ckpt_conv, *ckpt_ssm;
+    size_t ckpt_stride;
+    int recurrent;       /* run the recurrence even for many rows */
+} q35_gdn_seg;
 
-/* out (n_tok, H) = GDN mixer of xn (n_tok, H), advancing the layer's states.
- * recurrent != 0 forces the token-by-token path. With ckpt_conv and
- * ckpt_ssm (recurrent path only), the states after each row t < n_tok-1 are
- * also written to ckpt_conv + t*ckpt_stride and ckpt_ssm + t*ckpt_stride. */
-void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, float *conv_state, float *ssm_state,
-                     const float *xn, float *out, int32_t n_tok, int recurrent, float *scratch, float *ckpt_conv,
-                     float *ckpt_ssm, size_t ckpt_stride, q35_pool *pool);
+/* Scratch floats q35_gdn_forward needs for n_tok rows and n_workers threads. */
+size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_workers);
+
+/* out (n_tok, H) = GDN mixer of xn (n_tok, H), where the rows are split into
+ * sequences (segs), each advancing its own state. Projections run once over
+ * all rows; (sequence, head) pairs are spread over the pool. */
+void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
+                     const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool);
 
 /* The two delta-rule kernels, per V head, exposed for tests.
  * S (DK, DV); q, k (T, DK) already L2-normalised, q scaled; v (T, DV); g, beta (T); o (T, DV). */

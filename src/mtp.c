@@ -29,7 +29,8 @@ void q35_mtp_rows(q35_session *s, const float *hidden, const int32_t *next, int3
     q35_matmul(e->pool, u, &m->fc, cat, n);
     for (int32_t i = 0; i < n; i++) q35_rmsnorm1p_to(un + (size_t)i * H, u + (size_t)i * H, &m->layer.input_norm, H, eps);
     /* cat is free again: it holds the mixer output (n, H) */
-    q35_attention_forward(c, &m->layer, s->mtp_k_cache, s->mtp_v_cache, pos0, un, cat, n, s->mixer_scratch, e->pool);
+    q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache};
+    q35_attention_forward(c, &m->layer, &seg, 1, un, cat, n, s->n_ctx, s->mixer_scratch, e->pool);
     for (size_t i = 0; i < (size_t)n * H; i++) u[i] += cat[i];
     for (int32_t i = 0; i < n; i++) q35_rmsnorm1p_to(un + (size_t)i * H, u + (size_t)i * H, &m->layer.post_norm, H, eps);
     q35_mlp_forward(c, &m->layer, un, cat, s->mlp_gate, s->mlp_up, n, e->pool);
