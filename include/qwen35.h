@@ -49,7 +49,10 @@ typedef struct q35_model_info {
     int32_t eos_token_id;      /* -1 when the config names none */
     int32_t has_mtp;           /* the checkpoint carries mtp.* tensors */
     int64_t n_params;          /* text-model parameters (MTP and vision excluded) */
-    int64_t weight_bytes;      /* bytes of every weight the text model reads */
+    int64_t weight_bytes;      /* bytes of every weight the text model holds (MTP excluded) */
+    int64_t bytes_per_token;   /* weight bytes one decode step reads: all but the embedding
+                                  table, of which one row */
+    int64_t mtp_bytes_per_draft; /* bytes one MTP draft row reads (its layer, fc, lm_head) */
 } q35_model_info;
 
 typedef struct q35_engine_params {

@@ -23,8 +23,19 @@
 
 static int64_t tensor_elems(const q35_tensor *t) { return t->data ? q35_tensor_nelem(t) : 0; }
 
+static int64_t layer_bytes(const q35_layer_weights *l, int64_t *n_elems) {
+    const q35_tensor *ts = (const q35_tensor *)l;
+    int64_t bytes = 0;
+    for (size_t j = 0; j < sizeof(q35_layer_weights) / sizeof(q35_tensor); j++) {
+        if (n_elems) *n_elems += tensor_elems(&ts[j]);
+        bytes += (int64_t)ts[j].nbytes;
+    }
+    return bytes;
+}
+
 static void fill_info(q35_engine *e) {
     const q35_config *c = &e->cfg;
+    const q35_weights *w = &e->w;
     q35_model_info *in = &e->info;
     in->vocab_size = c->vocab_size;
     in->hidden_size = c->hidden_size;
@@ -32,20 +43,21 @@ static void fill_info(q35_engine *e) {
     in->n_layer_full = c->n_layer_full;
     in->max_position = c->max_position_embeddings;
     in->eos_token_id = c->eos_token_id;
-    in->has_mtp = e->w.mtp.present;
-    int64_t n = 0, bytes = 0;
-    const q35_tensor *top[] = {&e->w.embed, &e->w.final_norm};
-    for (size_t i = 0; i < 2; i++) { n += tensor_elems(top[i]); bytes += (int64_t)top[i]->nbytes; }
-    if (!c->tie_word_embeddings) { n += tensor_elems(&e->w.lm_head); bytes += (int64_t)e->w.lm_head.nbytes; }
-    for (int32_t i = 0; i < c->n_layer; i++) {
-        const q35_tensor *ts = (const q35_tensor *)&e->w.layers[i];
-        for (size_t j = 0; j < sizeof(q35_layer_weights) / sizeof(q35_tensor); j++) {
-            n += tensor_elems(&ts[j]);
-            bytes += (int64_t)ts[j].nbytes;
-        }
-    }
+    in->has_mtp = w->mtp.present;
+    int64_t n = tensor_elems(&w->embed) + tensor_elems(&w->final_norm);
+    int64_t layers = 0;
+    for (int32_t i = 0; i < c->n_layer; i++) layers += layer_bytes(&w->layers[i], &n);
+    int64_t head = (int64_t)w->lm_head.nbytes, embed_row = (int64_t)w->embed.nbytes / c->vocab_size;
+    if (!c->tie_word_embeddings) n += tensor_elems(&w->lm_head);
     in->n_params = n;
-    in->weight_bytes = bytes;
+    in->weight_bytes = layers + (int64_t)w->embed.nbytes + (int64_t)w->final_norm.nbytes +
+                       (c->tie_word_embeddings ? 0 : head);
+    in->bytes_per_token = layers + (int64_t)w->final_norm.nbytes + head + embed_row;
+    if (w->mtp.present) {
+        const q35_mtp_weights *m = &w->mtp;
+        in->mtp_bytes_per_draft = layer_bytes(&m->layer, NULL) + (int64_t)(m->fc.nbytes + m->norm.nbytes +
+                                  m->pre_fc_norm_embedding.nbytes + m->pre_fc_norm_hidden.nbytes) + head + embed_row;
+    }
 }
 
 q35_status q35_engine_load(const char *path, const q35_engine_params *params, q35_engine **out, q35_error *err) {

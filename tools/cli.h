@@ -6,6 +6,7 @@
 /* (one line per subcommand, kept in the order of the table in qwen35.c) */
 int cmd_run(int argc, char **argv);    /* tools/run.c */
 int cmd_logits(int argc, char **argv); /* tools/run.c */
+int cmd_speed(int argc, char **argv);  /* tools/speed.c */
 int cmd_bench(int argc, char **argv);  /* tools/bench.c */
 
 #endif

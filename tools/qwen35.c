@@ -16,6 +16,7 @@ typedef struct { const char *name; int (*fn)(int, char **); const char *help; } 
 static const command commands[] = {
     {"run", cmd_run, "greedy generation from prompt token ids; prints ids and tok/s"},
     {"logits", cmd_logits, "write float32 logits for every prompt position"},
+    {"speed", cmd_speed, "engine speed: decode/prompt tok/s, GB/s vs measured bandwidth, spec costs"},
     {"bench", cmd_bench, "speed benchmark against an OpenAI-compatible server"},
     {"version", cmd_version, "print the version"},
 };

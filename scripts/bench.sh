@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# make bench: the engine's speed at the exact Qwen3.5-9B shapes.
+#
+# 1. Builds, once, a synthetic weight cache with the 9B shapes and random
+#    weights (bench-data/, ignored by git; about 5 GB with the default policy).
+# 2. Runs `qwen35 speed` on it: decode tok/s at 1 and 2 threads with GB/s and
+#    the share of the read bandwidth it measures itself, prompt tok/s at 254,
+#    512 and 2048 tokens, time to first token at 254, batched and speculative
+#    step costs, peak RSS. Writes bench.json.
+# 3. Runs the kernel and tokenizer micro-benchmarks where they are built.
+# Environment: Q35_BENCH_THREADS (default "1,2"), Q35_BENCH_PROMPTS
+# (default "254,512,2048"), Q35_BENCH_POLICY (default "default").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+BIN="$BUILD/qwen35"
+POLICY=${Q35_BENCH_POLICY:-default}
+CACHE=bench-data/qwen3.5-9b-synthetic-$POLICY
+
+if [ ! -f "$CACHE/manifest.json" ]; then
+    echo "bench: building the synthetic Qwen3.5-9B cache in $CACHE (once)"
+    mkdir -p bench-data
+    "$BIN" prepare --synthetic qwen3.5-9b --policy "$POLICY" --out "$CACHE"
+fi
+"$BIN" speed -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --prompt "${Q35_BENCH_PROMPTS:-254,512,2048}" --json bench.json
+
+if [ -x "$BUILD/bench_kernels" ]; then "$BUILD/bench_kernels"; fi
+if [ -x scripts/bench-tokenizer.sh ]; then scripts/bench-tokenizer.sh "$BUILD"; fi

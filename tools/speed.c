@@ -1,0 +1,290 @@
+/* speed.c: `qwen35 speed`, the engine benchmark behind `make bench`.
+ *
+ * It measures, on one model (normally the synthetic cache with the exact
+ * Qwen3.5-9B shapes): the machine's read bandwidth (its own measurement),
+ * decode tok/s per thread count with GB/s and the share of that bandwidth,
+ * prompt tok/s at several lengths, time to first token, the cost of
+ * batched decode steps relative to one row, the cost of a speculative
+ * verify step and of a draft, the tok/s a given acceptance rate would give
+ * (labelled synthetic: random weights reject every draft), and peak RSS.
+ * It prints a table and writes JSON. Timings are medians of repeats. */
+#include "cli.h"
+#include "qwen35.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- read bandwidth: every thread sums its share of a large buffer ---- */
+typedef struct { const uint64_t *p; size_t n; uint64_t sum; } bw_arg;
+
+static void *bw_thread(void *a_) {
+    bw_arg *a = a_;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+    for (size_t i = 0; i + 8 <= a->n; i += 8) {
+        s0 += a->p[i]; s1 += a->p[i + 1]; s2 += a->p[i + 2]; s3 += a->p[i + 3];
+        s4 += a->p[i + 4]; s5 += a->p[i + 5]; s6 += a->p[i + 6]; s7 += a->p[i + 7];
+    }
+    a->sum = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+    return NULL;
+}
+
+static double measure_bandwidth(int threads) {
+    size_t bytes = (size_t)1 << 30, n = bytes / 8;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = i; /* touch every page */
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        pthread_t th[64];
+        bw_arg args[64];
+        double t0 = now_s();
+        for (int i = 0; i < threads; i++) {
+            args[i] = (bw_arg){buf + n / threads * i, n / threads, 0};
+            pthread_create(&th[i], NULL, bw_thread, &args[i]);
+        }
+        uint64_t total = 0;
+        for (int i = 0; i < threads; i++) { pthread_join(th[i], NULL); total += args[i].sum; }
+        double dt = now_s() - t0;
+        if (total == 42) fputc(' ', stderr); /* keeps the sums alive */
+        if (bytes / dt > best) best = (double)bytes / dt;
+    }
+    free(buf);
+    return best / 1e9;
+}
+
+static long peak_rss_kb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > 1000000) return -1;
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+static const char usage[] =
+    "usage: qwen35 speed -m MODEL [-t 1,2] [--prompt 254,512,2048] [--decode N] [--spec-k K]\n"
+    "                    [--accept 0.83] [--json FILE]\n"
+    "  Engine speed: decode and prompt tok/s, GB/s against the measured read bandwidth,\n"
+    "  time to first token, batched and speculative step costs, peak RSS.\n";
+
+typedef struct { int threads; double tok_s, gb_s, pct, bw; } decode_row;
+
+int cmd_speed(int argc, char **argv) {
+    const char *model = NULL, *json_path = NULL;
+    int threads[8] = {1, 2}, n_threads = 2, prompts[8] = {254, 512, 2048}, n_prompts = 3, n_decode = 16, spec_k = 1;
+    double accept = 0.83;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
+        if (!v) { fprintf(stderr, "qwen35 speed: %s needs a value\n%s", k, usage); return 2; }
+        if (!strcmp(k, "-m")) model = v;
+        else if (!strcmp(k, "--json")) json_path = v;
+        else if (!strcmp(k, "-t")) { if ((n_threads = parse_list(v, threads, 8)) <= 0) goto bad; }
+        else if (!strcmp(k, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 8)) <= 0) goto bad; }
+        else if (!strcmp(k, "--decode")) { n_decode = atoi(v); if (n_decode < 2 || n_decode > 10000) goto bad; }
+        else if (!strcmp(k, "--spec-k")) { spec_k = atoi(v); if (spec_k < 0 || spec_k > Q35_SPEC_K_MAX) goto bad; }
+        else if (!strcmp(k, "--accept")) { accept = atof(v); if (!(accept >= 0 && accept <= 1)) goto bad; }
+        else { fprintf(stderr, "qwen35 speed: unknown option '%s'\n%s", k, usage); return 2; }
+        i++;
+        continue;
+    bad:
+        fprintf(stderr, "qwen35 speed: bad value '%s' for %s\n", v, k);
+        return 2;
+    }
+    if (!model) { fprintf(stderr, "qwen35 speed: -m MODEL is required\n%s", usage); return 2; }
+
+    int max_prompt = 0;
+    for (int i = 0; i < n_prompts; i++) if (prompts[i] > max_prompt) max_prompt = prompts[i];
+    int32_t n_ctx = max_prompt + n_decode + 64;
+    q35_error err = {0};
+    decode_row rows[8];
+    double prompt_tok_s[8] = {0}, ttft_254 = -1, batch_ratio[4] = {0}, verify_ratio = 0, draft_ratio = 0,
+           step_spec_s = 0, decode_s = 0, synthetic_tok_s = 0;
+    const int batch_sizes[4] = {1, 2, 4, 8};
+    q35_model_info info = {0};
+    int rc = 0;
+    uint64_t rng = 88172645463325252ull;
+
+    for (int ti = 0; ti < n_threads && !rc; ti++) {
+        q35_engine_params p = {.n_threads = threads[ti]};
+        q35_engine *e;
+        if (q35_engine_load(model, &p, &e, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); return 1; }
+        info = *q35_engine_info(e);
+        int last_t = ti == n_threads - 1; /* the fuller measurements run once, at the largest thread count */
+        q35_session *s;
+        if (q35_session_new(e, n_ctx, &s, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); q35_engine_free(e); return 1; }
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_prompt + n_decode + 16));
+        for (int i = 0; i < max_prompt + n_decode + 16; i++) {
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            toks[i] = (int32_t)(rng % (uint64_t)info.vocab_size);
+        }
+        /* decode: a short prompt, then single steps */
+        if (q35_session_eval(s, toks, 8, NULL, 0, &err)) { rc = 1; break; }
+        double *dt = malloc(sizeof(double) * (size_t)n_decode);
+        int32_t last = toks[8], out[Q35_SPEC_K_MAX + 1], m;
+        for (int i = 0; i < n_decode && !rc; i++) {
+            double t0 = now_s();
+            if (q35_session_step(s, last, NULL, out, &m, NULL, &err)) rc = 1;
+            dt[i] = now_s() - t0;
+            last = out[m - 1];
+        }
+        decode_s = median(dt, n_decode);
+        free(dt);
+        rows[ti].threads = threads[ti];
+        rows[ti].tok_s = 1.0 / decode_s;
+        rows[ti].gb_s = (double)info.bytes_per_token / decode_s / 1e9;
+        rows[ti].bw = measure_bandwidth(threads[ti]);
+        rows[ti].pct = rows[ti].bw > 0 ? 100.0 * rows[ti].gb_s / rows[ti].bw : 0;
+        fprintf(stderr, "decode, %d thread(s): %.2f tok/s, %.1f GB/s of %.1f GB/s measured (%.0f%%)\n", threads[ti],
+                rows[ti].tok_s, rows[ti].gb_s, rows[ti].bw, rows[ti].pct);
+
+        if (last_t && !rc) {
+            for (int pi = 0; pi < n_prompts && !rc; pi++) { /* prompt processing from an empty session */
+                q35_session_reset(s);
+                double t0 = now_s();
+                float *lg = malloc(sizeof(float) * (size_t)info.vocab_size);
+                if (q35_session_eval(s, toks, prompts[pi], lg, 0, &err)) rc = 1;
+                (void)q35_argmax(lg, info.vocab_size);
+                double t = now_s() - t0;
+                free(lg);
+                prompt_tok_s[pi] = prompts[pi] / t;
+                if (prompts[pi] == 254) ttft_254 = t;
+                fprintf(stderr, "prompt %d tokens: %.2f tok/s (%.2f s)\n", prompts[pi], prompt_tok_s[pi], t);
+            }
+            /* batched decode across sessions: cost of a step of N rows relative to one */
+            q35_session *bs[8];
+            int nb = 0;
+            for (; nb < 8 && !rc; nb++) {
+                if (q35_session_new(e, 64, &bs[nb], &err)) { rc = 1; break; }
+                if (q35_session_eval(bs[nb], toks + nb, 4, NULL, 0, &err)) { rc = 1; nb++; break; }
+            }
+            double base = 0;
+            for (int bi = 0; bi < 4 && !rc; bi++) {
+                double v[5];
+                for (int r = 0; r < 5 && !rc; r++) {
+                    double t0 = now_s();
+                    if (q35_batch_decode(bs, toks + 16, batch_sizes[bi], NULL, &err)) rc = 1;
+                    v[r] = now_s() - t0;
+                }
+                double t = median(v, 5);
+                if (bi == 0) base = t;
+                batch_ratio[bi] = t / base;
+                fprintf(stderr, "batch decode of %d rows: %.3f s per step (%.2fx one row)\n", batch_sizes[bi], t, batch_ratio[bi]);
+            }
+            for (int i = 0; i < nb; i++) q35_session_free(bs[i]);
+            /* speculation: a verify step of k+1 rows, and a whole step with drafting */
+            if (!rc && info.has_mtp && spec_k > 0) {
+                q35_session_reset(s);
+                if (q35_session_set_spec(s, spec_k, &err) || q35_session_eval(s, toks, 8, NULL, 0, &err)) rc = 1;
+                double v[8], w[8];
+                for (int r = 0; r < 8 && !rc; r++) {
+                    double t0 = now_s();
+                    if (q35_session_eval(s, toks + 20, spec_k + 1, NULL, Q35_EVAL_CHECKPOINT, &err) ||
+                        q35_session_rewind(s, 1, &err)) rc = 1;
+                    v[r] = now_s() - t0;
+                    t0 = now_s();
+                    if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, &err)) rc = 1;
+                    w[r] = now_s() - t0;
+                }
+                if (!rc) {
+                    double t_verify = median(v, 8);
+                    step_spec_s = median(w, 8);
+                    verify_ratio = t_verify / decode_s;
+                    draft_ratio = (step_spec_s - t_verify) / decode_s;
+                    /* expected tokens per step with per-draft acceptance a: 1 + a + a^2 + ... + a^k */
+                    double expect = 1, ak = 1;
+                    for (int j = 0; j < spec_k; j++) { ak *= accept; expect += ak; }
+                    synthetic_tok_s = expect / step_spec_s;
+                    fprintf(stderr, "speculation k=%d: verify step %.2fx a decode step, drafting %.2fx; "
+                            "SYNTHETIC acceptance %.2f -> %.2f tok/s\n", spec_k, verify_ratio, draft_ratio, accept,
+                            synthetic_tok_s);
+                }
+            }
+        }
+        free(toks);
+        q35_session_free(s);
+        q35_engine_free(e);
+        if (rc) fprintf(stderr, "qwen35 speed: %s\n", err.msg);
+    }
+    if (rc) return 1;
+
+    char cpu[256] = "unknown";
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    if (ci) {
+        char line[512];
+        while (fgets(line, sizeof line, ci))
+            if (!strncmp(line, "model name", 10)) {
+                char *c = strchr(line, ':');
+                if (c) { snprintf(cpu, sizeof cpu, "%s", c + 2); cpu[strcspn(cpu, "\n")] = 0; }
+                break;
+            }
+        fclose(ci);
+    }
+    long rss = peak_rss_kb();
+    printf("\nqwen35 speed: %s\n", model);
+    printf("machine: %s, %ld cores; bytes per token %.2f GB; peak RSS %.2f GB\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
+           info.bytes_per_token / 1e9, rss / 1048576.0);
+    printf("%-10s %10s %10s %12s %8s\n", "threads", "tok/s", "GB/s", "measured BW", "% BW");
+    for (int i = 0; i < n_threads; i++)
+        printf("%-10d %10.2f %10.1f %12.1f %7.0f%%\n", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
+    for (int i = 0; i < n_prompts; i++) printf("prompt %-5d %8.2f tok/s\n", prompts[i], prompt_tok_s[i]);
+    if (ttft_254 >= 0) printf("time to first token at 254: %.2f s\n", ttft_254);
+    printf("batch cost N=1,2,4,8: %.2f %.2f %.2f %.2f\n", batch_ratio[0], batch_ratio[1], batch_ratio[2], batch_ratio[3]);
+    if (synthetic_tok_s > 0)
+        printf("spec k=%d: verify %.2fx, draft %.2fx of a decode step; %.2f tok/s at SYNTHETIC acceptance %.2f\n", spec_k,
+               verify_ratio, draft_ratio, synthetic_tok_s, accept);
+
+    if (json_path) {
+        FILE *fp = fopen(json_path, "w");
+        if (!fp) { fprintf(stderr, "qwen35 speed: cannot write %s: %s\n", json_path, strerror(errno)); return 1; }
+        fprintf(fp, "{\n  \"schema\": \"qwen35-speed/1\",\n  \"model\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %ld,\n",
+                model, cpu, sysconf(_SC_NPROCESSORS_ONLN));
+        fprintf(fp, "  \"bytes_per_token\": %lld,\n  \"peak_rss_bytes\": %lld,\n  \"decode\": [",
+                (long long)info.bytes_per_token, (long long)rss * 1024);
+        for (int i = 0; i < n_threads; i++)
+            fprintf(fp, "%s\n    {\"threads\": %d, \"tok_s\": %.4f, \"gb_s\": %.3f, \"measured_bw_gb_s\": %.3f, \"pct_bw\": %.2f}",
+                    i ? "," : "", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
+        fprintf(fp, "\n  ],\n  \"prompt\": [");
+        for (int i = 0; i < n_prompts; i++)
+            fprintf(fp, "%s{\"tokens\": %d, \"tok_s\": %.4f}", i ? ", " : "", prompts[i], prompt_tok_s[i]);
+        fprintf(fp, "],\n  \"ttft_254_s\": %.4f,\n  \"batch_cost\": {\"1\": %.4f, \"2\": %.4f, \"4\": %.4f, \"8\": %.4f},\n",
+                ttft_254, batch_ratio[0], batch_ratio[1], batch_ratio[2], batch_ratio[3]);
+        fprintf(fp, "  \"spec\": {\"k\": %d, \"verify_cost\": %.4f, \"draft_cost\": %.4f, \"synthetic_acceptance\": %.3f, "
+                "\"synthetic_tok_s\": %.4f}\n}\n", spec_k, verify_ratio, draft_ratio, accept, synthetic_tok_s);
+        if (fclose(fp)) { fprintf(stderr, "qwen35 speed: cannot write %s\n", json_path); return 1; }
+        printf("wrote %s\n", json_path);
+    }
+    return 0;
+}
