@@ -148,6 +148,19 @@ typedef struct q35_policy {
 q35_status q35_session_step(q35_session *session, int32_t last, const q35_policy *policy, int32_t *out,
                             int32_t *n_out, float *logits, q35_error *err);
 
+/* q35_session_step for several sessions at once: each drafts on its own,
+ * then every verify row of every session goes through one forward pass, so
+ * the weights are read once per step for the whole batch. Row i continues
+ * from last[i] with policies[i] (NULL array or entry: greedy) and writes
+ * n_out[i] tokens at out + i*(Q35_SPEC_K_MAX+1). Results per session equal
+ * q35_session_step's. Calls on one engine must not run concurrently. */
+q35_status q35_batch_step(q35_session *const *sessions, const int32_t *last, int32_t n,
+                          const q35_policy *const *policies, int32_t *out, int32_t *n_out, q35_error *err);
+
+/* The target logits rows that chose the tokens of the session's last step
+ * (n_out rows of vocab_size), valid until its next eval or step. */
+const float *q35_session_step_logits(const q35_session *session);
+
 /* Rewinds the last eval made with Q35_EVAL_CHECKPOINT to its first n_keep
  * rows (1 <= n_keep <= rows): GDN states, KV length and MTP rows. */
 q35_status q35_session_rewind(q35_session *session, int32_t n_keep, q35_error *err);

@@ -121,6 +121,9 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, cons
         }
     }
     attn_job j = {c, segs, n_segs, T, qg, o, scores, (size_t)n_ctx};
-    q35_pool_run(pool, attn_worker, &j);
+    double work = 0; /* multiply-adds, to keep tiny jobs off the pool */
+    for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
+    if (work < 1e5) attn_worker(&j, 0, 1);
+    else q35_pool_run(pool, attn_worker, &j);
     q35_matmul(pool, out, &l->o_proj, o, T);
 }

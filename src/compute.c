@@ -18,6 +18,7 @@ static void matmul_worker(void *p, int ith, int nth) {
 
 void q35_matmul(q35_pool *pool, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {
     matmul_job j = {y, W, x, n_tok, W->shape[0]};
-    if (j.n_out < 128 || !pool) matmul_worker(&j, 0, 1); /* too small to be worth a handoff */
+    double work = (double)j.n_out * (double)W->shape[W->ndim - 1] * (double)n_tok;
+    if (work < 2e5 || !pool) matmul_worker(&j, 0, 1); /* too small to be worth a handoff */
     else q35_pool_run(pool, matmul_worker, &j);
 }

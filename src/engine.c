@@ -84,6 +84,7 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
 void q35_engine_free(q35_engine *e) {
     if (!e) return;
     q35_pool_free(e->pool);
+    free(e->batch_logits);
     q35_checkpoint_close(&e->ck);
     free(e);
 }
@@ -295,44 +296,70 @@ q35_status q35_session_rewind(q35_session *s, int32_t n_keep, q35_error *err) {
     return Q35_OK;
 }
 
+q35_status q35_forward_sessions(q35_session *const *ss, const int32_t *const *tokens, const int32_t *counts,
+                                const int *checkpoint, int32_t n, float *logits, q35_error *err) {
+    if (n <= 0 || !ss || !tokens) return q35_fail(err, Q35_ERR_ARG, "empty batch");
+    const q35_engine *e = ss[0]->engine;
+    const q35_config *c = &e->cfg;
+    q35_session *own = ss[0]; /* the scratch of the session with the largest context fits every row */
+    int32_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        q35_session *s = ss[i];
+        if (s->engine != e) return q35_fail(err, Q35_ERR_ARG, "batch row %d uses another engine", i);
+        for (int32_t j = 0; j < i; j++)
+            if (ss[j] == s) return q35_fail(err, Q35_ERR_ARG, "session repeated in batch rows %d and %d", j, i);
+        if (counts[i] < 1 || counts[i] > s->n_ctx - s->pos)
+            return q35_fail(err, Q35_ERR_CONTEXT, "batch row %d: %d tokens do not fit: position %d of a %d-token context",
+                            i, counts[i], s->pos, s->n_ctx);
+        if (checkpoint[i] && (!s->spec_k || counts[i] > s->spec_k + 1))
+            return q35_fail(err, Q35_ERR_ARG, "batch row %d: a checkpointed eval takes at most spec_k+1 tokens", i);
+        for (int32_t t = 0; t < counts[i]; t++)
+            if (tokens[i][t] < 0 || tokens[i][t] >= c->vocab_size)
+                return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary", i, tokens[i][t]);
+        if (s->n_ctx > own->n_ctx) own = s;
+        total += counts[i];
+    }
+    if (total > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a batch holds at most %d rows (got %d)", Q35_UBATCH, total);
+    const size_t H = (size_t)c->hidden_size;
+    seq_rows seqs[Q35_UBATCH] = {{0}};
+    int32_t flat[Q35_UBATCH] = {0}, pos0[Q35_UBATCH] = {0}, row = 0;
+    for (int32_t i = 0; i < n; i++) {
+        q35_session *s = ss[i];
+        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[i][0], NULL);
+        seqs[i] = (seq_rows){s, row, counts[i], 0, checkpoint[i]};
+        memcpy(flat + row, tokens[i], sizeof(int32_t) * (size_t)counts[i]);
+        pos0[i] = s->pos;
+        row += counts[i];
+    }
+    forward_rows(own, seqs, n, flat, total);
+    if (logits) q35_matmul(e->pool, logits, &e->w.lm_head, own->xn, total);
+    for (int32_t i = 0; i < n; i++) {
+        q35_session *s = ss[i];
+        const int32_t T = counts[i], r0 = seqs[i].row0;
+        s->ckpt_rows = checkpoint[i] ? T : 0;
+        s->ckpt_pos0 = pos0[i];
+        if (!s->mtp_on) continue;
+        /* as in q35_session_eval: known next tokens go through the MTP now,
+         * the rest (all rows of a checkpointed batch) wait */
+        int32_t n_now = checkpoint[i] ? 0 : T - 1;
+        if (n_now > 0) q35_mtp_rows(s, own->xn + (size_t)r0 * H, tokens[i] + 1, n_now, pos0[i], NULL);
+        s->n_pending = T - n_now;
+        s->pending_pos0 = pos0[i] + n_now;
+        memcpy(s->pending_hidden, own->xn + (size_t)(r0 + n_now) * H, sizeof(float) * H * (size_t)s->n_pending);
+        memcpy(s->pending_tok, tokens[i] + n_now, sizeof(int32_t) * (size_t)s->n_pending);
+    }
+    return Q35_OK;
+}
+
 q35_status q35_batch_decode(q35_session *const *sessions, const int32_t *tokens, int32_t n, float *logits,
                             q35_error *err) {
     if (n <= 0 || !sessions || !tokens) return q35_fail(err, Q35_ERR_ARG, "empty batch");
     if (n > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a batch holds at most %d sessions (got %d)", Q35_UBATCH, n);
-    const q35_engine *e = sessions[0]->engine;
-    q35_session *own = sessions[0]; /* the scratch of the session with the largest context fits every row */
-    for (int32_t i = 0; i < n; i++) {
-        if (sessions[i]->engine != e) return q35_fail(err, Q35_ERR_ARG, "batch row %d uses another engine", i);
-        for (int32_t j = 0; j < i; j++)
-            if (sessions[j] == sessions[i]) return q35_fail(err, Q35_ERR_ARG, "session repeated in batch rows %d and %d", j, i);
-        if (sessions[i]->pos >= sessions[i]->n_ctx)
-            return q35_fail(err, Q35_ERR_CONTEXT, "batch row %d: context of %d tokens is full", i, sessions[i]->n_ctx);
-        if (tokens[i] < 0 || tokens[i] >= e->cfg.vocab_size)
-            return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary", i, tokens[i]);
-        if (sessions[i]->n_ctx > own->n_ctx) own = sessions[i];
-    }
-    const size_t V = (size_t)e->cfg.vocab_size, H = (size_t)e->cfg.hidden_size;
-    seq_rows seqs[Q35_UBATCH];
-    for (int32_t i = 0; i < n; i++) {
-        q35_session *s = sessions[i];
-        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[i], NULL);
-        s->ckpt_rows = 0;
-        seqs[i] = (seq_rows){s, i, 1, 0, 0};
-    }
-    int32_t pos0[Q35_UBATCH];
-    for (int32_t i = 0; i < n; i++) pos0[i] = sessions[i]->pos;
-    forward_rows(own, seqs, n, tokens, n);
-    if (logits) q35_matmul(e->pool, logits, &e->w.lm_head, own->xn, n);
-    for (int32_t i = 0; i < n; i++) {
-        q35_session *s = sessions[i];
-        if (!s->mtp_on) continue;
-        s->n_pending = 1;
-        s->pending_pos0 = pos0[i];
-        s->pending_tok[0] = tokens[i];
-        memcpy(s->pending_hidden, own->xn + (size_t)i * H, sizeof(float) * H);
-    }
-    (void)V;
-    return Q35_OK;
+    const int32_t *toks[Q35_UBATCH];
+    int32_t counts[Q35_UBATCH];
+    int ckpt[Q35_UBATCH];
+    for (int32_t i = 0; i < n; i++) { toks[i] = &tokens[i]; counts[i] = 1; ckpt[i] = 0; }
+    return q35_forward_sessions(sessions, toks, counts, ckpt, n, logits, err);
 }
 
 struct q35_snapshot {

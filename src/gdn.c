@@ -249,6 +249,8 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_
     int32_t max_rows = 0;
     for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
     heads_job j = {c, l, segs, n_segs, max_rows, y, z, bb, aa, core, heads, head_scratch_floats(c, max_rows)};
-    q35_pool_run(pool, heads_worker, &j);
+    /* a handoff costs microseconds: tiny models run their heads inline */
+    if ((double)T * HV * DK * DV < 1e5) heads_worker(&j, 0, 1);
+    else q35_pool_run(pool, heads_worker, &j);
     q35_matmul(pool, out, &l->out_proj, core, T);
 }

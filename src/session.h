@@ -22,6 +22,7 @@ struct q35_engine {
     q35_weights w;
     q35_model_info info;
     q35_pool *pool;        /* the workers every session of this engine computes with */
+    float *batch_logits;   /* (UBATCH, V) for multi-session steps; allocated on first use */
 };
 
 struct q35_session {
@@ -73,6 +74,13 @@ void q35_spec_free_buffers(q35_session *s); /* spec.c */
 void q35_mtp_rows(q35_session *s, const float *hidden, const int32_t *next, int32_t n, int32_t pos0, float *logits);
 /* Runs the pending rows, the last one with next_token; clears them. */
 void q35_mtp_flush(q35_session *s, int32_t next_token, float *logits);
+
+/* One forward pass over several sessions at once (engine.c): session i
+ * feeds counts[i] tokens (checkpointed when checkpoint[i]); logits, when
+ * given, receive every row in order, (sum of counts, V). At most
+ * Q35_UBATCH rows in all. */
+q35_status q35_forward_sessions(q35_session *const *ss, const int32_t *const *tokens, const int32_t *counts,
+                                const int *checkpoint, int32_t n, float *logits, q35_error *err);
 
 /* Shared forward helpers (engine.c). */
 void q35_mlp_forward(const q35_config *c, const q35_layer_weights *l, const float *xn, float *out, float *gate,

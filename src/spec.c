@@ -86,47 +86,40 @@ q35_status q35_session_set_spec(q35_session *s, int32_t k, q35_error *err) {
 int32_t q35_session_spec_k(const q35_session *s) { return s->spec_k; }
 q35_spec_stats q35_session_spec_stats(const q35_session *s) { return s->stats; }
 
-q35_status q35_session_step(q35_session *s, int32_t last, const q35_policy *policy, int32_t *out, int32_t *n_out,
-                            float *logits_out, q35_error *err) {
-    const q35_config *c = &s->engine->cfg;
-    const int32_t V = c->vocab_size;
+/* Drafts up to k tokens for session s after `last` (none when there is no
+ * MTP row pending or no room in the context). */
+static int32_t draft(q35_session *s, int32_t last, const q35_policy *policy, int32_t *drafts) {
+    const int32_t V = s->engine->cfg.vocab_size;
     const int greedy = !policy || !policy->probs;
-    *n_out = 0;
-    if (last < 0 || last >= V)
-        return q35_fail(err, Q35_ERR_ARG, "token id %d is outside the vocabulary [0, %d)", last, V);
-    if (!greedy && !policy->rng) return q35_fail(err, Q35_ERR_ARG, "a sampling policy needs an rng state");
-
-    int32_t k = s->spec_k;
+    int32_t k = s->spec_k, nd = 0;
     if (k > s->n_ctx - s->pos - 1) k = s->n_ctx - s->pos - 1; /* drafts must fit the context too */
-    int32_t drafts[Q35_SPEC_MAX], nd = 0;
-    if (k > 0 && s->mtp_on && s->n_pending > 0) {
-        const int32_t P = s->pos;
-        q35_mtp_flush(s, last, s->draft_logits);
-        for (int32_t j = 0; j < k; j++) {
-            float *dl = s->draft_logits + (size_t)j * V;
-            int32_t d;
-            if (greedy) {
-                d = q35_argmax(dl, V);
-            } else {
-                policy->probs(policy->ctx, dl, drafts, j, s->draft_probs + (size_t)j * V);
-                d = sample(s->draft_probs + (size_t)j * V, V, policy->rng);
-            }
-            if (s->draft_hook) d = s->draft_hook(s->draft_hook_ctx, P + 1 + j, d);
-            drafts[nd++] = d;
-            if (j + 1 < k) q35_mtp_rows(s, s->draft_hidden, &d, 1, P + j, dl + V);
+    if (k <= 0 || !s->mtp_on || !s->n_pending) return 0;
+    const int32_t P = s->pos;
+    q35_mtp_flush(s, last, s->draft_logits);
+    for (int32_t j = 0; j < k; j++) {
+        float *dl = s->draft_logits + (size_t)j * V;
+        int32_t d;
+        if (greedy) {
+            d = q35_argmax(dl, V);
+        } else {
+            policy->probs(policy->ctx, dl, drafts, j, s->draft_probs + (size_t)j * V);
+            d = sample(s->draft_probs + (size_t)j * V, V, policy->rng);
         }
+        if (s->draft_hook) d = s->draft_hook(s->draft_hook_ctx, P + 1 + j, d);
+        drafts[nd++] = d;
+        if (j + 1 < k) q35_mtp_rows(s, s->draft_hidden, &d, 1, P + j, dl + V);
     }
+    return nd;
+}
 
-    int32_t batch[Q35_SPEC_MAX + 1];
-    batch[0] = last;
-    memcpy(batch + 1, drafts, sizeof(int32_t) * (size_t)nd);
-    int32_t n = nd + 1;
-    q35_status st = q35_session_eval(s, batch, n, s->spec_logits, Q35_EVAL_ALL_LOGITS | (nd ? Q35_EVAL_CHECKPOINT : 0), err);
-    if (st) return st;
-    const float *rows = s->spec_logits;
-
+/* Chooses tokens from the verify rows (nd drafts, nd+1 rows): the accepted
+ * drafts, then one token from the target. Returns how many were emitted. */
+static int32_t accept(q35_session *s, const float *rows, const int32_t *drafts, int32_t nd, const q35_policy *policy,
+                      int32_t *out, int32_t *n_acc_out) {
+    const int32_t V = s->engine->cfg.vocab_size;
+    const int greedy = !policy || !policy->probs;
     int32_t n_emit = 0, n_acc = 0;
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i <= nd; i++) {
         const float *row = rows + (size_t)i * V;
         int32_t t;
         if (greedy) {
@@ -157,14 +150,69 @@ q35_status q35_session_step(q35_session *s, int32_t last, const q35_policy *poli
         out[n_emit++] = t;
         break;
     }
-    if (logits_out) memcpy(logits_out, rows, sizeof(float) * (size_t)V * (size_t)n_emit);
-    if (nd) {
-        st = q35_session_rewind(s, n_acc + 1, err);
-        if (st) return st;
-        s->stats.steps++;
-        s->stats.drafts += nd;
-        s->stats.accepted += n_acc;
+    *n_acc_out = n_acc;
+    return n_emit;
+}
+
+q35_status q35_batch_step(q35_session *const *ss, const int32_t *last, int32_t n, const q35_policy *const *policies,
+                          int32_t *out, int32_t *n_out, q35_error *err) {
+    if (n <= 0 || !ss || !last) return q35_fail(err, Q35_ERR_ARG, "empty batch");
+    q35_engine *e = ss[0]->engine;
+    const int32_t V = e->cfg.vocab_size, K1 = Q35_SPEC_K_MAX + 1;
+    int32_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const q35_policy *pol = policies ? policies[i] : NULL;
+        n_out[i] = 0;
+        if (last[i] < 0 || last[i] >= V)
+            return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary [0, %d)", i, last[i], V);
+        if (pol && pol->probs && !pol->rng) return q35_fail(err, Q35_ERR_ARG, "batch row %d: a sampling policy needs an rng state", i);
+        if (ss[i]->engine != e) return q35_fail(err, Q35_ERR_ARG, "batch row %d uses another engine", i);
+        total += (ss[i]->spec_k < Q35_SPEC_MAX ? ss[i]->spec_k : Q35_SPEC_MAX) + 1;
     }
-    *n_out = n_emit;
+    if (total > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a step batch holds at most %d rows (got %d)", Q35_UBATCH, total);
+    float *logits = ss[0]->spec_logits;
+    if (n > 1) { /* one lm_head pass over every row needs room for all of them */
+        if (!e->batch_logits) e->batch_logits = malloc(sizeof(float) * (size_t)Q35_UBATCH * (size_t)V);
+        if (!e->batch_logits) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for batch logits");
+        logits = e->batch_logits;
+    }
+    int32_t drafts[Q35_UBATCH][Q35_SPEC_MAX], nd[Q35_UBATCH], rows_tok[Q35_UBATCH][Q35_SPEC_MAX + 1], counts[Q35_UBATCH];
+    const int32_t *toks[Q35_UBATCH];
+    int ckpt[Q35_UBATCH];
+    for (int32_t i = 0; i < n; i++) {
+        nd[i] = draft(ss[i], last[i], policies ? policies[i] : NULL, drafts[i]);
+        rows_tok[i][0] = last[i];
+        memcpy(rows_tok[i] + 1, drafts[i], sizeof(int32_t) * (size_t)nd[i]);
+        toks[i] = rows_tok[i];
+        counts[i] = nd[i] + 1;
+        ckpt[i] = nd[i] > 0;
+    }
+    q35_status st = q35_forward_sessions(ss, toks, counts, ckpt, n, logits, err);
+    if (st) return st;
+    for (int32_t i = 0, row = 0; i < n; i++) {
+        q35_session *s = ss[i];
+        int32_t n_acc = 0;
+        n_out[i] = accept(s, logits + (size_t)row * V, drafts[i], nd[i], policies ? policies[i] : NULL, out + (size_t)i * K1,
+                          &n_acc);
+        if (s->spec_logits != logits + (size_t)row * V) /* the chosen rows, for callers that want logprobs */
+            memcpy(s->spec_logits, logits + (size_t)row * V, sizeof(float) * (size_t)V * (size_t)n_out[i]);
+        row += counts[i];
+        if (nd[i]) {
+            if ((st = q35_session_rewind(s, n_acc + 1, err))) return st;
+            s->stats.steps++;
+            s->stats.drafts += nd[i];
+            s->stats.accepted += n_acc;
+        }
+    }
     return Q35_OK;
 }
+
+q35_status q35_session_step(q35_session *s, int32_t last, const q35_policy *policy, int32_t *out, int32_t *n_out,
+                            float *logits_out, q35_error *err) {
+    const q35_policy *pols[1] = {policy};
+    q35_status st = q35_batch_step(&s, &last, 1, pols, out, n_out, err);
+    if (!st && logits_out) memcpy(logits_out, s->spec_logits, sizeof(float) * (size_t)s->engine->cfg.vocab_size * (size_t)*n_out);
+    return st;
+}
+
+const float *q35_session_step_logits(const q35_session *s) { return s->spec_logits; }
