@@ -170,6 +170,52 @@ int32_t q35_argmax(const float *logits, int32_t n);
 
 const char *q35_status_name(q35_status status);
 
+/* ---- tokenizer, chat template and output parsers ---- */
+
+/* A byte-level BPE tokenizer loaded from a model directory: tokenizer.json,
+ * or vocab.json + merges.txt + tokenizer_config.json. Read-only after load;
+ * one tokenizer may be used from many threads. */
+typedef struct q35_tokenizer q35_tokenizer;
+
+q35_status q35_tokenizer_load(const char *dir, q35_tokenizer **out, q35_error *err);
+void q35_tokenizer_free(q35_tokenizer *tok);
+
+/* Ids run 0..q35_tokenizer_n_ids()-1; some may name no token. */
+int32_t q35_tokenizer_n_ids(const q35_tokenizer *tok);
+
+/* Text to ids, as Hugging Face's Tokenizer.encode (no BOS/EOS are added).
+ * Invalid UTF-8 is first replaced by U+FFFD (one per maximal invalid
+ * subpart, as Python's bytes.decode(errors="replace")). Added tokens are
+ * always matched as whole tokens; special ones only when parse_special is
+ * set (HF split_special_tokens=False). *ids is malloc'd: free() it. */
+q35_status q35_tokenize(const q35_tokenizer *tok, const char *text, size_t len, int parse_special,
+                        int32_t **ids, size_t *n_ids, q35_error *err);
+
+/* The id of an added token by its content ("<|im_end|>"), else of the base
+ * token whose bytes are exactly text; -1 when there is none. */
+int32_t q35_token_id(const q35_tokenizer *tok, const char *text, size_t len);
+/* The bytes an id decodes to (may be part of a UTF-8 character); NULL for an
+ * id that names no token. Not NUL-terminated. */
+const char *q35_token_bytes(const q35_tokenizer *tok, int32_t id, size_t *len);
+int q35_token_is_special(const q35_tokenizer *tok, int32_t id); /* an added token with special=true */
+
+/* Streaming decoder. It returns only whole UTF-8 characters, holds back an
+ * incomplete one until its last byte arrives, and replaces invalid bytes by
+ * U+FFFD exactly as HF's decode does over the whole sequence. Ids that name
+ * no token decode to nothing; with skip_special, special added tokens too. */
+typedef struct q35_detokenizer q35_detokenizer;
+q35_status q35_detokenizer_new(const q35_tokenizer *tok, int skip_special, q35_detokenizer **out, q35_error *err);
+void q35_detokenizer_free(q35_detokenizer *d);
+void q35_detokenizer_reset(q35_detokenizer *d);
+/* The text completed by this id: NUL-terminated, owned by d, valid until
+ * the next call on d. Never allocates. */
+const char *q35_detokenizer_feed(q35_detokenizer *d, int32_t id, size_t *len);
+/* End of stream: a dangling partial character becomes U+FFFD. */
+const char *q35_detokenizer_flush(q35_detokenizer *d, size_t *len);
+/* Whole-sequence convenience: *text is malloc'd and NUL-terminated. */
+q35_status q35_detokenize(const q35_tokenizer *tok, const int32_t *ids, size_t n, int skip_special,
+                          char **text, size_t *len, q35_error *err);
+
 #ifdef __cplusplus
 }
 #endif

