@@ -216,6 +216,21 @@ const char *q35_detokenizer_flush(q35_detokenizer *d, size_t *len);
 q35_status q35_detokenize(const q35_tokenizer *tok, const int32_t *ids, size_t n, int skip_special,
                           char **text, size_t *len, q35_error *err);
 
+/* Qwen3.5 chat template, rendered byte for byte as transformers'
+ * apply_chat_template does with the model's chat_template.jinja. */
+typedef struct q35_chat_options {
+    int add_generation_prompt;
+    int enable_thinking;  /* chat_template_kwargs.enable_thinking; the 9B template thinks only when true */
+    int add_vision_id;    /* "Picture N: " before each image */
+} q35_chat_options;
+
+/* messages_json: an OpenAI "messages" array; tools_json: a "tools" array or
+ * NULL. Tool-call arguments may be an object or a JSON string holding one.
+ * Errors the template would raise come back as Q35_ERR_ARG with its message.
+ * *text is malloc'd and NUL-terminated. */
+q35_status q35_chat_render(const char *messages_json, const char *tools_json, const q35_chat_options *opt,
+                           char **text, q35_error *err);
+
 #ifdef __cplusplus
 }
 #endif
