@@ -231,6 +231,44 @@ typedef struct q35_chat_options {
 q35_status q35_chat_render(const char *messages_json, const char *tools_json, const q35_chat_options *opt,
                            char **text, q35_error *err);
 
+/* Incremental parser of generated text into OpenAI fields: reasoning
+ * (<think>...</think>; an unpaired <tool_call> also ends it), content, and
+ * Qwen3.5 XML tool calls whose arguments become a JSON string typed by the
+ * tool's JSON schema. Malformed output falls back to content. */
+typedef struct q35_output_parser q35_output_parser;
+
+typedef enum q35_delta_kind {
+    Q35_DELTA_CONTENT = 0,
+    Q35_DELTA_REASONING = 1,
+    Q35_DELTA_TOOL_NAME = 2,  /* a new tool call starts: text is its function name */
+    Q35_DELTA_TOOL_ARGS = 3,  /* the next piece of that call's arguments JSON */
+} q35_delta_kind;
+
+typedef struct q35_delta {
+    q35_delta_kind kind;
+    int32_t tool_index;  /* for TOOL_NAME and TOOL_ARGS: 0, 1, ... in order */
+    const char *text;    /* not NUL-terminated */
+    size_t len;
+} q35_delta;
+
+/* tools_json: the request's "tools" array, or NULL for no tool parsing.
+ * in_reasoning: the prompt ended inside <think> (thinking enabled). */
+q35_status q35_output_parser_new(const char *tools_json, int in_reasoning, q35_output_parser **out, q35_error *err);
+void q35_output_parser_free(q35_output_parser *p);
+/* Feeds generated text (any split, even inside a tag or a UTF-8 character).
+ * *deltas points into p and stays valid until the next call on p. */
+q35_status q35_output_parser_feed(q35_output_parser *p, const char *text, size_t len,
+                                  const q35_delta **deltas, size_t *n_deltas, q35_error *err);
+/* End of generation: releases held-back text and closes an open tool call. */
+q35_status q35_output_parser_finish(q35_output_parser *p, const q35_delta **deltas, size_t *n_deltas,
+                                    q35_error *err);
+/* The whole message so far (NUL-terminated, owned by p). */
+const char *q35_output_parser_content(const q35_output_parser *p);
+const char *q35_output_parser_reasoning(const q35_output_parser *p);
+/* OpenAI tool_calls without ids, [{"type":"function","function":{"name":..,
+ * "arguments":".."}}...], or NULL when there are none; malloc'd. */
+char *q35_output_parser_tool_calls_json(const q35_output_parser *p);
+
 #ifdef __cplusplus
 }
 #endif
