@@ -292,6 +292,15 @@ static void end_block(q35_output_parser *p) {
     p->state = p->n_calls ? ST_AFTER_TOOL : ST_CONTENT;
 }
 
+/* Puts text that followed a tool block back in front of the pending text. */
+static void requeue(q35_output_parser *p, const char *s, size_t n) {
+    q35_buf b = {0};
+    q35_buf_append(&b, s, n);
+    q35_buf_append(&b, p->pending.data ? p->pending.data : "", p->pending.len);
+    q35_buf_free(&p->pending);
+    p->pending = b;
+}
+
 /* Parses call_raw from call_pos as far as it is complete. */
 static void parse_block(q35_output_parser *p, bool final) {
     for (;;) {
@@ -317,19 +326,8 @@ static void parse_block(q35_output_parser *p, bool final) {
             if (close || final || (fn && gt)) { /* no usable <function=NAME>: plain text after all */
                 size_t upto = close && !final ? (size_t)(close - s) + strlen(TOOL_CLOSE) : n;
                 block_to_content(p, upto);
-                memmove(p->call_raw.data, p->call_raw.data + upto, n - upto);
-                p->call_raw.len = n - upto;
-                size_t rest = p->call_raw.len;
-                char *tail = rest ? strndup(p->call_raw.data, rest) : NULL;
+                requeue(p, s + upto, n - upto);
                 end_block(p);
-                if (tail) { /* what followed goes back in front of the pending text */
-                    q35_buf b = {0};
-                    q35_buf_append(&b, tail, rest);
-                    q35_buf_append(&b, p->pending.data ? p->pending.data : "", p->pending.len);
-                    q35_buf_free(&p->pending);
-                    p->pending = b;
-                    free(tail);
-                }
                 return;
             }
             return; /* wait for more */
@@ -374,11 +372,7 @@ static void parse_block(q35_output_parser *p, bool final) {
         const char *tclose = find(s + pos, n - pos, TOOL_CLOSE);
         if (tclose || final) {
             size_t after = tclose ? (size_t)(tclose - s) + strlen(TOOL_CLOSE) : n;
-            q35_buf rest = {0};
-            q35_buf_append(&rest, s + after, n - after);
-            q35_buf_append(&rest, p->pending.data ? p->pending.data : "", p->pending.len);
-            q35_buf_free(&p->pending);
-            p->pending = rest;
+            requeue(p, s + after, n - after);
             end_block(p);
         }
         return;

@@ -204,3 +204,20 @@ TEST(output_parser, arbitrary_text_never_breaks_it) {
     q35_error err = {0};
     CHECK(q35_output_parser_new("{\"not\": \"an array\"}", 0, &p, &err) == Q35_ERR_ARG);
 }
+
+/* Text after a malformed block may hold NUL bytes; it must all come back. */
+TEST(output_parser, nul_bytes_after_a_malformed_block) {
+    static const char text[] = "OK<tool_call>\n<fu\n</tool_call>3\0\0\0x";
+    q35_output_parser *p;
+    q35_error err = {0};
+    REQUIRE(q35_output_parser_new(TOOLS, 0, &p, &err) == Q35_OK);
+    const q35_delta *d;
+    size_t n, total = 0;
+    REQUIRE(q35_output_parser_feed(p, text, sizeof text - 1, &d, &n, &err) == Q35_OK);
+    for (size_t i = 0; i < n; i++) total += d[i].len;
+    REQUIRE(q35_output_parser_finish(p, &d, &n, &err) == Q35_OK);
+    for (size_t i = 0; i < n; i++) total += d[i].len;
+    CHECK_EQ_INT(total, sizeof text - 1);
+    CHECK_STR_EQ(q35_output_parser_content(p), "OK<tool_call>\n<fu\n</tool_call>3");
+    q35_output_parser_free(p);
+}
