@@ -25,6 +25,7 @@
 #include <jansson.h>
 #include <pcre2.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <utf8proc.h>
 
@@ -39,6 +40,13 @@ static const char QWEN35_PATTERN[] =
 
 enum { TOK_PRESENT = 1, TOK_ADDED = 2, TOK_SPECIAL = 4 };
 
+/* One merge, packed so that a probe touches one cache line. */
+typedef struct merge_entry {
+    uint64_t key;     /* left id << 32 | right id; UINT64_MAX: empty */
+    uint32_t rank;    /* line of merges.txt: lower merges first */
+    int32_t new_id;   /* the token the pair becomes */
+} merge_entry;
+
 typedef struct added_token {
     int32_t id;
     uint32_t len;
@@ -47,6 +55,7 @@ typedef struct added_token {
 } added_token;
 
 struct q35_tokenizer {
+    uint64_t serial;       /* unique per load: names this tokenizer in the word caches */
     int32_t n_ids, cap_ids;
     uint32_t *off, *len;   /* (n_ids) bytes of each id in arena */
     uint8_t *flags;        /* (n_ids) TOK_* */
@@ -57,9 +66,7 @@ struct q35_tokenizer {
     int32_t *vocab_slot;   /* (vocab_mask+1) open-addressed ids of base tokens, -1 empty */
     uint32_t vocab_mask;
 
-    uint64_t *merge_key;   /* (merge_mask+1) left<<32|right, UINT64_MAX empty */
-    uint32_t *merge_rank;
-    int32_t *merge_new;
+    merge_entry *merges;   /* (merge_mask+1) open-addressed */
     uint32_t merge_mask;
     size_t n_merges;
 
@@ -130,10 +137,11 @@ static int32_t vocab_find(const q35_tokenizer *t, const char *s, size_t n) {
 static bool merge_find(const q35_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *new_id) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     for (uint32_t i = (uint32_t)hash_u64(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
-        if (t->merge_key[i] == UINT64_MAX) return false;
-        if (t->merge_key[i] == key) {
-            *rank = t->merge_rank[i];
-            *new_id = t->merge_new[i];
+        const merge_entry *m = &t->merges[i];
+        if (m->key == UINT64_MAX) return false;
+        if (m->key == key) {
+            *rank = m->rank;
+            *new_id = m->new_id;
             return true;
         }
     }
@@ -246,11 +254,9 @@ static q35_status build_vocab_hash(loader *L) {
 static q35_status merges_alloc(loader *L, size_t n) {
     q35_tokenizer *t = L->t;
     uint32_t size = table_size(n);
-    t->merge_key = malloc(sizeof *t->merge_key * size);
-    t->merge_rank = malloc(sizeof *t->merge_rank * size);
-    t->merge_new = malloc(sizeof *t->merge_new * size);
-    if (!t->merge_key || !t->merge_rank || !t->merge_new) return q35_fail(L->err, Q35_ERR_NOMEM, "%s: out of memory", L->file);
-    memset(t->merge_key, 0xff, sizeof *t->merge_key * size);
+    t->merges = malloc(sizeof *t->merges * size);
+    if (!t->merges) return q35_fail(L->err, Q35_ERR_NOMEM, "%s: out of memory", L->file);
+    for (uint32_t i = 0; i < size; i++) t->merges[i].key = UINT64_MAX;
     t->merge_mask = size - 1;
     return Q35_OK;
 }
@@ -269,13 +275,11 @@ static q35_status add_merge(loader *L, const char *a, size_t na, const char *b, 
                         L->file, line, (int)(na > 40 ? 40 : na), a, (int)(nb > 40 ? 40 : nb), b);
     uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
     uint32_t i = (uint32_t)hash_u64(key) & t->merge_mask;
-    while (t->merge_key[i] != UINT64_MAX) {
-        if (t->merge_key[i] == key) return Q35_OK;
+    while (t->merges[i].key != UINT64_MAX) {
+        if (t->merges[i].key == key) return Q35_OK;
         i = (i + 1) & t->merge_mask;
     }
-    t->merge_key[i] = key;
-    t->merge_rank[i] = (uint32_t)line;
-    t->merge_new[i] = in;
+    t->merges[i] = (merge_entry){key, (uint32_t)line, in};
     t->n_merges++;
     return Q35_OK;
 }
@@ -512,6 +516,8 @@ q35_status q35_tokenizer_load(const char *dir, q35_tokenizer **out, q35_error *e
     free(tj);
     if (!st && t->n_ids == 0) st = q35_fail(err, Q35_ERR_FORMAT, "%s: the vocabulary is empty", dir);
     if (st) { q35_tokenizer_free(t); return st; }
+    static atomic_uint_fast64_t next_serial = 1;
+    t->serial = atomic_fetch_add(&next_serial, 1);
     /* Arena offsets become pointers once the arena stops moving. */
     for (int i = 0; i < t->n_added; i++) {
         t->added[i].text = t->arena + (uintptr_t)t->added[i].text;
@@ -525,7 +531,7 @@ void q35_tokenizer_free(q35_tokenizer *t) {
     if (!t) return;
     free(t->off); free(t->len); free(t->flags); free(t->arena);
     free(t->vocab_slot);
-    free(t->merge_key); free(t->merge_rank); free(t->merge_new);
+    free(t->merges);
     free(t->added);
     pcre2_code_free(t->re);
     free(t);
@@ -601,6 +607,20 @@ static void push_pair(encoder *e, int32_t pos) {
         heap_push(e, (merge_item){rank, (uint32_t)pos, new_id});
 }
 
+/* Words repeat (Zipf), so each thread remembers the ids of short words, as
+ * HF's BPE cache does. Entries name their tokenizer by serial, so a freed
+ * and reloaded tokenizer never sees stale ids; thread-local, so no locks. */
+#define WORD_CACHE_ENTRIES 1024
+#define WORD_CACHE_BYTES 22
+#define WORD_CACHE_IDS 8
+typedef struct word_cache_entry {
+    uint64_t serial;
+    uint8_t len, n_ids;
+    char bytes[WORD_CACHE_BYTES];
+    int32_t ids[WORD_CACHE_IDS];
+} word_cache_entry;
+static _Thread_local word_cache_entry word_cache[WORD_CACHE_ENTRIES];
+
 /* BPE over one pre-token, HF's models/bpe/word.rs merge loop. */
 static void bpe_word(encoder *e, const char *w, size_t n) {
     const q35_tokenizer *t = e->t;
@@ -609,6 +629,15 @@ static void bpe_word(encoder *e, const char *w, size_t n) {
         int32_t id = vocab_find(t, w, n);
         if (id >= 0) { emit(e, id); return; }
     }
+    word_cache_entry *ce = NULL;
+    if (n <= WORD_CACHE_BYTES) {
+        ce = &word_cache[hash_bytes(w, n) & (WORD_CACHE_ENTRIES - 1)];
+        if (ce->serial == t->serial && ce->len == n && !memcmp(ce->bytes, w, n)) {
+            for (int i = 0; i < ce->n_ids; i++) emit(e, ce->ids[i]);
+            return;
+        }
+    }
+    size_t first_out = e->n_ids;
     if (n > e->cap_sym) {
         symbol *s = realloc(e->sym, sizeof *s * n);
         merge_item *h = realloc(e->heap, sizeof *h * 2 * n);
@@ -647,6 +676,14 @@ static void bpe_word(encoder *e, const char *w, size_t n) {
         push_pair(e, (int32_t)top.pos);
     }
     for (int32_t i = 0; i < ns && i >= 0; i = s[i].next) emit(e, s[i].id);
+    size_t made = e->n_ids - first_out;
+    if (ce && !e->oom && made <= WORD_CACHE_IDS) {
+        ce->serial = t->serial;
+        ce->len = (uint8_t)n;
+        ce->n_ids = (uint8_t)made;
+        memcpy(ce->bytes, w, n);
+        memcpy(ce->ids, e->ids + first_out, sizeof *ce->ids * made);
+    }
 }
 
 static bool is_ascii(const char *s, size_t n) {
