@@ -19,7 +19,7 @@ Outputs (all committed):
   tests/data/tokenizer/ids-<name>.txt     ids per input, space separated
   tests/data/tokenizer/decode-<name>.txt  "skip<TAB>ids<TAB>hex of expected text"
   tests/data/tokenizer/toy35/tokenizer.json and toy35-split/{vocab.json,merges.txt,tokenizer_config.json}
-  tests/data/chat/cases.json              chat renders (or the template's error)
+  tests/data/chat/cases.json              chat renders (or the template's error) and their Qwen3.5 ids
 
 Usage: make-tokenizer-goldens.py   (run scripts/tokenizer-files.py first)
 """
@@ -324,7 +324,9 @@ def chat_cases():
     return cases
 
 
-def write_chat_goldens(tok35):
+def write_chat_goldens(tok35, real35):
+    """Renders every case with transformers; successful renders also record
+    their ids under the real Qwen3.5 vocabulary (the whole prompt path)."""
     import copy
     from transformers import PreTrainedTokenizerFast
     with open(os.path.join(DATA, "chat", "qwen35_chat_template.jinja"), encoding="utf-8") as f:
@@ -338,6 +340,7 @@ def write_chat_goldens(tok35):
             text = hf.apply_chat_template(copy.deepcopy(case["messages"]), tools=case.get("tools"), tokenize=False,
                                           chat_template=template, **kwargs)
             rec["expected"] = text
+            rec["ids_qwen35"] = real35.encode(text).ids
         except Exception as e:  # the template raised (or Jinja failed): the C renderer must fail too
             rec["error"] = str(e)
             n_err += 1
@@ -370,7 +373,7 @@ def main():
             else:
                 agree = sum(tt.encode(t) == i for t, i in zip(texts, ids))
             report[name + "_tiktoken_agree"] = agree
-    report["chat_cases"], report["chat_errors"] = write_chat_goldens(toy)
+    report["chat_cases"], report["chat_errors"] = write_chat_goldens(toy, q35)
     print(json.dumps(report))
 
 

@@ -101,3 +101,42 @@ TEST(chat, python_float_repr) {
     check_repr(1.0 / 3.0, "0.3333333333333333");
     check_repr(5e-324, "5e-324");
 }
+
+/* The whole prompt path: C render, then C tokenizer with the real Qwen3.5
+ * vocabulary, against transformers' render encoded by HF tokenizers. */
+TEST(chat, golden_prompt_ids_qwen35) {
+    q35_tokenizer *tok = NULL;
+    q35_error err = {0};
+    REQUIRE_MSG(q35_tokenizer_load(q35_test_path("tokenizers-gen/qwen35"), &tok, &err) == Q35_OK,
+                "%s (run scripts/install-deps.sh)", err.msg);
+    json_t *cases = json_load_file(q35_test_path("chat/cases.json"), 0, NULL);
+    REQUIRE(json_is_array(cases));
+    size_t i, checked = 0;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        json_t *want = json_object_get(c, "ids_qwen35");
+        if (!json_is_array(want)) continue;
+        char *messages = json_dumps(json_object_get(c, "messages"), JSON_COMPACT);
+        json_t *tools_v = json_object_get(c, "tools");
+        char *tools = tools_v ? json_dumps(tools_v, JSON_COMPACT) : NULL;
+        q35_chat_options opt = {.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
+                                .enable_thinking = json_is_true(json_object_get(c, "enable_thinking")),
+                                .add_vision_id = json_is_true(json_object_get(c, "add_vision_id"))};
+        char *text = NULL;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        bool ok = q35_chat_render(messages, tools, &opt, &text, &err) == Q35_OK &&
+                  q35_tokenize(tok, text, strlen(text), 1, &ids, &n, &err) == Q35_OK && n == json_array_size(want);
+        for (size_t k = 0; ok && k < n; k++) ok = ids[k] == json_integer_value(json_array_get(want, k));
+        CHECK_MSG(ok, "case %zu: prompt ids differ", i);
+        checked++;
+        free(ids);
+        free(text);
+        free(messages);
+        free(tools);
+    }
+    printf("    chat/cases.json: %zu prompts give HF's Qwen3.5 ids\n", checked);
+    CHECK(checked > 150);
+    json_decref(cases);
+    q35_tokenizer_free(tok);
+}
