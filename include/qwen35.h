@@ -255,7 +255,8 @@ typedef struct q35_delta {
  * in_reasoning: the prompt ended inside <think> (thinking enabled). */
 q35_status q35_output_parser_new(const char *tools_json, int in_reasoning, q35_output_parser **out, q35_error *err);
 void q35_output_parser_free(q35_output_parser *p);
-/* Feeds generated text (any split, even inside a tag or a UTF-8 character).
+/* Feeds generated text, cut anywhere (a tag may span calls). Deltas split
+ * characters only where the input did; q35_detokenizer output never does.
  * *deltas points into p and stays valid until the next call on p. */
 q35_status q35_output_parser_feed(q35_output_parser *p, const char *text, size_t len,
                                   const q35_delta **deltas, size_t *n_deltas, q35_error *err);
