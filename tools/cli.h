@@ -9,5 +9,9 @@ int cmd_logits(int argc, char **argv); /* tools/run.c */
 int cmd_speed(int argc, char **argv);  /* tools/speed.c */
 int cmd_bench(int argc, char **argv);  /* tools/bench.c */
 int cmd_tokenize(int argc, char **argv); /* tools/tokenize.c */
+int cmd_chat(int argc, char **argv);   /* tools/chat.c */
+
+/* The embedded default model's directory (malloc'd). tools/cli_util.c */
+char *cli_default_model(void);
 
 #endif

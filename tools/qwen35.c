@@ -14,6 +14,7 @@ static int cmd_version(int argc, char **argv) {
 typedef struct { const char *name; int (*fn)(int, char **); const char *help; } command;
 
 static const command commands[] = {
+    {"chat", cmd_chat, "chat on the terminal (the embedded demo model without -m)"},
     {"run", cmd_run, "greedy generation from prompt token ids; prints ids and tok/s"},
     {"logits", cmd_logits, "write float32 logits for every prompt position"},
     {"speed", cmd_speed, "engine speed: decode/prompt tok/s, GB/s vs measured bandwidth, spec costs"},

@@ -1,0 +1,231 @@
+/* chat.c: `qwen35 chat`, an interactive chat on the command line.
+ *
+ * Each user line becomes a message; the conversation is rendered with the
+ * model's chat template, tokenized, and only the tokens the session has not
+ * seen yet are evaluated (the previous turns stay in the session's state).
+ * Replies stream as they are generated, with speculative decoding when the
+ * model has an MTP head. /reset starts over, /quit (or end of input) leaves. */
+#include "cli.h"
+#include "qwen35.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct { float temp; int32_t vocab; } temp_policy;
+
+static void temp_probs(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
+    (void)prev; (void)n_prev;
+    const temp_policy *tp = ctx;
+    float mx = logits[0];
+    for (int32_t i = 1; i < tp->vocab; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < tp->vocab; i++) { probs[i] = expf((logits[i] - mx) / tp->temp); sum += probs[i]; }
+    for (int32_t i = 0; i < tp->vocab; i++) probs[i] = (float)(probs[i] / sum);
+}
+
+/* The reply being streamed: stops at an end token or the token limit. */
+typedef struct {
+    q35_detokenizer *dt;
+    int32_t im_end, eot;
+    int max_tokens, n_gen, stopped;
+    char *text;
+    size_t len;
+} reply;
+
+/* Prints one generated token's text; returns 1 when the reply is over. */
+static int emit(reply *r, int32_t t) {
+    if (r->stopped) return 1;
+    r->n_gen++;
+    if (t == r->im_end || t == r->eot) return r->stopped = 1;
+    size_t len;
+    const char *piece = q35_detokenizer_feed(r->dt, t, &len);
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    char *grown = realloc(r->text, r->len + len + 1);
+    if (grown) {
+        r->text = grown;
+        memcpy(r->text + r->len, piece, len);
+        r->len += len;
+        r->text[r->len] = 0;
+    }
+    if (r->n_gen >= r->max_tokens) r->stopped = 1;
+    return r->stopped;
+}
+
+static const char usage[] =
+    "usage: qwen35 chat [-m MODEL] [--system TEXT] [--think] [-n MAX_TOKENS] [--temp T] [--seed N]\n"
+    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS]\n"
+    "  Chat on the terminal. Without -m it uses the embedded demo model.\n"
+    "  Lines starting with /reset clear the conversation; /quit or end of input leaves.\n";
+
+int cmd_chat(int argc, char **argv) {
+    const char *model = NULL, *system_msg = NULL;
+    int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0;
+    float temp = 0.0f;
+    uint64_t seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
+        if (!strcmp(k, "--think")) { think = 1; continue; }
+        if (!strcmp(k, "--no-spec")) { spec_k = 0; continue; }
+        if (!v) { fprintf(stderr, "qwen35 chat: %s needs a value\n%s", k, usage); return 2; }
+        char *end = NULL;
+        if (!strcmp(k, "-m")) model = v;
+        else if (!strcmp(k, "--system")) system_msg = v;
+        else if (!strcmp(k, "-n")) { max_tokens = (int)strtol(v, &end, 10); if (*end || max_tokens < 1) goto bad; }
+        else if (!strcmp(k, "--ctx")) { ctx = (int)strtol(v, &end, 10); if (*end || ctx < 16) goto bad; }
+        else if (!strcmp(k, "--temp")) { temp = strtof(v, &end); if (*end || !(temp >= 0) || temp > 10) goto bad; }
+        else if (!strcmp(k, "--seed")) { seed = strtoull(v, &end, 10); if (*end) goto bad; }
+        else if (!strcmp(k, "--spec-k")) { spec_k = (int)strtol(v, &end, 10); if (*end || spec_k < 0 || spec_k > Q35_SPEC_K_MAX) goto bad; }
+        else if (!strcmp(k, "-t")) { threads = (int)strtol(v, &end, 10); if (*end || threads < 0) goto bad; }
+        else { fprintf(stderr, "qwen35 chat: unknown option '%s'\n%s", k, usage); return 2; }
+        i++;
+        continue;
+    bad:
+        fprintf(stderr, "qwen35 chat: bad value '%s' for %s\n", v, k);
+        return 2;
+    }
+    char *default_model = NULL;
+    if (!model) model = default_model = cli_default_model();
+
+    q35_error err = {0};
+    q35_engine_params ep = {.n_threads = threads};
+    q35_engine *e = NULL;
+    q35_tokenizer *tok = NULL;
+    q35_session *s = NULL;
+    q35_detokenizer *dt = NULL;
+    int rc = 1;
+    if (q35_engine_load(model, &ep, &e, &err) || q35_tokenizer_load(model, &tok, &err) ||
+        q35_session_new(e, ctx, &s, &err) || q35_detokenizer_new(tok, 1, &dt, &err)) {
+        fprintf(stderr, "qwen35 chat: %s\n", err.msg);
+        goto done;
+    }
+    const q35_model_info *info = q35_engine_info(e);
+    if (spec_k < 0) spec_k = info->has_mtp ? 1 : 0;
+    if (spec_k > 0 && q35_session_set_spec(s, spec_k, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
+    int32_t im_end = q35_token_id(tok, "<|im_end|>", 10), eot = q35_token_id(tok, "<|endoftext|>", 13);
+    temp_policy tp = {temp, info->vocab_size};
+    uint64_t rng = seed ? seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    q35_policy pol = {temp_probs, &tp, &rng};
+    const q35_policy *policy = temp > 0 ? &pol : NULL;
+
+    json_t *messages = json_array();
+    if (system_msg) json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
+    int32_t *seen = malloc(sizeof(int32_t) * (size_t)ctx); /* the tokens the session holds */
+    int32_t n_seen = 0;
+    float *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
+    char line[8192];
+    int tty = isatty(0);
+    if (tty) fprintf(stderr, "qwen35 chat (%s). /reset clears, /quit leaves.\n", model);
+    for (;;) {
+        if (tty) { fputs("> ", stderr); fflush(stderr); }
+        if (!fgets(line, sizeof line, stdin)) break;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            json_array_clear(messages);
+            if (system_msg) json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
+            q35_session_reset(s);
+            n_seen = 0;
+            continue;
+        }
+        if (!line[0]) continue;
+        json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "user", "content", line));
+        char *msgs = json_dumps(messages, JSON_COMPACT), *text = NULL;
+        q35_chat_options co = {1, think, 0};
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        if (q35_chat_render(msgs, NULL, &co, &text, &err) || q35_tokenize(tok, text, strlen(text), 1, &ids, &n_ids, &err)) {
+            fprintf(stderr, "qwen35 chat: %s\n", err.msg);
+            free(msgs); free(text); free(ids);
+            json_array_remove(messages, json_array_size(messages) - 1);
+            continue;
+        }
+        free(msgs);
+        free(text);
+        /* evaluate only what the session has not seen; start over if the render diverged */
+        size_t common = 0;
+        while (common < n_ids && common < (size_t)n_seen && ids[common] == seen[common]) common++;
+        if (common < (size_t)n_seen || common == n_ids) { q35_session_reset(s); n_seen = 0; common = 0; }
+        if (n_ids + (size_t)max_tokens + Q35_SPEC_K_MAX + 1 > (size_t)ctx) {
+            fprintf(stderr, "qwen35 chat: the conversation (%zu tokens) no longer fits the %d-token context; /reset\n",
+                    n_ids, ctx);
+            free(ids);
+            json_array_remove(messages, json_array_size(messages) - 1);
+            continue;
+        }
+        double t0 = now_s();
+        if (q35_session_eval(s, ids + common, (int32_t)(n_ids - common), logits, 0, &err)) {
+            fprintf(stderr, "qwen35 chat: %s\n", err.msg);
+            free(ids);
+            break;
+        }
+        memcpy(seen, ids, sizeof(int32_t) * n_ids);
+        n_seen = (int32_t)n_ids;
+        free(ids);
+        /* the first token from the prompt's logits, then steps */
+        int32_t next;
+        if (policy) {
+            float *pr = malloc(sizeof(float) * (size_t)info->vocab_size);
+            temp_probs(&tp, logits, NULL, 0, pr);
+            double u = (double)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 11) / 9007199254740992.0, acc = 0;
+            next = info->vocab_size - 1;
+            for (int32_t i = 0; i < info->vocab_size; i++) { acc += pr[i]; if (u < acc) { next = i; break; } }
+            free(pr);
+        } else {
+            next = q35_argmax(logits, info->vocab_size);
+        }
+        double t1 = now_s();
+        reply r = {dt, im_end, eot, max_tokens, 0, 0, NULL, 0};
+        /* emit `next`; each step evaluates it and proposes the following
+         * tokens, all but the last of which are emitted at once */
+        while (!emit(&r, next)) {
+            int32_t batch[Q35_SPEC_K_MAX + 1], m;
+            if (q35_session_step(s, next, policy, batch, &m, NULL, &err)) {
+                fprintf(stderr, "\nqwen35 chat: %s\n", err.msg);
+                break;
+            }
+            seen[n_seen++] = next;
+            int stopped = 0;
+            for (int32_t i = 0; i + 1 < m && !stopped; i++) {
+                seen[n_seen++] = batch[i];
+                stopped = emit(&r, batch[i]);
+            }
+            if (stopped) break;
+            next = batch[m - 1];
+        }
+        int n_gen = r.n_gen;
+        char *out_text = r.text ? r.text : strdup("");
+        size_t len;
+        const char *tail = q35_detokenizer_flush(dt, &len);
+        fwrite(tail, 1, len, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+        double t2 = now_s();
+        if (tty) fprintf(stderr, "[%d tokens, %.1f tok/s, first token %.2f s]\n", n_gen, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, t1 - t0);
+        json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "assistant", "content", out_text));
+        free(out_text);
+    }
+    json_decref(messages);
+    free(seen);
+    free(logits);
+    rc = 0;
+done:
+    q35_detokenizer_free(dt);
+    q35_session_free(s);
+    q35_tokenizer_free(tok);
+    q35_engine_free(e);
+    free(default_model);
+    return rc;
+}

@@ -1,0 +1,33 @@
+/* cli_util.c: helpers shared by the subcommands. */
+#include "cli.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEMO_MODEL "models/qwen35-demo"
+
+/* The embedded default model: $QWEN35_MODEL, else models/qwen35-demo of the
+ * source tree the binary was built in (build/qwen35 -> ../models), else the
+ * same path relative to the working directory. */
+char *cli_default_model(void) {
+    const char *env = getenv("QWEN35_MODEL");
+    if (env && *env) return strdup(env);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            char path[PATH_MAX + 64];
+            snprintf(path, sizeof path, "%s/../%s", exe, DEMO_MODEL);
+            struct stat st;
+            if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return strdup(path);
+        }
+    }
+    return strdup(DEMO_MODEL);
+}
