@@ -1,5 +1,6 @@
 /* tensor.c: dtype names and element access for stored tensors. */
 #include "tensor.h"
+#include "bfp.h"
 #include "util.h"
 
 const char *q35_dtype_name(q35_dtype dt) {
@@ -18,6 +19,11 @@ float q35_tensor_get_f32(const q35_tensor *t, int64_t i) {
     case Q35_DT_F32: { float f; memcpy(&f, (const char *)t->data + 4 * i, 4); return f; }
     case Q35_DT_F16: { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); return q35_f16_to_f32(h); }
     case Q35_DT_BF16: { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); return q35_bf16_to_f32(h); }
-    default: return 0.0f; /* block formats are read through the kernels */
+    case Q35_DT_BFP8:
+    case Q35_DT_BFP4: {
+        int64_t n_in = t->shape[t->ndim - 1];
+        return q35_bfp_get(t->dtype, t->data, n_in, i / n_in, i % n_in);
+    }
+    default: return 0.0f;
     }
 }

@@ -13,8 +13,8 @@ typedef enum q35_dtype {
     Q35_DT_F32 = 0,
     Q35_DT_F16 = 1,
     Q35_DT_BF16 = 2,
-    Q35_DT_BFP8 = 3, /* Tenstorrent bfp8_b: blocks of 16, shared 8-bit exponent */
-    Q35_DT_BFP4 = 4, /* Tenstorrent bfp4_b: blocks of 16, shared 8-bit exponent */
+    Q35_DT_BFP8 = 3, /* Tenstorrent bfp8_b codes, blocks of 16 along in, 16-row panels (bfp.h) */
+    Q35_DT_BFP4 = 4, /* Tenstorrent bfp4_b codes, blocks of 16 along in, 16-row panels (bfp.h) */
     Q35_DT_COUNT
 } q35_dtype;
 
@@ -37,7 +37,7 @@ static inline int64_t q35_tensor_nelem(const q35_tensor *t) {
     return n;
 }
 
-/* Element i of a tensor stored as F32, F16 or BF16, widened to float. */
+/* Element i of a tensor, widened to float (bfp tensors: slow, one block decoded). */
 float q35_tensor_get_f32(const q35_tensor *t, int64_t i);
 
 #endif

@@ -1,6 +1,8 @@
 /* ref.c: scalar reference kernels (see kernels.h). Correctness first: they
- * widen each weight to float and accumulate in double. */
+ * widen each weight to float (bfp blocks through the codec in bfp.c) and
+ * accumulate in double. */
 #include "kernels.h"
+#include "bfp.h"
 #include "util.h"
 
 static void row_to_f32(float *out, const q35_tensor *W, int64_t r) {
@@ -20,6 +22,10 @@ static void row_to_f32(float *out, const q35_tensor *W, int64_t r) {
         for (int64_t i = 0; i < n; i++) out[i] = q35_f16_to_f32(p[i]);
         break;
     }
+    case Q35_DT_BFP8:
+    case Q35_DT_BFP4: /* 16-row panels, see bfp.h */
+        q35_bfp_get_row(W->dtype, base, n, r, out);
+        break;
     default:
         for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
         break;
