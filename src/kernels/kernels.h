@@ -1,11 +1,28 @@
 /* kernels.h: the compute kernels the forward pass calls.
  *
  * ref.c is the scalar reference: plain loops, double accumulation, every
- * dtype. It is the oracle the per-ISA kernels are tested against. */
+ * dtype. It is the oracle the per-ISA kernels are tested against. avx2.c
+ * and avx512.c are compiled with their own instruction-set flags and each
+ * exports one q35_kernels table; dispatch.c picks one at start-up by cpuid,
+ * or the one named by the environment variable Q35_KERNELS (ref, avx2,
+ * avx512). Nothing else in the engine needs -m flags.
+ *
+ * Tolerances of the fast tables against ref, per output y = sum_i w_i x_i:
+ *  - F32, F16, BF16 weights: float FMA with x kept in fp32; the error is
+ *    float rounding, |dy| <= 1e-5 * sum_i |w_i x_i| in the tests.
+ *  - BFP4, BFP8 weights: x is quantized per 16-value block to int8
+ *    (scale d_b = max_b |x| / 127, round to nearest) and the block dot
+ *    products run on integers, exactly. So |dy| <= sum_b (d_b / 2) *
+ *    sum_{i in b} |w_i|, plus float rounding: at most 1/254 of sum_b
+ *    max_b|x| * sum_{i in b}|w_i|, and in practice a few 1e-4 of
+ *    sum_i |w_i x_i| on random data (tests/test_kernels.c checks the bound). */
 #ifndef Q35_KERNELS_H
 #define Q35_KERNELS_H
 
+#include "qwen35.h"
 #include "tensor.h"
+
+#include <stddef.h>
 
 /* y[t*n_out + o] = sum_i W[o,i] * x[t*n_in + i] for t < n_tok and o in [o0, o1),
  * where W is [n_out, n_in]. Rows outside [o0, o1) are not written. */
@@ -13,5 +30,47 @@ void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok
 
 /* Row r of a 2-D tensor (an embedding table) widened to float. */
 void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
+
+typedef void (*q35_matmul_fn)(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0,
+                              int64_t o1);
+typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
+
+/* One instruction set's kernels. Every entry takes every dtype
+ * (F32, F16, BF16, BFP8, BFP4) with the semantics of the _ref function of
+ * the same name. matmul may be called from several threads at once on
+ * disjoint [o0, o1) ranges; ranges aligned to 16 rows (one bfp panel) avoid
+ * decoding a panel twice. */
+typedef struct q35_kernels {
+    const char *name; /* "ref", "avx2", "avx512" */
+    q35_matmul_fn matmul;
+    q35_get_row_fn get_row;
+} q35_kernels;
+
+extern const q35_kernels q35_kernels_ref;
+extern const q35_kernels q35_kernels_avx2;   /* AVX2 + FMA + F16C */
+extern const q35_kernels q35_kernels_avx512; /* AVX-512 F/BW/VL/DQ + VNNI */
+
+/* Chooses the table once: Q35_KERNELS if set (an unknown name, or one this
+ * CPU cannot run, fails with Q35_ERR_ARG / Q35_ERR_UNSUPPORTED and names the
+ * choices), otherwise the best the CPU supports. On success *out is the
+ * table and q35_kernels_get() returns it from then on. */
+q35_status q35_kernels_init(const q35_kernels **out, q35_error *err);
+
+/* The table by name ("ref", "avx2", "avx512") if this CPU can run it. */
+q35_status q35_kernels_find(const char *name, const q35_kernels **out, q35_error *err);
+
+/* The chosen table. Before q35_kernels_init succeeded it chooses by cpuid
+ * alone (ignoring Q35_KERNELS), so it never fails. */
+const q35_kernels *q35_kernels_get(void);
+
+/* NULL, or a line for the user about the choice (e.g. that this CPU has no
+ * AVX2 and runs the slow scalar kernels). */
+const char *q35_kernels_note(void);
+
+/* Per-thread scratch for the fast kernels (activation quantization): at
+ * least `bytes`, 64-byte aligned, grown only when a call needs more than any
+ * call before it on this thread, freed when the thread exits. NULL when out
+ * of memory; the kernels then fall back to the reference path. */
+void *q35_kernels_scratch(size_t bytes);
 
 #endif

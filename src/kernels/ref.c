@@ -47,3 +47,5 @@ void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok
         }
     }
 }
+
+const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_get_row_ref};

@@ -1,0 +1,115 @@
+/* matmul_driver.h: the loops around the register tiles, shared by the ISA
+ * files (avx2.c, avx512.c) so that only the tiles differ between them.
+ *
+ * Included by an ISA file after it defines:
+ *   ISA_BFP_NT     tokens per bfp panel tile (at most 8)
+ *   ISA_FLOAT_NR   rows per float tile (>= 2); remainders use 1 row
+ *   ISA_FLOAT_NT   tokens per float tile (at most 8)
+ *   int  act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in)
+ *   void bfp_panel_tile(is4, nt, panel, n_in, a, t0, y, n_out, row0, lo, hi)
+ *        rows [row0 + lo, row0 + hi) of one 16-row panel, tokens [t0, t0 + nt)
+ *   void float_tile(dt, nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o)
+ *        rows [o, o + nr), tokens [t0, t0 + nt)
+ * The tiles are always_inline and every size reaches them as a literal, so
+ * each (dtype, rows, tokens) case compiles to its own fully unrolled loop. */
+#ifndef Q35_MATMUL_DRIVER_H
+#define Q35_MATMUL_DRIVER_H
+
+/* Activations quantized per block of 16 inputs, in per-thread scratch
+ * (q35_kernels_scratch), for bfp weights. */
+typedef struct act_q8 {
+    int8_t *q;    /* (n_tok, n_in) */
+    float *d;     /* (n_tok, n_in / 16): x ~= q * d */
+    int32_t *sum; /* (n_tok, n_in / 16): sum of q over the block */
+} act_q8;
+
+/* Carves the three arrays for n_blk blocks out of this thread's scratch. */
+static inline int act_alloc(act_q8 *a, size_t n_blk) {
+    size_t q_bytes = (n_blk * 16 + 63) & ~(size_t)63, d_bytes = (n_blk * 4 + 63) & ~(size_t)63;
+    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes);
+    if (!s) return 0;
+    a->q = (int8_t *)s;
+    a->d = (float *)(s + q_bytes);
+    a->sum = (int32_t *)(s + q_bytes + d_bytes);
+    return 1;
+}
+
+#endif
+
+#ifdef ISA_BFP_NT
+
+/* Calls `tile(..., n, ...)` with n as a literal for n = 1 .. 8 up to max. */
+#define DRIVER_CASES_1_TO_8(max, n, call)                                                           \
+    switch (n) {                                                                                    \
+    case 1: { enum { n_ = 1 }; call; } break;                                                       \
+    case 2: if ((max) >= 2) { enum { n_ = (max) >= 2 ? 2 : 1 }; call; } break;                      \
+    case 3: if ((max) >= 3) { enum { n_ = (max) >= 3 ? 3 : 1 }; call; } break;                      \
+    case 4: if ((max) >= 4) { enum { n_ = (max) >= 4 ? 4 : 1 }; call; } break;                      \
+    case 5: if ((max) >= 5) { enum { n_ = (max) >= 5 ? 5 : 1 }; call; } break;                      \
+    case 6: if ((max) >= 6) { enum { n_ = (max) >= 6 ? 6 : 1 }; call; } break;                      \
+    case 7: if ((max) >= 7) { enum { n_ = (max) >= 7 ? 7 : 1 }; call; } break;                      \
+    case 8: if ((max) >= 8) { enum { n_ = (max) >= 8 ? 8 : 1 }; call; } break;                      \
+    }
+
+static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
+    const int64_t n_out = W->shape[0], n_in = W->shape[W->ndim - 1];
+    act_q8 a;
+    if (!act_quantize(&a, x, n_tok, n_in)) {
+        q35_matmul_ref(y, W, x, n_tok, o0, o1);
+        return;
+    }
+    const size_t panel_bytes = q35_bfp_panel_bytes(W->dtype, n_in);
+    const int is4 = W->dtype == Q35_DT_BFP4;
+    /* Panel outer, tokens inner: a panel (36 KiB of bfp4 at n_in = 4096)
+     * stays in L1/L2 while every group of tokens passes over it. */
+    for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
+        int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
+        const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += ISA_BFP_NT) {
+            int nt = n_tok - t0 < ISA_BFP_NT ? (int)(n_tok - t0) : ISA_BFP_NT;
+            if (is4)
+                DRIVER_CASES_1_TO_8(ISA_BFP_NT, nt, bfp_panel_tile(1, n_, panel, n_in, &a, t0, y, n_out, row0, lo, hi))
+            else
+                DRIVER_CASES_1_TO_8(ISA_BFP_NT, nt, bfp_panel_tile(0, n_, panel, n_in, &a, t0, y, n_out, row0, lo, hi))
+        }
+    }
+}
+
+#define DRIVER_FLOAT_TILE(dt)                                                                                   \
+    if (nr == ISA_FLOAT_NR)                                                                                     \
+        DRIVER_CASES_1_TO_8(ISA_FLOAT_NT, nt, float_tile(dt, ISA_FLOAT_NR, n_, w0, row_bytes, x, n_in, t0, y, n_out, o)) \
+    else                                                                                                        \
+        DRIVER_CASES_1_TO_8(ISA_FLOAT_NT, nt, float_tile(dt, 1, n_, w0, row_bytes, x, n_in, t0, y, n_out, o))
+
+static void matmul_float(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
+    const int64_t n_out = W->shape[0], n_in = W->shape[W->ndim - 1];
+    const size_t row_bytes = (size_t)n_in * (W->dtype == Q35_DT_F32 ? 4 : 2);
+    /* Rows outer: ISA_FLOAT_NR rows (a few KiB each) stay in L1 while every
+     * group of tokens passes over them. */
+    for (int64_t o = o0; o < o1;) {
+        int nr = o1 - o >= ISA_FLOAT_NR ? ISA_FLOAT_NR : 1;
+        const char *w0 = (const char *)W->data + (size_t)o * row_bytes;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += ISA_FLOAT_NT) {
+            int nt = n_tok - t0 < ISA_FLOAT_NT ? (int)(n_tok - t0) : ISA_FLOAT_NT;
+            switch (W->dtype) {
+            case Q35_DT_F32: DRIVER_FLOAT_TILE(Q35_DT_F32) break;
+            case Q35_DT_F16: DRIVER_FLOAT_TILE(Q35_DT_F16) break;
+            default: DRIVER_FLOAT_TILE(Q35_DT_BF16) break;
+            }
+        }
+        o += nr;
+    }
+}
+
+static void matmul_isa(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
+    switch (W->dtype) {
+    case Q35_DT_BFP4:
+    case Q35_DT_BFP8: matmul_bfp(y, W, x, n_tok, o0, o1); break;
+    case Q35_DT_F32:
+    case Q35_DT_F16:
+    case Q35_DT_BF16: matmul_float(y, W, x, n_tok, o0, o1); break;
+    default: q35_matmul_ref(y, W, x, n_tok, o0, o1); break;
+    }
+}
+
+#endif
