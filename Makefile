@@ -39,6 +39,10 @@ $(BUILD)/qwen35: $(TOOL_OBJ) $(BUILD)/libqwen35.a
 $(BUILD)/test_runner: $(TEST_OBJ) $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
 
+# Kernel microbenchmark (GEMV GB/s, batch cost, prefill GFLOP/s, bfp layouts).
+$(BUILD)/bench_kernels: bench/bench_kernels.c $(BUILD)/libqwen35.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
+
 # Every test: the C unit tests, then the tests that drive the built programs.
 test: all
 	@scripts/run-tests.sh $(BUILD)

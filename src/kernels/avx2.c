@@ -28,6 +28,9 @@
 #include "matmul_driver.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* The tiles' small loops over tokens, rows and groups must unroll fully so
+ * that their arrays of vectors live in registers; -O2 alone keeps them as
+ * loops over stack arrays. */
 
 /* ---- activations quantized per block of 16 ---- */
 
@@ -87,17 +90,20 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     const float *xd = a->d + t0 * n_blk;
     const int32_t *xs = a->sum + t0 * n_blk;
     __m256 acc[4][2];
+    #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
         /* w[g][h]: group g, rows 8h..8h+7; bfp8 also keeps the codes for their signs */
         __m256i w[4][2], sg[4][2];
+        #pragma GCC unroll 8
         for (int g = 0; g < 4; g++) {
             if (is4) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * g));
                 w[g][0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
                 w[g][1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
             } else {
+                #pragma GCC unroll 8
                 for (int h = 0; h < 2; h++) {
                     sg[g][h] = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
                     w[g][h] = _mm256_and_si256(sg[g][h], mag7);
@@ -105,20 +111,24 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
             }
         }
         __m256 ws[2] = {exp_scale8(exps + 16 * b, is4 ? 129 : 133), exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133)};
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             const int8_t *xb = xq + t * n_in + 16 * b;
             int32_t x4[4];
             memcpy(x4, xb, 16);
             __m256 xscale = _mm256_set1_ps(xd[t * n_blk + b]);
+            #pragma GCC unroll 8
             for (int h = 0; h < 2; h++) {
                 __m256i dot;
                 if (is4) {
                     __m256i s16 = _mm256_maddubs_epi16(w[0][h], _mm256_set1_epi32(x4[0]));
+                    #pragma GCC unroll 8
                     for (int g = 1; g < 4; g++)
                         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[g][h], _mm256_set1_epi32(x4[g])));
                     dot = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(xs[t * n_blk + b] * 8));
                 } else {
                     dot = _mm256_setzero_si256();
+                    #pragma GCC unroll 8
                     for (int g = 0; g < 4; g++) {
                         __m256i xg = _mm256_sign_epi8(_mm256_set1_epi32(x4[g]), sg[g][h]);
                         dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(w[g][h], xg), ones));
@@ -128,6 +138,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
             }
         }
     }
+    #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
         float *yt = y + (t0 + t) * n_out + row0;
         if (rows_lo == 0 && rows_hi == 16) {
@@ -169,19 +180,26 @@ ALWAYS_INLINE float widen(const q35_dtype dt, const void *row, int64_t i) {
 ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
                               const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
     __m256 acc[2][4];
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();
     const float *xt0 = x + t0 * n_in;
     int64_t i = 0;
     for (; i + 8 <= n_in; i += 8) {
         __m256 w[2];
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) w[r] = load_w8(dt, w0 + (size_t)r * row_bytes, i);
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             __m256 xv = _mm256_loadu_ps(xt0 + t * n_in + i);
+            #pragma GCC unroll 8
             for (int r = 0; r < nr; r++) acc[r][t] = _mm256_fmadd_ps(w[r], xv, acc[r][t]);
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             float s = hsum8(acc[r][t]);
             for (int64_t j = i; j < n_in; j++) s += widen(dt, w0 + (size_t)r * row_bytes, j) * xt0[t * n_in + j];

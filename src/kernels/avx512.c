@@ -24,6 +24,9 @@
 #include "matmul_driver.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* The tiles' small loops over tokens, rows and groups must unroll fully so
+ * that their arrays of vectors live in registers; -O2 alone keeps them as
+ * loops over stack arrays. */
 
 /* ---- activations quantized per block of 16 ---- */
 
@@ -79,13 +82,16 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     const float *xd = a->d + t0 * n_blk;
     const int32_t *xs = a->sum + t0 * n_blk;
     __m512 acc[8];
+    #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
         __m512i w[4];
+        #pragma GCC unroll 8
         for (int g = 0; g < 4; g++) w[g] = is4 ? bfp4_group(cb + g * group_bytes, lut) : bfp8_group(cb + g * group_bytes);
         __m512 wexp = _mm512_cvtepi32_ps(
             _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(exps + 16 * b))), exp_bias));
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             const int8_t *xb = xq + t * n_in + 16 * b;
             int32_t x4[4];
@@ -101,6 +107,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), scale, acc[t]);
         }
     }
+    #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * n_out + row0, rows, acc[t]);
 }
 
@@ -118,19 +125,26 @@ ALWAYS_INLINE __m512 load_w16(const q35_dtype dt, const void *row, int64_t i, __
 ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
                               const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
     __m512 acc[4][6];
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
     const float *xt0 = x + t0 * n_in;
     for (int64_t i = 0; i < n_in; i += 16) {
         __mmask16 m = n_in - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_in - i)) - 1);
         __m512 w[4];
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) w[r] = load_w16(dt, w0 + (size_t)r * row_bytes, i, m);
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, xt0 + t * n_in + i);
+            #pragma GCC unroll 8
             for (int r = 0; r < nr; r++) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) y[(t0 + t) * n_out + o + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 

@@ -1,0 +1,414 @@
+/* bench_kernels.c: speed of the matmul kernels, and the layout comparison
+ * behind bfp.h's choice of 16-row panels.
+ *
+ * Build and run:  make build/bench_kernels && build/bench_kernels [--quick] [--json FILE]
+ *
+ * What it measures, on a [n_out = 12288, n_in = 4096] matrix (the MLP up /
+ * gate shape of Qwen3.5-9B):
+ *  1. the read-bandwidth ceiling (a plain streaming read, 1 and 2 threads);
+ *  2. decode GEMV (n_tok = 1) per kernel table and dtype, 1 and 2 threads,
+ *     in GB/s of weight bytes and % of the ceiling. Enough copies of the
+ *     matrix are cycled that every call reads DRAM, as a forward pass does;
+ *     threads split the rows (aligned to 16) and meet at a spin barrier
+ *     after every call, as the forward pass will;
+ *  3. small batches: time of n_tok = 2, 4, 8 relative to n_tok = 1;
+ *  4. prefill: GFLOP/s at n_tok = 64 (2 * n_out * n_in * n_tok flops);
+ *  5. the layout comparison: bfp4 in 16-row panels (the library's layout and
+ *     AVX2 kernel) against bfp4 stored row-major, [n_out][n_blk exponents |
+ *     n_in / 2 bytes of codes], with an AVX2 int8 kernel written for it here.
+ * Every line is also written as one JSON object per line with --json. */
+#include "bfp.h"
+#include "kernels/kernels.h"
+#include "util.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define N_OUT 12288
+#define N_IN 4096
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+static FILE *g_json;
+static double g_ceiling[3]; /* GB/s by thread count */
+static int g_quick;
+
+/* ---- threads: one helper plus the caller, a spin barrier per call ---- */
+
+typedef struct spin_barrier {
+    atomic_int count, gen;
+    int n;
+} spin_barrier;
+
+static void barrier_wait(spin_barrier *b) {
+    if (b->n == 1) return;
+    int g = atomic_load(&b->gen);
+    if (atomic_fetch_add(&b->count, 1) == b->n - 1) {
+        atomic_store(&b->count, 0);
+        atomic_fetch_add(&b->gen, 1);
+    } else {
+        while (atomic_load(&b->gen) == g) __builtin_ia32_pause();
+    }
+}
+
+typedef void (*work_fn)(void *ctx, int copy, int64_t o0, int64_t o1);
+
+typedef struct run {
+    work_fn fn;
+    void *ctx;
+    int n_copies, reps, n_threads;
+    int64_t n_rows;
+    spin_barrier bar;
+} run;
+
+typedef struct worker { run *r; int ith; } worker;
+
+static void *worker_main(void *v) {
+    worker *w = v;
+    run *r = w->r;
+    /* split rows evenly, aligned to 16 (one bfp panel) */
+    int64_t per = (r->n_rows / 16 + r->n_threads - 1) / r->n_threads * 16;
+    int64_t o0 = per * w->ith, o1 = o0 + per < r->n_rows ? o0 + per : r->n_rows;
+    barrier_wait(&r->bar);
+    for (int rep = 0; rep < r->reps; rep++)
+        for (int c = 0; c < r->n_copies; c++) {
+            if (o0 < o1) r->fn(r->ctx, c, o0, o1);
+            barrier_wait(&r->bar);
+        }
+    return NULL;
+}
+
+/* Seconds per call (one matrix copy), best of several trials. */
+static double time_calls(work_fn fn, void *ctx, int n_copies, int64_t n_rows, int n_threads) {
+    int trials = g_quick ? 3 : 5;
+    double best = 1e30;
+    for (int trial = 0; trial < trials; trial++) {
+        run r = {.fn = fn, .ctx = ctx, .n_copies = n_copies, .reps = 1, .n_threads = n_threads, .n_rows = n_rows};
+        r.bar.n = n_threads;
+        pthread_t th;
+        worker ws[2] = {{&r, 0}, {&r, 1}};
+        if (n_threads == 2 && pthread_create(&th, NULL, worker_main, &ws[1]) != 0) return -1;
+        double t0 = q35_now_seconds();
+        worker_main(&ws[0]);
+        double dt = q35_now_seconds() - t0;
+        if (n_threads == 2) pthread_join(th, NULL);
+        if (dt / n_copies < best) best = dt / n_copies;
+    }
+    return best;
+}
+
+/* ---- the read ceiling ---- */
+
+typedef struct read_ctx { const uint8_t *buf; size_t chunk; volatile double sink; } read_ctx;
+
+TARGET_AVX2 static void read_work(void *v, int copy, int64_t o0, int64_t o1) {
+    read_ctx *c = v;
+    const __m256i *p = (const __m256i *)(c->buf + (size_t)copy * c->chunk * 16);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    /* rows are 16-byte units of the chunk so that the generic splitter applies */
+    for (int64_t i = o0 * 16 / 32; i < o1 * 16 / 32; i += 4) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256(p + i));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256(p + i + 1));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256(p + i + 2));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256(p + i + 3));
+    }
+    __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    c->sink += (double)_mm256_extract_epi32(s, 0);
+}
+
+static void measure_ceiling(void) {
+    size_t chunk = (size_t)64 << 20; /* bytes per "copy" */
+    int n_copies = 6;
+    uint8_t *buf = aligned_alloc(64, chunk * n_copies);
+    if (!buf) return;
+    memset(buf, 1, chunk * n_copies);
+    read_ctx c = {.buf = buf, .chunk = chunk / 16};
+    for (int nt = 1; nt <= 2; nt++) {
+        double s = time_calls(read_work, &c, n_copies, (int64_t)(chunk / 16), nt);
+        g_ceiling[nt] = chunk / s / 1e9;
+        printf("read ceiling      %d thread%s  %6.1f GB/s\n", nt, nt > 1 ? "s" : " ", g_ceiling[nt]);
+        if (g_json) fprintf(g_json, "{\"what\":\"read_ceiling\",\"threads\":%d,\"gbps\":%.2f}\n", nt, g_ceiling[nt]);
+    }
+    free(buf);
+}
+
+/* ---- the library's kernels ---- */
+
+typedef struct mm_ctx {
+    const q35_kernels *k;
+    q35_tensor *W; /* n_copies copies */
+    const float *x;
+    float *y;
+    int64_t n_tok;
+} mm_ctx;
+
+static void mm_work(void *v, int copy, int64_t o0, int64_t o1) {
+    mm_ctx *c = v;
+    c->k->matmul(c->y, &c->W[copy], c->x, c->n_tok, o0, o1);
+}
+
+static uint64_t g_rng = 88172645463325252ull;
+static float rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) / 16777216.0 * 2.0 - 1.0);
+}
+
+/* n_copies copies of one random matrix in dt, enough to overflow the caches. */
+static q35_tensor *make_copies(q35_dtype dt, const float *w, int *n_copies_out) {
+    size_t nb = dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8 ? q35_bfp_tensor_bytes(dt, N_OUT, N_IN)
+                : (size_t)N_OUT * N_IN * (dt == Q35_DT_F32 ? 4 : 2);
+    int n_copies = (int)(((size_t)(g_quick ? 256 : 384) << 20) / nb) + 1;
+    q35_tensor *W = calloc((size_t)n_copies, sizeof *W);
+    uint8_t *first = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+    if (!W || !first) return NULL;
+    if (dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8) {
+        if (q35_bfp_pack_matrix(dt, first, nb, w, Q35_DT_F32, N_OUT, N_IN, 0, NULL) != Q35_OK) return NULL;
+    } else {
+        for (size_t i = 0; i < (size_t)N_OUT * N_IN; i++) {
+            if (dt == Q35_DT_F32) ((float *)first)[i] = w[i];
+            else if (dt == Q35_DT_BF16) ((uint16_t *)first)[i] = q35_f32_to_bf16(w[i]);
+            else ((uint16_t *)first)[i] = q35_f32_to_f16(w[i]);
+        }
+    }
+    for (int c = 0; c < n_copies; c++) {
+        uint8_t *p = first;
+        if (c) {
+            p = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+            if (!p) return NULL;
+            memcpy(p, first, nb);
+        }
+        W[c] = (q35_tensor){.name = "w", .dtype = dt, .ndim = 2, .shape = {N_OUT, N_IN}, .data = p, .nbytes = nb};
+    }
+    *n_copies_out = n_copies;
+    return W;
+}
+
+static void free_copies(q35_tensor *W, int n) {
+    for (int c = 0; c < n; c++) free((void *)W[c].data);
+    free(W);
+}
+
+static void bench_table(const q35_kernels *k, q35_dtype dt, const float *w, const float *x, float *y) {
+    int n_copies;
+    q35_tensor *W = make_copies(dt, w, &n_copies);
+    if (!W) { fprintf(stderr, "out of memory\n"); return; }
+    double bytes = (double)W[0].nbytes;
+    mm_ctx c = {.k = k, .W = W, .x = x, .y = y, .n_tok = 1};
+    for (int nt = 1; nt <= 2; nt++) {
+        c.n_tok = 1;
+        double t1 = time_calls(mm_work, &c, n_copies, N_OUT, nt);
+        double gbps = bytes / t1 / 1e9;
+        printf("%-6s %-4s gemv  %d thread%s  %6.1f GB/s  %5.1f%% of ceiling  %7.3f ms", k->name, q35_dtype_name(dt), nt,
+               nt > 1 ? "s" : " ", gbps, 100.0 * gbps / g_ceiling[nt], t1 * 1e3);
+        if (g_json)
+            fprintf(g_json, "{\"what\":\"gemv\",\"kernels\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"gbps\":%.2f,"
+                    "\"pct_ceiling\":%.1f,\"ms\":%.4f", k->name, q35_dtype_name(dt), nt, gbps,
+                    100.0 * gbps / g_ceiling[nt], t1 * 1e3);
+        printf("  n_tok 2/4/8 cost:");
+        for (int n_tok = 2; n_tok <= 8; n_tok *= 2) {
+            c.n_tok = n_tok;
+            double tn = time_calls(mm_work, &c, n_copies, N_OUT, nt);
+            printf(" %.2f", tn / t1);
+            if (g_json) fprintf(g_json, ",\"cost_ntok%d\":%.3f", n_tok, tn / t1);
+        }
+        /* prefill: one matrix, compute-bound */
+        c.n_tok = 64;
+        double tp = time_calls(mm_work, &c, 1, N_OUT, nt);
+        double gflops = 2.0 * N_OUT * N_IN * 64 / tp / 1e9;
+        printf("  prefill(64) %6.1f GFLOP/s\n", gflops);
+        if (g_json) fprintf(g_json, ",\"prefill64_gflops\":%.1f}\n", gflops);
+        fflush(stdout);
+    }
+    free_copies(W, n_copies);
+}
+
+/* ---- the row-major bfp4 layout, for comparison ----
+ * Row r: n_blk exponent bytes, then n_in / 2 bytes of codes, byte j holding
+ * inputs 2j (low nibble) and 2j + 1 (high nibble) of the row, as in TT. */
+
+typedef struct rowmajor_ctx {
+    uint8_t **copies;
+    size_t row_bytes;
+    const float *x;
+    float *y;
+    int8_t *xq;
+    float *xd;
+    int32_t *xs;
+} rowmajor_ctx;
+
+static void quantize_x_scalar(const float *x, int64_t n, int8_t *q, float *d, int32_t *s) {
+    for (int64_t b = 0; b < n / 16; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[16 * b + i]));
+        float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 16; i++) sum += q[16 * b + i] = (int8_t)lrintf(x[16 * b + i] * inv);
+        d[b] = amax / 127.0f;
+        s[b] = sum;
+    }
+}
+
+TARGET_AVX2 static void rowmajor_work(void *vctx, int copy, int64_t o0, int64_t o1) {
+    rowmajor_ctx *c = vctx;
+    /* each thread quantizes x itself, as the library kernels do */
+    int8_t q[N_IN];
+    float d[N_IN / 16];
+    int32_t s[N_IN / 16];
+    quantize_x_scalar(c->x, N_IN, q, d, s);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
+    const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    for (int64_t r = o0; r < o1; r++) {
+        const uint8_t *row = c->copies[copy] + (size_t)r * c->row_bytes;
+        const uint8_t *exps = row, *codes = row + N_IN / 16;
+        __m256 acc = _mm256_setzero_ps();
+        for (int b8 = 0; b8 < N_IN / 16; b8 += 8) {
+            /* scales of 8 blocks: x's d times 2^(E - 129) as two exact powers of two */
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(exps + b8)));
+            __m256i half = _mm256_srli_epi32(e, 1);
+            __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(63)), 23));
+            __m256 p2 = _mm256_castsi256_ps(
+                _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(e, half), _mm256_set1_epi32(62)), 23));
+            __m256 sc8 = _mm256_mul_ps(_mm256_mul_ps(p1, p2), _mm256_loadu_ps(d + b8));
+            /* 4 lanes per block: the offset 8 * sum(q) is 2 * sum per lane */
+            __m256i corr8 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(s + b8)), 1);
+            for (int pair = 0; pair < 4; pair++) {
+                int b = b8 + 2 * pair;
+                __m128i v = _mm_loadu_si128((const __m128i *)(codes + 8 * b));
+                __m128i lo = _mm_and_si128(v, _mm256_castsi256_si128(nib));
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm256_castsi256_si128(nib));
+                __m256i w = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+                w = _mm256_shuffle_epi8(lut, w);
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(q + 16 * b));
+                __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
+                __m256i idx = _mm256_setr_epi32(2 * pair, 2 * pair, 2 * pair, 2 * pair, 2 * pair + 1, 2 * pair + 1,
+                                                2 * pair + 1, 2 * pair + 1);
+                __m256i corr = _mm256_permutevar8x32_epi32(corr8, idx);
+                __m256 sc = _mm256_permutevar8x32_ps(sc8, idx);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot, corr)), sc, acc);
+            }
+        }
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        h = _mm_hadd_ps(h, h);
+        h = _mm_hadd_ps(h, h);
+        c->y[r] = _mm_cvtss_f32(h);
+    }
+}
+
+static void bench_rowmajor(const float *w, const float *x, float *y, const q35_kernels *panel_k) {
+    size_t row_bytes = N_IN / 16 + N_IN / 2, nb = row_bytes * N_OUT;
+    int n_copies = (int)(((size_t)(g_quick ? 256 : 384) << 20) / nb) + 1;
+    uint8_t **copies = calloc((size_t)n_copies, sizeof *copies);
+    if (!copies) return;
+    for (int cp = 0; cp < n_copies; cp++) {
+        copies[cp] = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        if (!copies[cp]) return;
+        if (cp) { memcpy(copies[cp], copies[0], nb); continue; }
+        for (int64_t r = 0; r < N_OUT; r++) {
+            uint8_t *row = copies[0] + (size_t)r * row_bytes;
+            for (int b = 0; b < N_IN / 16; b++) {
+                uint32_t bits[16];
+                uint8_t codes[16];
+                memcpy(bits, w + r * N_IN + 16 * b, sizeof bits);
+                row[b] = q35_bfp_encode_block(Q35_DT_BFP4, bits, 0, codes);
+                for (int j = 0; j < 8; j++)
+                    row[N_IN / 16 + 8 * b + j] = (uint8_t)(codes[2 * j] | codes[2 * j + 1] << 4);
+            }
+        }
+    }
+    rowmajor_ctx c = {.copies = copies, .row_bytes = row_bytes, .x = x, .y = y};
+    /* The same answer as the panel layout (both are exact int8 block dot products). */
+    float *y_panel = malloc(sizeof(float) * N_OUT);
+    int n_pc;
+    q35_tensor *W = make_copies(Q35_DT_BFP4, w, &n_pc);
+    if (y_panel && W) {
+        panel_k->matmul(y_panel, &W[0], x, 1, 0, N_OUT);
+        rowmajor_work(&c, 0, 0, N_OUT);
+        /* relative to sum |w x| of the row, from the panel's decoded weights */
+        double worst = 0;
+        float row[N_IN];
+        for (int r = 0; r < N_OUT; r += 7) {
+            q35_get_row_ref(row, &W[0], r);
+            double sum_abs = 0;
+            for (int i = 0; i < N_IN; i++) sum_abs += fabs((double)row[i] * x[i]);
+            worst = fmax(worst, fabs(y[r] - y_panel[r]) / sum_abs);
+        }
+        printf("row-major vs panel results: worst |difference| / sum|w x| = %.2g\n", worst);
+    }
+    if (W) free_copies(W, n_pc);
+    free(y_panel);
+    for (int nt = 1; nt <= 2; nt++) {
+        double t = time_calls(rowmajor_work, &c, n_copies, N_OUT, nt);
+        double gbps = nb / t / 1e9;
+        printf("layout row-major BFP4 avx2 gemv  %d thread%s  %6.1f GB/s  %5.1f%% of ceiling  %7.3f ms\n", nt,
+               nt > 1 ? "s" : " ", gbps, 100.0 * gbps / g_ceiling[nt], t * 1e3);
+        if (g_json)
+            fprintf(g_json, "{\"what\":\"gemv_rowmajor_layout\",\"dtype\":\"BFP4\",\"threads\":%d,\"gbps\":%.2f,"
+                    "\"pct_ceiling\":%.1f}\n", nt, gbps, 100.0 * gbps / g_ceiling[nt]);
+    }
+    for (int cp = 0; cp < n_copies; cp++) free(copies[cp]);
+    free(copies);
+}
+
+static void print_machine(void) {
+    char line[256], model[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            snprintf(model, sizeof model, "%s", p ? p + 2 : line);
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    if (f) fclose(f);
+    printf("machine: %s, %ld cpus; matrix [%d, %d]\n", model, sysconf(_SC_NPROCESSORS_ONLN), N_OUT, N_IN);
+    if (g_json) fprintf(g_json, "{\"what\":\"machine\",\"cpu\":\"%s\",\"n_out\":%d,\"n_in\":%d}\n", model, N_OUT, N_IN);
+}
+
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) g_json = fopen(argv[++i], "w");
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) only = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--json FILE] [--dtype BFP4|BFP8|BF16|F16|F32]\n", argv[0]);
+            return 2;
+        }
+    }
+    q35_error err = {0};
+    const q35_kernels *best;
+    if (q35_kernels_init(&best, &err) != Q35_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    if (q35_kernels_note()) printf("note: %s\n", q35_kernels_note());
+    print_machine();
+    measure_ceiling();
+    float *w = malloc(sizeof(float) * N_OUT * N_IN), *x = malloc(sizeof(float) * 64 * N_IN);
+    float *y = malloc(sizeof(float) * 64 * N_OUT);
+    if (!w || !x || !y) return 1;
+    for (size_t i = 0; i < (size_t)N_OUT * N_IN; i++) w[i] = rnd() * rnd();
+    for (size_t i = 0; i < (size_t)64 * N_IN; i++) x[i] = rnd();
+    const char *names[2] = {"avx2", "avx512"};
+    q35_dtype dts[5] = {Q35_DT_BFP4, Q35_DT_BFP8, Q35_DT_BF16, Q35_DT_F16, Q35_DT_F32};
+    for (int d = 0; d < 5; d++) {
+        if (only && strcmp(only, q35_dtype_name(dts[d]))) continue;
+        for (int n = 0; n < 2; n++) {
+            const q35_kernels *k;
+            if (q35_kernels_find(names[n], &k, NULL) == Q35_OK) bench_table(k, dts[d], w, x, y);
+        }
+    }
+    const q35_kernels *k2;
+    if ((!only || !strcmp(only, "BFP4")) && q35_kernels_find("avx2", &k2, NULL) == Q35_OK) bench_rowmajor(w, x, y, k2);
+    free(w);
+    free(x);
+    free(y);
+    if (g_json) fclose(g_json);
+    return 0;
+}
