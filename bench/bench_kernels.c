@@ -84,7 +84,7 @@ static void *worker_main(void *v) {
 
 /* Seconds per call (one matrix copy), best of several trials. */
 static double time_calls(work_fn fn, void *ctx, int n_copies, int64_t n_rows, int n_threads) {
-    int trials = g_quick ? 3 : 5;
+    int trials = g_quick ? 3 : 7;
     double best = 1e30;
     for (int trial = 0; trial < trials; trial++) {
         run r = {.fn = fn, .ctx = ctx, .n_copies = n_copies, .reps = 1, .n_threads = n_threads, .n_rows = n_rows};
@@ -200,6 +200,22 @@ static void bench_table(const q35_kernels *k, q35_dtype dt, const float *w, cons
     if (!W) { fprintf(stderr, "out of memory\n"); return; }
     double bytes = (double)W[0].nbytes;
     mm_ctx c = {.k = k, .W = W, .x = x, .y = y, .n_tok = 1};
+    /* In-cache speed of one core: the first rows of one copy (about 256 KiB,
+     * in L2), called repeatedly. Above the DRAM figure means decode is
+     * bandwidth-bound on this core. */
+    int64_t hot_rows = (int64_t)(((size_t)256 << 10) / (W[0].nbytes / N_OUT)) / 16 * 16;
+    mm_ctx hot = c;
+    hot.W = calloc(64, sizeof *hot.W);
+    if (!hot.W) return;
+    for (int i = 0; i < 64; i++) hot.W[i] = W[0];
+    double th = time_calls(mm_work, &hot, 64, hot_rows, 1);
+    double hot_gbps = bytes * hot_rows / N_OUT / th / 1e9;
+    free(hot.W);
+    printf("%-6s %-4s in cache, 1 thread: %6.1f GB/s (%.1f G weights/s)\n", k->name, q35_dtype_name(dt), hot_gbps,
+           (double)hot_rows * N_IN / th / 1e9);
+    if (g_json)
+        fprintf(g_json, "{\"what\":\"gemv_in_cache\",\"kernels\":\"%s\",\"dtype\":\"%s\",\"threads\":1,\"gbps\":%.2f}\n",
+                k->name, q35_dtype_name(dt), hot_gbps);
     for (int nt = 1; nt <= 2; nt++) {
         c.n_tok = 1;
         double t1 = time_calls(mm_work, &c, n_copies, N_OUT, nt);

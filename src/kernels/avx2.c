@@ -17,8 +17,8 @@
  * every exponent byte works. A tile serves up to 4 tokens, so a small
  * batch reads and decodes the weights once.
  *
- * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 2 rows x up
- * to 4 tokens of accumulators, x kept in fp32. */
+ * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x up
+ * to 2 tokens of accumulators, x kept in fp32. */
 #include "bfp.h"
 #include "kernels.h"
 #include "util.h"
@@ -31,6 +31,8 @@
 /* The tiles' small loops over tokens, rows and groups must unroll fully so
  * that their arrays of vectors live in registers; -O2 alone keeps them as
  * loops over stack arrays. */
+
+#define ISA_BFP_NT 4
 
 /* ---- activations quantized per block of 16 ---- */
 
@@ -155,6 +157,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 
 /* ---- F32 / F16 / BF16 weights ---- */
 
+#define ISA_FLOAT_NR 4
+#define ISA_FLOAT_NT 2
+
 /* 8 weights from element i of a row, widened to fp32. */
 ALWAYS_INLINE __m256 load_w8(const q35_dtype dt, const void *row, int64_t i) {
     if (dt == Q35_DT_F32) return _mm256_loadu_ps((const float *)row + i);
@@ -179,37 +184,42 @@ ALWAYS_INLINE float widen(const q35_dtype dt, const void *row, int64_t i) {
 /* Rows [o, o + nr) for tokens [t0, t0 + nt); dt, nr, nt constant after inlining. */
 ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
                               const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
-    __m256 acc[2][4];
+    /* FMA latency 4, two per cycle: 8 independent sums keep both pipes busy,
+     * so small tiles also split k into two interleaved halves (u). */
+    const int nu = nr * nt <= 4 ? 2 : 1;
+    __m256 acc[2][ISA_FLOAT_NR][ISA_FLOAT_NT];
     #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++)
+    for (int u = 0; u < nu; u++)
         #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();
+        for (int r = 0; r < nr; r++)
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) acc[u][r][t] = _mm256_setzero_ps();
     const float *xt0 = x + t0 * n_in;
     int64_t i = 0;
-    for (; i + 8 <= n_in; i += 8) {
-        __m256 w[2];
+    for (; i + 8 * nu <= n_in; i += 8 * nu) {
         #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) w[r] = load_w8(dt, w0 + (size_t)r * row_bytes, i);
-        #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            __m256 xv = _mm256_loadu_ps(xt0 + t * n_in + i);
+        for (int u = 0; u < nu; u++) {
+            __m256 w[ISA_FLOAT_NR];
             #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) acc[r][t] = _mm256_fmadd_ps(w[r], xv, acc[r][t]);
+            for (int r = 0; r < nr; r++) w[r] = load_w8(dt, w0 + (size_t)r * row_bytes, i + 8 * u);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                __m256 xv = _mm256_loadu_ps(xt0 + t * n_in + i + 8 * u);
+                #pragma GCC unroll 8
+                for (int r = 0; r < nr; r++) acc[u][r][t] = _mm256_fmadd_ps(w[r], xv, acc[u][r][t]);
+            }
         }
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
         #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
-            float s = hsum8(acc[r][t]);
+            float s = hsum8(nu == 2 ? _mm256_add_ps(acc[0][r][t], acc[nu - 1][r][t]) : acc[0][r][t]);
             for (int64_t j = i; j < n_in; j++) s += widen(dt, w0 + (size_t)r * row_bytes, j) * xt0[t * n_in + j];
             y[(t0 + t) * n_out + o + r] = s;
         }
 }
 
-#define ISA_BFP_NT 4
-#define ISA_FLOAT_NR 2
-#define ISA_FLOAT_NT 4
 #include "matmul_driver.h"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */

@@ -28,6 +28,8 @@
  * that their arrays of vectors live in registers; -O2 alone keeps them as
  * loops over stack arrays. */
 
+#define ISA_BFP_NT 8
+
 /* ---- activations quantized per block of 16 ---- */
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
@@ -113,6 +115,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 
 /* ---- F32 / F16 / BF16 weights ---- */
 
+#define ISA_FLOAT_NR 4
+#define ISA_FLOAT_NT 6
+
 /* 16 weights from element i of a row, widened to fp32; lanes outside m read nothing. */
 ALWAYS_INLINE __m512 load_w16(const q35_dtype dt, const void *row, int64_t i, __mmask16 m) {
     if (dt == Q35_DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)row + i);
@@ -124,33 +129,52 @@ ALWAYS_INLINE __m512 load_w16(const q35_dtype dt, const void *row, int64_t i, __
 /* Rows [o, o + nr) for tokens [t0, t0 + nt); dt, nr, nt constant after inlining. */
 ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
                               const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
-    __m512 acc[4][6];
+    /* FMA latency 4, two per cycle: 8 independent sums keep both pipes busy,
+     * so small tiles also split k into two interleaved halves (u). */
+    const int nu = nr * nt <= 8 ? 2 : 1;
+    __m512 acc[2][ISA_FLOAT_NR][ISA_FLOAT_NT];
     #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++)
+    for (int u = 0; u < nu; u++)
         #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
+        for (int r = 0; r < nr; r++)
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) acc[u][r][t] = _mm512_setzero_ps();
     const float *xt0 = x + t0 * n_in;
-    for (int64_t i = 0; i < n_in; i += 16) {
+    int64_t i = 0;
+    for (; i + 16 * nu <= n_in; i += 16 * nu) {
+        #pragma GCC unroll 8
+        for (int u = 0; u < nu; u++) {
+            __m512 w[ISA_FLOAT_NR];
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) w[r] = load_w16(dt, w0 + (size_t)r * row_bytes, i + 16 * u, 0xffff);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                __m512 xv = _mm512_loadu_ps(xt0 + t * n_in + i + 16 * u);
+                #pragma GCC unroll 8
+                for (int r = 0; r < nr; r++) acc[u][r][t] = _mm512_fmadd_ps(w[r], xv, acc[u][r][t]);
+            }
+        }
+    }
+    for (; i < n_in; i += 16) { /* the rest, 16 at a time, the last one masked */
         __mmask16 m = n_in - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_in - i)) - 1);
-        __m512 w[4];
+        __m512 w[ISA_FLOAT_NR];
         #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) w[r] = load_w16(dt, w0 + (size_t)r * row_bytes, i, m);
         #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, xt0 + t * n_in + i);
             #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
+            for (int r = 0; r < nr; r++) acc[0][r][t] = _mm512_fmadd_ps(w[r], xv, acc[0][r][t]);
         }
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
         #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) y[(t0 + t) * n_out + o + r] = _mm512_reduce_add_ps(acc[r][t]);
+        for (int t = 0; t < nt; t++)
+            y[(t0 + t) * n_out + o + r] =
+                _mm512_reduce_add_ps(nu == 2 ? _mm512_add_ps(acc[0][r][t], acc[nu - 1][r][t]) : acc[0][r][t]);
 }
 
-#define ISA_BFP_NT 8
-#define ISA_FLOAT_NR 4
-#define ISA_FLOAT_NT 6
 #include "matmul_driver.h"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
