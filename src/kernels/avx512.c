@@ -53,11 +53,11 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
 /* ---- bfp weight decode: one group (4 inputs x 16 rows) to offset bytes ---- */
 
 ALWAYS_INLINE __m512i bfp4_group(const uint8_t *p, __m512i lut) {
-    __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    __m256i nib = _mm256_set1_epi8(0x0f);
-    __m256i lo = _mm256_and_si256(v, nib);                        /* rows 0..7 */
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);  /* rows 8..15 */
-    return _mm512_shuffle_epi8(lut, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    /* the 32 bytes in both halves; the upper half shifted down a nibble */
+    __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    v = _mm512_mask_srli_epi16(v, (__mmask32)0xffff0000u, v, 4);
+    /* low nibbles: rows 0..7, high nibbles: rows 8..15 */
+    return _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
 }
 
 ALWAYS_INLINE __m512i bfp8_group(const uint8_t *p) {
