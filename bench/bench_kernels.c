@@ -14,8 +14,11 @@
  *  3. small batches: time of n_tok = 2, 4, 8 relative to n_tok = 1;
  *  4. prefill: GFLOP/s at n_tok = 64 (2 * n_out * n_in * n_tok flops);
  *  5. the layout comparison: bfp4 in 16-row panels (the library's layout and
- *     AVX2 kernel) against bfp4 stored row-major, [n_out][n_blk exponents |
- *     n_in / 2 bytes of codes], with an AVX2 int8 kernel written for it here.
+ *     AVX2 kernel) against two other bfp4 layouts with AVX2 kernels written
+ *     for them here: row-major with blocks along K ([n_out][n_blk exponents
+ *     | n_in / 2 bytes of codes], int8 dot products like the library), and
+ *     TT's own orientation with blocks along N (16-output panels, fp32 x,
+ *     the layout a TT cache maps to without re-encoding).
  * Every line is also written as one JSON object per line with --json. */
 #include "bfp.h"
 #include "kernels/kernels.h"
@@ -244,19 +247,19 @@ static void bench_table(const q35_kernels *k, q35_dtype dt, const float *w, cons
     free_copies(W, n_copies);
 }
 
-/* ---- the row-major bfp4 layout, for comparison ----
- * Row r: n_blk exponent bytes, then n_in / 2 bytes of codes, byte j holding
- * inputs 2j (low nibble) and 2j + 1 (high nibble) of the row, as in TT. */
+/* ---- other bfp4 layouts, for comparison ----
+ * Both alternatives get an AVX2 kernel written for them here, and run
+ * through the same harness as the library's panels. */
 
-typedef struct rowmajor_ctx {
+typedef struct layout_ctx {
     uint8_t **copies;
-    size_t row_bytes;
     const float *x;
     float *y;
-    int8_t *xq;
+    int8_t *xq; /* x quantized once up front (the library pays that per call) */
     float *xd;
     int32_t *xs;
-} rowmajor_ctx;
+    float pow2[256]; /* 2^(E - 129) */
+} layout_ctx;
 
 static void quantize_x_scalar(const float *x, int64_t n, int8_t *q, float *d, int32_t *s) {
     for (int64_t b = 0; b < n / 16; b++) {
@@ -270,17 +273,32 @@ static void quantize_x_scalar(const float *x, int64_t n, int8_t *q, float *d, in
     }
 }
 
+/* Row-major, blocks along K: row r is n_blk exponent bytes, then n_in / 2
+ * bytes of codes, byte j holding inputs 2j (low nibble) and 2j + 1 (high). */
+#define ROWMAJOR_ROW_BYTES (N_IN / 16 + N_IN / 2)
+
+static void rowmajor_pack(uint8_t *dst, const float *w) {
+    for (int64_t r = 0; r < N_OUT; r++) {
+        uint8_t *row = dst + (size_t)r * ROWMAJOR_ROW_BYTES;
+        for (int b = 0; b < N_IN / 16; b++) {
+            uint32_t bits[16];
+            uint8_t codes[16];
+            memcpy(bits, w + r * N_IN + 16 * b, sizeof bits);
+            row[b] = q35_bfp_encode_block(Q35_DT_BFP4, bits, 0, codes);
+            for (int j = 0; j < 8; j++) row[N_IN / 16 + 8 * b + j] = (uint8_t)(codes[2 * j] | codes[2 * j + 1] << 4);
+        }
+    }
+}
+
 TARGET_AVX2 static void rowmajor_work(void *vctx, int copy, int64_t o0, int64_t o1) {
-    rowmajor_ctx *c = vctx;
-    /* x was quantized once up front (the library kernels pay that per call,
-     * so this favours the row-major layout slightly) */
+    layout_ctx *c = vctx;
     const int8_t *q = c->xq;
     const float *d = c->xd;
     const int32_t *s = c->xs;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
     const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     for (int64_t r = o0; r < o1; r++) {
-        const uint8_t *row = c->copies[copy] + (size_t)r * c->row_bytes;
+        const uint8_t *row = c->copies[copy] + (size_t)r * ROWMAJOR_ROW_BYTES;
         const uint8_t *exps = row, *codes = row + N_IN / 16;
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* two FMA chains */
         for (int b8 = 0; b8 < N_IN / 16; b8 += 8) {
@@ -318,74 +336,138 @@ TARGET_AVX2 static void rowmajor_work(void *vctx, int copy, int64_t o0, int64_t 
     }
 }
 
-static void bench_rowmajor(const float *w, const float *x, float *y, const q35_kernels *panel_k) {
-    size_t row_bytes = N_IN / 16 + N_IN / 2, nb = row_bytes * N_OUT;
-    int n_copies = (int)(((size_t)(g_quick ? 256 : 384) << 20) / nb) + 1;
-    uint8_t **copies = calloc((size_t)n_copies, sizeof *copies);
-    if (!copies) return;
-    for (int cp = 0; cp < n_copies; cp++) {
-        copies[cp] = aligned_alloc(64, (nb + 63) & ~(size_t)63);
-        if (!copies[cp]) return;
-        if (cp) { memcpy(copies[cp], copies[0], nb); continue; }
-        for (int64_t r = 0; r < N_OUT; r++) {
-            uint8_t *row = copies[0] + (size_t)r * row_bytes;
-            for (int b = 0; b < N_IN / 16; b++) {
-                uint32_t bits[16];
-                uint8_t codes[16];
-                memcpy(bits, w + r * N_IN + 16 * b, sizeof bits);
-                row[b] = q35_bfp_encode_block(Q35_DT_BFP4, bits, 0, codes);
-                for (int j = 0; j < 8; j++)
-                    row[N_IN / 16 + 8 * b + j] = (uint8_t)(codes[2 * j] | codes[2 * j + 1] << 4);
-            }
+/* TT's orientation, blocks along N (the outputs), in 16-output panels:
+ * panel p is n_in exponent bytes (one per input k), then n_in x 8 bytes of
+ * codes, byte j of input k holding outputs 16p + 2j (low) and 2j + 1 (high).
+ * A lossless reordering of TT tiles, so a TT cache could be used as is; x
+ * stays in fp32 and each k is a scalar times 16 decoded weights. */
+#define TT_PANEL_BYTES ((size_t)N_IN * 9)
+
+static void tt_pack(uint8_t *dst, const float *w) {
+    for (int64_t p = 0; p < N_OUT / 16; p++) {
+        uint8_t *panel = dst + (size_t)p * TT_PANEL_BYTES;
+        for (int64_t k = 0; k < N_IN; k++) {
+            uint32_t bits[16];
+            uint8_t codes[16];
+            for (int j = 0; j < 16; j++) memcpy(&bits[j], w + (16 * p + j) * N_IN + k, 4);
+            panel[k] = q35_bfp_encode_block(Q35_DT_BFP4, bits, 0, codes);
+            for (int j = 0; j < 8; j++) panel[N_IN + 8 * k + j] = (uint8_t)(codes[2 * j] | codes[2 * j + 1] << 4);
         }
     }
+}
+
+TARGET_AVX2 static void tt_work(void *vctx, int copy, int64_t o0, int64_t o1) {
+    layout_ctx *c = vctx;
+    const __m256 mag = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i sign_bit = _mm256_set1_epi32(8), nib = _mm256_set1_epi32(0x0f);
+    for (int64_t p = o0 / 16; p < o1 / 16; p++) {
+        const uint8_t *exps = c->copies[copy] + (size_t)p * TT_PANEL_BYTES, *codes = exps + N_IN;
+        /* even / odd outputs, two k-chains each */
+        __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+        for (int64_t k8 = 0; k8 < N_IN; k8 += 8) {
+            /* x[k] * 2^(E_k - 129) for 8 inputs at once, then broadcast from memory */
+            float s8[8];
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(exps + k8)));
+            _mm256_storeu_ps(s8, _mm256_mul_ps(_mm256_loadu_ps(c->x + k8), _mm256_i32gather_ps(c->pow2, e, 4)));
+            #pragma GCC unroll 8
+            for (int kk = 0; kk < 8; kk++) {
+                int64_t k = k8 + kk;
+                __m256 s = _mm256_broadcast_ss(&s8[kk]);
+                __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + 8 * k)));
+                __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_srli_epi32(v, 4);
+                /* magnitude by table (vpermps reads the low 3 bits), sign bit 3 to bit 31 */
+                __m256 wl = _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, lo),
+                                          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(lo, sign_bit), 28)));
+                __m256 wh = _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, hi),
+                                          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(hi, sign_bit), 28)));
+                acc[0][kk & 1] = _mm256_fmadd_ps(wl, s, acc[0][kk & 1]);
+                acc[1][kk & 1] = _mm256_fmadd_ps(wh, s, acc[1][kk & 1]);
+            }
+        }
+        float ev[8], od[8];
+        _mm256_storeu_ps(ev, _mm256_add_ps(acc[0][0], acc[0][1]));
+        _mm256_storeu_ps(od, _mm256_add_ps(acc[1][0], acc[1][1]));
+        for (int j = 0; j < 8; j++) {
+            c->y[16 * p + 2 * j] = ev[j];
+            c->y[16 * p + 2 * j + 1] = od[j];
+        }
+    }
+}
+
+typedef struct alt_layout {
+    const char *name;
+    size_t bytes;
+    void (*pack)(uint8_t *dst, const float *w);
+    work_fn work;
+    size_t bytes_per_row; /* for the in-cache slice */
+} alt_layout;
+
+static void bench_layout(const alt_layout *L, const float *w, const float *x, float *y) {
+    int n_copies = (int)(((size_t)(g_quick ? 256 : 384) << 20) / L->bytes) + 1;
+    uint8_t **copies = calloc((size_t)n_copies, sizeof *copies);
     static int8_t xq[N_IN];
     static float xd[N_IN / 16];
     static int32_t xs[N_IN / 16];
-    quantize_x_scalar(x, N_IN, xq, xd, xs);
-    rowmajor_ctx c = {.copies = copies, .row_bytes = row_bytes, .x = x, .y = y, .xq = xq, .xd = xd, .xs = xs};
-    /* The same answer as the panel layout (both are exact int8 block dot products). */
-    float *y_panel = malloc(sizeof(float) * N_OUT);
-    int n_pc;
-    q35_tensor *W = make_copies(Q35_DT_BFP4, w, &n_pc);
-    if (y_panel && W) {
-        panel_k->matmul(y_panel, &W[0], x, 1, 0, N_OUT);
-        rowmajor_work(&c, 0, 0, N_OUT);
-        /* relative to sum |w x| of the row, from the panel's decoded weights */
-        double worst = 0;
-        float row[N_IN];
-        for (int r = 0; r < N_OUT; r += 7) {
-            q35_get_row_ref(row, &W[0], r);
-            double sum_abs = 0;
-            for (int i = 0; i < N_IN; i++) sum_abs += fabs((double)row[i] * x[i]);
-            worst = fmax(worst, fabs(y[r] - y_panel[r]) / sum_abs);
-        }
-        printf("row-major vs panel results: worst |difference| / sum|w x| = %.2g\n", worst);
+    static layout_ctx c;
+    if (!copies) return;
+    for (int cp = 0; cp < n_copies; cp++) {
+        copies[cp] = aligned_alloc(64, (L->bytes + 63) & ~(size_t)63);
+        if (!copies[cp]) return;
+        if (cp) memcpy(copies[cp], copies[0], L->bytes);
+        else L->pack(copies[0], w);
     }
-    if (W) free_copies(W, n_pc);
-    free(y_panel);
+    quantize_x_scalar(x, N_IN, xq, xd, xs);
+    c = (layout_ctx){.copies = copies, .x = x, .y = y, .xq = xq, .xd = xd, .xs = xs};
+    for (int e = 0; e < 256; e++) c.pow2[e] = ldexpf(1.0f, e - 129);
+    /* The answer against the reference on the same weights (in this layout's
+     * blocking), relative to sum |w x| of the row. */
+    L->work(&c, 0, 0, N_OUT);
+    double worst = 0;
+    for (int r = 0; r < N_OUT; r += 97) {
+        double ref = 0, sum_abs = 0;
+        for (int i = 0; i < N_IN; i++) {
+            uint32_t bits[16];
+            uint8_t codes[16];
+            int is_tt = L->pack == tt_pack;
+            for (int j = 0; j < 16; j++) /* the block holding (r, i) in this layout */
+                memcpy(&bits[j], is_tt ? w + (r / 16 * 16 + j) * N_IN + i : w + r * N_IN + i / 16 * 16 + j, 4);
+            uint8_t e = q35_bfp_encode_block(Q35_DT_BFP4, bits, 0, codes);
+            double wv = q35_bfp_decode(Q35_DT_BFP4, e, codes[is_tt ? r % 16 : i % 16]);
+            ref += wv * x[i];
+            sum_abs += fabs(wv * x[i]);
+        }
+        worst = fmax(worst, fabs(y[r] - ref) / sum_abs);
+    }
+    printf("layout %-22s check: worst |y - ref| / sum|w x| = %.2g\n", L->name, worst);
     /* in cache, 1 thread: the same rows of copy 0 again and again */
-    int64_t hot_rows = (int64_t)(((size_t)256 << 10) / row_bytes) / 16 * 16;
-    uint8_t **all_first = c.copies, *firsts[64];
+    int64_t hot_rows = (int64_t)(((size_t)256 << 10) / L->bytes_per_row) / 16 * 16;
+    uint8_t *firsts[64];
     for (int i = 0; i < 64; i++) firsts[i] = copies[0];
     c.copies = firsts;
-    double th = time_calls(rowmajor_work, &c, 64, hot_rows, 1);
-    c.copies = all_first;
-    printf("layout row-major BFP4 avx2 in cache, 1 thread: %6.1f GB/s\n", (double)row_bytes * hot_rows / th / 1e9);
-    if (g_json)
-        fprintf(g_json, "{\"what\":\"gemv_rowmajor_layout_in_cache\",\"dtype\":\"BFP4\",\"threads\":1,\"gbps\":%.2f}\n",
-                (double)row_bytes * hot_rows / th / 1e9);
+    double th = time_calls(L->work, &c, 64, hot_rows, 1);
+    c.copies = copies;
+    double hot = (double)L->bytes_per_row * hot_rows / th / 1e9;
+    printf("layout %-22s in cache, 1 thread: %6.1f GB/s\n", L->name, hot);
+    if (g_json) fprintf(g_json, "{\"what\":\"layout_in_cache\",\"layout\":\"%s\",\"threads\":1,\"gbps\":%.2f}\n", L->name, hot);
     for (int nt = 1; nt <= 2; nt++) {
-        double t = time_calls(rowmajor_work, &c, n_copies, N_OUT, nt);
-        double gbps = nb / t / 1e9;
-        printf("layout row-major BFP4 avx2 gemv  %d thread%s  %6.1f GB/s  %5.1f%% of ceiling  %7.3f ms\n", nt,
+        double t = time_calls(L->work, &c, n_copies, N_OUT, nt);
+        double gbps = L->bytes / t / 1e9;
+        printf("layout %-22s gemv  %d thread%s  %6.1f GB/s  %5.1f%% of ceiling  %7.3f ms\n", L->name, nt,
                nt > 1 ? "s" : " ", gbps, 100.0 * gbps / g_ceiling[nt], t * 1e3);
         if (g_json)
-            fprintf(g_json, "{\"what\":\"gemv_rowmajor_layout\",\"dtype\":\"BFP4\",\"threads\":%d,\"gbps\":%.2f,"
-                    "\"pct_ceiling\":%.1f}\n", nt, gbps, 100.0 * gbps / g_ceiling[nt]);
+            fprintf(g_json, "{\"what\":\"layout_gemv\",\"layout\":\"%s\",\"threads\":%d,\"gbps\":%.2f,\"pct_ceiling\":%.1f}\n",
+                    L->name, nt, gbps, 100.0 * gbps / g_ceiling[nt]);
     }
     for (int cp = 0; cp < n_copies; cp++) free(copies[cp]);
     free(copies);
+}
+
+static void bench_layouts(const float *w, const float *x, float *y) {
+    alt_layout layouts[2] = {
+        {"BFP4 K-rows (row-major)", (size_t)ROWMAJOR_ROW_BYTES * N_OUT, rowmajor_pack, rowmajor_work, ROWMAJOR_ROW_BYTES},
+        {"BFP4 N-blocks (TT)", TT_PANEL_BYTES * (N_OUT / 16), tt_pack, tt_work, TT_PANEL_BYTES / 16},
+    };
+    for (int i = 0; i < 2; i++) bench_layout(&layouts[i], w, x, y);
 }
 
 static void print_machine(void) {
@@ -438,7 +520,7 @@ int main(int argc, char **argv) {
         }
     }
     const q35_kernels *k2;
-    if ((!only || !strcmp(only, "BFP4")) && q35_kernels_find("avx2", &k2, NULL) == Q35_OK) bench_rowmajor(w, x, y, k2);
+    if ((!only || !strcmp(only, "BFP4")) && q35_kernels_find("avx2", &k2, NULL) == Q35_OK) bench_layouts(w, x, y);
     free(w);
     free(x);
     free(y);
