@@ -42,8 +42,27 @@
  * n_in % 64 == 0 (every Qwen3.5 matrix) panels are a multiple of 64 bytes, so
  * a 64-byte aligned tensor keeps every section and group naturally aligned.
  *
- * The panel layout is the one the kernels in src/kernels/ read; see
- * bench/bench_kernels.c for the layout comparison.
+ * Why this layout. Decode reads each weight once, so it is bandwidth-bound
+ * only while one core decodes faster than its share of DRAM (about 22 GB/s
+ * per core for 44 GB/s on 2 cores); what decides is work per byte.
+ * bench/bench_kernels.c compares three bfp4 layouts with AVX2 kernels on a
+ * [12288, 4096] GEMV (n_tok = 1), best of several runs, on a 2-vCPU AMD EPYC
+ * VM (AVX2, no AVX-512) that other jobs were loading at the time, so its
+ * DRAM figures moved between runs (read ceiling 4-9 GB/s with 1 thread);
+ * the in-cache figure (one core, weights hot in L2) is the stable one:
+ *
+ *   GB/s of bfp4 data             in cache, 1 thread   DRAM, 1 thread
+ *   16-row panels (this layout)        11.7 - 16.4        2.8 - 5.9
+ *   row-major, blocks along K           6.0 -  7.3        2.1 - 4.4
+ *   TT orientation, blocks along N      1.8 -  4.0        1.2 - 1.5
+ *
+ * Panels need about 70 AVX2 instructions per 16 x 16 block; row-major
+ * needs about twice that (block scales spread across lanes, a horizontal
+ * sum per row), and TT's orientation more again (x stays fp32: a scalar
+ * scale and a float decode per input). With AVX-512 VNNI a panel block is
+ * about 30 instructions (one vpdpbusd per group). Kept in TT's orientation,
+ * a TT tile cache could be used without re-encoding; this layout instead
+ * re-encodes the checkpoint's weights with the same codec along K.
  */
 #ifndef Q35_BFP_H
 #define Q35_BFP_H
