@@ -60,17 +60,25 @@ static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_
     }
     const size_t panel_bytes = q35_bfp_panel_bytes(W->dtype, n_in);
     const int is4 = W->dtype == Q35_DT_BFP4;
-    /* Panel outer, tokens inner: a panel (36 KiB of bfp4 at n_in = 4096)
-     * stays in L1/L2 while every group of tokens passes over it. */
-    for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
-        int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
-        const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
-        for (int64_t t0 = 0; t0 < n_tok; t0 += ISA_BFP_NT) {
-            int nt = n_tok - t0 < ISA_BFP_NT ? (int)(n_tok - t0) : ISA_BFP_NT;
-            if (is4)
-                DRIVER_CASES_1_TO_8(ISA_BFP_NT, nt, bfp_panel_tile(1, n_, panel, n_in, &a, t0, y, n_out, row0, lo, hi))
-            else
-                DRIVER_CASES_1_TO_8(ISA_BFP_NT, nt, bfp_panel_tile(0, n_, panel, n_in, &a, t0, y, n_out, row0, lo, hi))
+    /* Tokens in chunks whose int8 activations (chunk * n_in bytes) stay in
+     * L2, at most 256 KiB; within a chunk, panel outer and token groups
+     * inner, so a panel (36 KiB of bfp4 at n_in = 4096) is read from memory
+     * once per chunk and from L1/L2 by every group. Decode and small batches
+     * are one chunk. */
+    int64_t chunk = ((int64_t)256 << 10) / n_in / ISA_BFP_NT * ISA_BFP_NT;
+    if (chunk < ISA_BFP_NT) chunk = ISA_BFP_NT;
+    for (int64_t c0 = 0; c0 < n_tok; c0 += chunk) {
+        int64_t c1 = c0 + chunk < n_tok ? c0 + chunk : n_tok;
+        for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
+            int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
+            const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
+            for (int64_t t0 = c0; t0 < c1; t0 += ISA_BFP_NT) {
+                int nt = c1 - t0 < ISA_BFP_NT ? (int)(c1 - t0) : ISA_BFP_NT;
+                if (is4)
+                    DRIVER_CASES_1_TO_8(ISA_BFP_NT, nt, bfp_panel_tile(1, n_, panel, n_in, &a, t0, y, n_out, row0, lo, hi))
+                else
+                    DRIVER_CASES_1_TO_8(ISA_BFP_NT, nt, bfp_panel_tile(0, n_, panel, n_in, &a, t0, y, n_out, row0, lo, hi))
+            }
         }
     }
 }
