@@ -17,8 +17,9 @@
  * every exponent byte works. A tile serves up to 4 tokens, so a small
  * batch reads and decodes the weights once.
  *
- * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x up
- * to 2 tokens of accumulators, x kept in fp32. */
+ * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x 1
+ * token x 2 halves of k of accumulators, x kept in fp32; each token passes
+ * over the 4 rows (hot in L1) in turn. */
 #include "bfp.h"
 #include "kernels.h"
 #include "util.h"
@@ -158,7 +159,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 /* ---- F32 / F16 / BF16 weights ---- */
 
 #define ISA_FLOAT_NR 4
-#define ISA_FLOAT_NT 2
+#define ISA_FLOAT_NT 1
 
 /* 8 weights from element i of a row, widened to fp32. */
 ALWAYS_INLINE __m256 load_w8(const q35_dtype dt, const void *row, int64_t i) {
@@ -184,9 +185,10 @@ ALWAYS_INLINE float widen(const q35_dtype dt, const void *row, int64_t i) {
 /* Rows [o, o + nr) for tokens [t0, t0 + nt); dt, nr, nt constant after inlining. */
 ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
                               const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
-    /* FMA latency 4, two per cycle: 8 independent sums keep both pipes busy,
-     * so small tiles also split k into two interleaved halves (u). */
-    const int nu = nr * nt <= 4 ? 2 : 1;
+    /* Two interleaved halves of k (u) give enough independent FMA chains
+     * for small tiles, and every row and token is summed in the same order
+     * whatever the tile: results do not depend on n_tok or on [o0, o1). */
+    const int nu = 2;
     __m256 acc[2][ISA_FLOAT_NR][ISA_FLOAT_NT];
     #pragma GCC unroll 8
     for (int u = 0; u < nu; u++)

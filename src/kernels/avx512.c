@@ -14,7 +14,7 @@
  * per 8 tokens.
  *
  * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x up
- * to 6 tokens of fp32 accumulators, x kept in fp32. */
+ * to 3 tokens x 2 halves of k of fp32 accumulators, x kept in fp32. */
 #include "bfp.h"
 #include "kernels.h"
 #include "util.h"
@@ -116,7 +116,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 /* ---- F32 / F16 / BF16 weights ---- */
 
 #define ISA_FLOAT_NR 4
-#define ISA_FLOAT_NT 6
+#define ISA_FLOAT_NT 3
 
 /* 16 weights from element i of a row, widened to fp32; lanes outside m read nothing. */
 ALWAYS_INLINE __m512 load_w16(const q35_dtype dt, const void *row, int64_t i, __mmask16 m) {
@@ -129,9 +129,10 @@ ALWAYS_INLINE __m512 load_w16(const q35_dtype dt, const void *row, int64_t i, __
 /* Rows [o, o + nr) for tokens [t0, t0 + nt); dt, nr, nt constant after inlining. */
 ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
                               const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
-    /* FMA latency 4, two per cycle: 8 independent sums keep both pipes busy,
-     * so small tiles also split k into two interleaved halves (u). */
-    const int nu = nr * nt <= 8 ? 2 : 1;
+    /* Two interleaved halves of k (u) give enough independent FMA chains
+     * for small tiles, and every row and token is summed in the same order
+     * whatever the tile: results do not depend on n_tok or on [o0, o1). */
+    const int nu = 2;
     __m512 acc[2][ISA_FLOAT_NR][ISA_FLOAT_NT];
     #pragma GCC unroll 8
     for (int u = 0; u < nu; u++)

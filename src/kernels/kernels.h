@@ -15,7 +15,11 @@
  *    products run on integers, exactly. So |dy| <= sum_b (d_b / 2) *
  *    sum_{i in b} |w_i|, plus float rounding: at most 1/254 of sum_b
  *    max_b|x| * sum_{i in b}|w_i|, and in practice a few 1e-4 of
- *    sum_i |w_i x_i| on random data (tests/test_kernels.c checks the bound). */
+ *    sum_i |w_i x_i| on random data (tests/test_kernels.c checks the bound).
+ *
+ * Every table computes one (token, row) output in the same order whatever
+ * n_tok and [o0, o1) are, so results are bitwise independent of batching
+ * and of how rows are split across threads (tested). */
 #ifndef Q35_KERNELS_H
 #define Q35_KERNELS_H
 
