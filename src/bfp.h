@@ -53,7 +53,7 @@
  *
  *   GB/s of bfp4 data             in cache, 1 thread   DRAM, 1 thread
  *   16-row panels (this layout)        11.7 - 16.4        2.8 - 5.9
- *   row-major, blocks along K           6.0 -  7.3        2.1 - 4.4
+ *   row-major, blocks along K           6.0 -  7.9        2.1 - 4.4
  *   TT orientation, blocks along N      1.8 -  4.0        1.2 - 1.5
  *
  * Panels need about 70 AVX2 instructions per 16 x 16 block; row-major
