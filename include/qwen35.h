@@ -65,6 +65,11 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params,
                            q35_engine **out, q35_error *err);
 void q35_engine_free(q35_engine *engine);
 const q35_model_info *q35_engine_info(const q35_engine *engine);
+/* The kernel table in use ("ref", "avx2", "avx512"; the environment variable
+ * Q35_KERNELS forces one) and a note for the user, or NULL, e.g. that this
+ * CPU has no AVX2 and runs the slow scalar kernels. */
+const char *q35_engine_kernels(const q35_engine *engine, const char **note);
+int32_t q35_engine_threads(const q35_engine *engine);
 
 /* A session holds up to n_ctx positions (0: the model's maximum). */
 q35_status q35_session_new(q35_engine *engine, int32_t n_ctx, q35_session **out, q35_error *err);

@@ -71,6 +71,8 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     free(cfg_path);
     if (!st) st = q35_checkpoint_open(path, &e->ck, err);
     if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
+    const q35_kernels *kern = NULL;
+    if (!st) st = q35_kernels_init(&kern, err); /* Q35_KERNELS may force a table */
     if (!st) st = q35_pool_new(params ? params->n_threads : 0, &e->pool, err);
     if (st) {
         q35_engine_free(e);
@@ -90,6 +92,14 @@ void q35_engine_free(q35_engine *e) {
 }
 
 const q35_model_info *q35_engine_info(const q35_engine *e) { return &e->info; }
+
+const char *q35_engine_kernels(const q35_engine *e, const char **note) {
+    (void)e;
+    if (note) *note = q35_kernels_note();
+    return q35_kernels_get()->name;
+}
+
+int32_t q35_engine_threads(const q35_engine *e) { return q35_pool_size(e->pool); }
 
 q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_error *err) {
     *out = NULL;
@@ -199,7 +209,8 @@ static void forward_rows(q35_session *own, const seq_rows *seqs, int32_t n_seqs,
     const int32_t H = c->hidden_size;
     q35_gdn_seg gsegs[Q35_UBATCH];
     q35_attn_seg asegs[Q35_UBATCH];
-    for (int32_t t = 0; t < T; t++) q35_get_row_ref(own->x + (size_t)t * H, &e->w.embed, tokens[t]);
+    const q35_kernels *kern = q35_kernels_get();
+    for (int32_t t = 0; t < T; t++) kern->get_row(own->x + (size_t)t * H, &e->w.embed, tokens[t]);
     for (int32_t li = 0; li < c->n_layer; li++) {
         const q35_layer_weights *l = &e->w.layers[li];
         for (int32_t t = 0; t < T; t++)

@@ -22,7 +22,7 @@ void q35_mtp_rows(q35_session *s, const float *hidden, const int32_t *next, int3
     float *cat = s->mtp_cat, *u = s->mtp_x, *un = s->mtp_xn;
     for (int32_t i = 0; i < n; i++) {
         float *row = cat + (size_t)i * 2 * H;
-        q35_get_row_ref(row, &e->w.embed, next[i]);
+        q35_kernels_get()->get_row(row, &e->w.embed, next[i]);
         q35_rmsnorm1p(row, &m->pre_fc_norm_embedding, H, eps);
         q35_rmsnorm1p_to(row + H, hidden + (size_t)i * H, &m->pre_fc_norm_hidden, H, eps);
     }

@@ -94,6 +94,9 @@ static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_
         fprintf(stderr, "qwen35: %s\n", err.msg);
         return -1;
     }
+    const char *note = NULL;
+    q35_engine_kernels(*e, &note);
+    if (note) fprintf(stderr, "qwen35: %s\n", note);
     if (q35_session_new(*e, need_ctx, s, &err)) {
         fprintf(stderr, "qwen35: %s\n", err.msg);
         q35_engine_free(*e);

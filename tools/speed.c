@@ -134,6 +134,7 @@ int cmd_speed(int argc, char **argv) {
            step_spec_s = 0, decode_s = 0, synthetic_tok_s = 0;
     const int batch_sizes[4] = {1, 2, 4, 8};
     q35_model_info info = {0};
+    const char *kernels = "?";
     int rc = 0;
     uint64_t rng = 88172645463325252ull;
 
@@ -142,6 +143,7 @@ int cmd_speed(int argc, char **argv) {
         q35_engine *e;
         if (q35_engine_load(model, &p, &e, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); return 1; }
         info = *q35_engine_info(e);
+        kernels = q35_engine_kernels(e, NULL);
         int last_t = ti == n_threads - 1; /* the fuller measurements run once, at the largest thread count */
         q35_session *s;
         if (q35_session_new(e, n_ctx, &s, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); q35_engine_free(e); return 1; }
@@ -254,8 +256,8 @@ int cmd_speed(int argc, char **argv) {
     }
     long rss = peak_rss_kb();
     printf("\nqwen35 speed: %s\n", model);
-    printf("machine: %s, %ld cores; bytes per token %.2f GB; peak RSS %.2f GB\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
-           info.bytes_per_token / 1e9, rss / 1048576.0);
+    printf("machine: %s, %ld cores, %s kernels; bytes per token %.2f GB; peak RSS %.2f GB\n", cpu,
+           sysconf(_SC_NPROCESSORS_ONLN), kernels, info.bytes_per_token / 1e9, rss / 1048576.0);
     printf("%-10s %10s %10s %12s %8s\n", "threads", "tok/s", "GB/s", "measured BW", "% BW");
     for (int i = 0; i < n_threads; i++)
         printf("%-10d %10.2f %10.1f %12.1f %7.0f%%\n", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
@@ -269,8 +271,8 @@ int cmd_speed(int argc, char **argv) {
     if (json_path) {
         FILE *fp = fopen(json_path, "w");
         if (!fp) { fprintf(stderr, "qwen35 speed: cannot write %s: %s\n", json_path, strerror(errno)); return 1; }
-        fprintf(fp, "{\n  \"schema\": \"qwen35-speed/1\",\n  \"model\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %ld,\n",
-                model, cpu, sysconf(_SC_NPROCESSORS_ONLN));
+        fprintf(fp, "{\n  \"schema\": \"qwen35-speed/1\",\n  \"model\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %ld,\n  \"kernels\": \"%s\",\n",
+                model, cpu, sysconf(_SC_NPROCESSORS_ONLN), kernels);
         fprintf(fp, "  \"bytes_per_token\": %lld,\n  \"peak_rss_bytes\": %lld,\n  \"decode\": [",
                 (long long)info.bytes_per_token, (long long)rss * 1024);
         for (int i = 0; i < n_threads; i++)

@@ -46,8 +46,9 @@ q35_status q35_kernels_init(const q35_kernels **out, q35_error *err) {
     const char *env = getenv("Q35_KERNELS");
     const q35_kernels *k;
     if (env && *env) {
-        q35_status st = q35_kernels_find(env, &k, err);
-        if (st != Q35_OK) return q35_fail(err, st, "Q35_KERNELS=%s: %s", env, err ? err->msg : "bad choice");
+        q35_error inner = {0}; /* its message is quoted: format into a separate buffer */
+        q35_status st = q35_kernels_find(env, &k, &inner);
+        if (st != Q35_OK) return q35_fail(err, st, "Q35_KERNELS=%s: %s", env, inner.msg);
         g_note = NULL;
     } else {
         k = best_for_cpu();
