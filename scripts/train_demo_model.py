@@ -738,7 +738,7 @@ def main():
         with open(os.path.join(a.out, "training_log.json")) as f:
             old = json.load(f)
         for k in ("train_tokens", "chars_per_token", "params_main", "params_mtp", "params_main_non_embedding",
-                  "train_seconds", "curve"):
+                  "stopped_early", "steps_run", "train_seconds", "curve", "args"):
             if k in old:
                 log[k] = old[k]
 
