@@ -108,3 +108,28 @@ def test_kernel_override_by_environment():
     p = subprocess.run([BIN, "run", "-m", str(MODELS / "tiny-a"), "--prompt-ids", "1,2"], capture_output=True,
                        text=True, timeout=60, env=env)
     assert p.returncode == 1 and 'kernels "bogus": unknown' in p.stderr
+
+
+DEMO = ROOT / "models" / "qwen35-demo"
+
+
+def test_chat_with_the_embedded_model_is_deterministic_and_matches_run():
+    env = {k: v for k, v in os.environ.items() if k != "QWEN35_MODEL"}
+    outs = []
+    for extra in ([], ["--no-spec"], ["--spec-k", "2"]):
+        p = subprocess.run([BIN, "chat", "-n", "24", *extra], input="What is a list?\n/reset\nWhat is a list?\n",
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr
+        lines = [l for l in p.stdout.split("\n")]
+        outs.append(p.stdout)
+    # greedy output is the same with and without speculation, and /reset starts over
+    assert outs[0] == outs[1] == outs[2]
+    replies = outs[0].strip("\n").split("\n")
+    assert len(replies) >= 2 and any(r.strip() for r in replies)
+    half = len(replies) // 2
+    assert replies[:half] == replies[half:]
+
+
+def test_chat_without_a_tokenizer_says_so(tmp_path):
+    p = q35("chat", "-m", str(MODELS / "tiny-a"))
+    assert p.returncode == 1 and "tokenizer.json" in p.stderr
