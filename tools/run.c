@@ -46,7 +46,7 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
 }
 
 typedef struct {
-    const char *model, *ids, *out;
+    const char *model, *ids, *text, *out;
     long n_gen, threads;
     long spec_k; /* -1: the default (1 with an MTP head, else 0) */
 } run_args;
@@ -64,6 +64,7 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         char *end;
         if (!strcmp(k, "-m") || !strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--prompt-ids")) a->ids = v;
+        else if (!want_out && !strcmp(k, "--prompt")) a->text = v;
         else if (want_out && (!strcmp(k, "-o") || !strcmp(k, "--output"))) a->out = v;
         else if (!want_out && (!strcmp(k, "-n") || !strcmp(k, "--n-predict"))) {
             a->n_gen = strtol(v, &end, 10);
@@ -80,7 +81,7 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         } else { fprintf(stderr, "%s: unknown option '%s'\n%s", argv[0], k, usage); return -1; }
         i++;
     }
-    if (!a->model || !a->ids || (want_out && !a->out)) {
+    if (!a->model || (!a->ids == !a->text) || (want_out && !a->out)) {
         fprintf(stderr, "%s: missing required options\n%s", argv[0], usage);
         return -1;
     }
@@ -106,22 +107,67 @@ static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_
 }
 
 static const char run_usage[] =
-    "usage: qwen35 run -m MODEL_DIR --prompt-ids 1,2,3 [-n N] [-t THREADS] [--spec-k K | --no-spec]\n"
-    "  Greedy generation; prints the generated token ids, then tok/s and the\n"
-    "  speculative-decoding counters on stderr. With an MTP head, speculation\n"
-    "  drafts K tokens per step (default 1); the output is the same either way.\n";
+    "usage: qwen35 run -m MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [-n N] [-t THREADS]\n"
+    "                  [--spec-k K | --no-spec]\n"
+    "  Greedy generation of N tokens. With --prompt-ids it prints the generated\n"
+    "  token ids; with --prompt (tokenized by the model's tokenizer) it prints the\n"
+    "  text as it is generated and stops at an end-of-text token. Then tok/s and\n"
+    "  the speculative-decoding counters go to stderr. With an MTP head,\n"
+    "  speculation drafts K tokens per step (default 1); the output is the same.\n";
+
+/* Where generated tokens go: a comma-separated id list, or streamed text. */
+typedef struct {
+    q35_detokenizer *dt; /* NULL: ids */
+    int32_t stop1, stop2;
+    long n;
+} sink;
+
+/* Prints one token; returns 1 when an end-of-text token ends a text run. */
+static int sink_put(sink *k, int32_t t) {
+    if (!k->dt) {
+        printf("%s%d", k->n++ ? "," : "", t);
+        return 0;
+    }
+    k->n++;
+    if (t == k->stop1 || t == k->stop2) return 1;
+    size_t len;
+    const char *piece = q35_detokenizer_feed(k->dt, t, &len);
+    fwrite(piece, 1, len, stdout);
+    return 0;
+}
 
 int cmd_run(int argc, char **argv) {
     run_args a;
     if (parse_args(argc, argv, &a, 0, run_usage)) return 2;
     int32_t *ids = NULL, n_ids = 0;
-    if (parse_ids(a.ids, &ids, &n_ids)) { fprintf(stderr, "qwen35 run: bad --prompt-ids '%s'\n", a.ids); return 2; }
+    q35_tokenizer *tok = NULL;
+    sink out_sink = {NULL, -1, -1, 0};
+    q35_error err = {0};
+    if (a.ids && parse_ids(a.ids, &ids, &n_ids)) { fprintf(stderr, "qwen35 run: bad --prompt-ids '%s'\n", a.ids); return 2; }
+    if (a.text) {
+        size_t n = 0;
+        if (q35_tokenizer_load(a.model, &tok, &err) || q35_tokenize(tok, a.text, strlen(a.text), 1, &ids, &n, &err) ||
+            q35_detokenizer_new(tok, 1, &out_sink.dt, &err)) {
+            fprintf(stderr, "qwen35 run: %s\n", err.msg);
+            q35_tokenizer_free(tok);
+            free(ids);
+            return 1;
+        }
+        if (!n) { fprintf(stderr, "qwen35 run: the prompt is empty\n"); q35_tokenizer_free(tok); return 2; }
+        n_ids = (int32_t)n;
+        out_sink.stop1 = q35_token_id(tok, "<|im_end|>", 10);
+        out_sink.stop2 = q35_token_id(tok, "<|endoftext|>", 13);
+    }
     q35_engine *e;
     q35_session *s;
-    if (open_model(&a, &e, &s, n_ids + (int32_t)a.n_gen)) { free(ids); return 1; }
+    if (open_model(&a, &e, &s, n_ids + (int32_t)a.n_gen + Q35_SPEC_K_MAX + 1)) {
+        free(ids);
+        q35_detokenizer_free(out_sink.dt);
+        q35_tokenizer_free(tok);
+        return 1;
+    }
     const q35_model_info *info = q35_engine_info(e);
     float *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
-    q35_error err = {0};
     int rc = 0;
     /* speculation is set before the prompt so that the MTP head sees it too */
     int32_t k = (int32_t)a.spec_k;
@@ -139,20 +185,26 @@ int cmd_run(int argc, char **argv) {
     double t1 = now_s(), t2 = t1;
     long n_done = 0;
     int32_t last = rc ? 0 : q35_argmax(logits, info->vocab_size);
-    while (!rc && n_done < a.n_gen) {
-        printf("%s%d", n_done ? "," : "", last);
+    int ended = 0;
+    while (!rc && !ended && n_done < a.n_gen) {
+        ended = sink_put(&out_sink, last);
         n_done++;
-        if (n_done == a.n_gen) break;
+        if (ended || n_done == a.n_gen) break;
         int32_t out[Q35_SPEC_K_MAX + 1], m = 0;
         if (q35_session_step(s, last, NULL, out, &m, NULL, &err)) { fprintf(stderr, "\nqwen35 run: %s\n", err.msg); rc = 1; break; }
-        for (int32_t i = 0; i + 1 < m && n_done < a.n_gen; i++) {
-            printf(",%d", out[i]);
+        for (int32_t i = 0; i + 1 < m && n_done < a.n_gen && !ended; i++) {
+            ended = sink_put(&out_sink, out[i]);
             n_done++;
         }
         last = out[m - 1];
         fflush(stdout);
     }
     t2 = now_s();
+    if (out_sink.dt) {
+        size_t len;
+        const char *tail = q35_detokenizer_flush(out_sink.dt, &len);
+        fwrite(tail, 1, len, stdout);
+    }
     if (n_done) printf("\n");
     if (!rc) {
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s); generated: %ld tokens in %.3f s (%.2f tok/s)\n", n_ids,
@@ -166,6 +218,8 @@ int cmd_run(int argc, char **argv) {
     }
     free(logits);
     free(ids);
+    q35_detokenizer_free(out_sink.dt);
+    q35_tokenizer_free(tok);
     q35_session_free(s);
     q35_engine_free(e);
     return rc;

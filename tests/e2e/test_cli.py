@@ -133,3 +133,15 @@ def test_chat_with_the_embedded_model_is_deterministic_and_matches_run():
 def test_chat_without_a_tokenizer_says_so(tmp_path):
     p = q35("chat", "-m", str(MODELS / "tiny-a"))
     assert p.returncode == 1 and "tokenizer.json" in p.stderr
+
+
+def test_run_with_a_text_prompt_prints_text():
+    outs = []
+    for extra in ([], ["--no-spec"]):
+        p = q35("run", "-m", str(DEMO), "--prompt", "The list type is a mutable sequence.", "-n", "30", *extra)
+        assert p.returncode == 0, p.stderr
+        outs.append(p.stdout)
+    assert outs[0] == outs[1]
+    assert any(c.isalpha() for c in outs[0])
+    p = q35("run", "-m", str(DEMO), "--prompt", "x", "--prompt-ids", "1")
+    assert p.returncode == 2
