@@ -1,0 +1,582 @@
+/* serve_sched.c: the scheduler of `qwen35 serve` (see serve.h).
+ *
+ * One thread owns every session. Each turn of its loop:
+ *   1. admits waiting sequences into free slots (FIFO);
+ *   2. drops sequences whose client went away;
+ *   3. evaluates one chunk of each admitted prompt (so a long prompt delays
+ *      the others' next token by one chunk at most), first restoring the
+ *      longest cached prefix;
+ *   4. runs one q35_batch_decode over every decoding sequence, so the
+ *      weights are read once per step for all of them, and samples each row
+ *      with the sequence's own sampler.
+ *
+ * Prefix cache: snapshots of the whole state (KV rows and GDN states) keyed
+ * by the token ids they cover, taken one token before the end of each prompt
+ * and at the end of each generation, so a repeated prompt and a multi-turn
+ * follow-up both find a checkpoint. A lookup restores the longest entry that
+ * is a proper prefix of the new prompt (at least one token is left to
+ * evaluate, for the logits). Entries are evicted least recently used first
+ * when their bytes pass the budget. */
+#include "serve.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+enum { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE };
+
+typedef struct seq {
+    request *req;
+    int32_t choice, prompt_index;
+    const int32_t *prompt;
+    int32_t n_prompt, max_tokens;
+    int slot, state;
+    int32_t n_eval;            /* prompt tokens in the session */
+    int32_t *tokens;           /* (n_prompt + max_tokens) prompt then generated ids */
+    int32_t n_gen, last;
+    bool looked_up;            /* the prefix cache was consulted */
+    q35_sampler *sampler;
+    q35_stop_matcher stop;
+    text_decoder *dec;
+    double t_last;
+    struct seq *next;
+} seq;
+
+typedef struct cache_entry {
+    int32_t *tokens;
+    int32_t n;
+    uint64_t salt;
+    q35_snapshot *snap;
+    size_t bytes;
+    uint64_t last_used;
+} cache_entry;
+
+static struct {
+    q35_engine *engine;
+    int32_t V, n_ctx;
+    serve_config cfg;
+    int32_t eos[8];
+    int n_eos;
+    q35_session **sessions;
+    seq **slots;
+    int n_slots;
+    float *logits;             /* (n_slots, V) */
+    float *raw;                /* (V) logits before sampling, for logprobs */
+    q35_session **batch_sess;
+    int32_t *batch_tok;
+    seq **batch_seq;
+
+    pthread_mutex_t mu;        /* guards the wait list, counts and stats below */
+    pthread_cond_t cv;
+    seq *wait_head, *wait_tail;
+    int n_waiting_req;         /* requests with a choice not yet admitted */
+    int n_running;
+    bool stop;
+    pthread_t thread;
+    bool started;
+
+    cache_entry *cache;
+    int n_cache, cap_cache;
+    size_t cache_used;
+    uint64_t clock;
+    unsigned long long cache_queries, cache_hits;
+} S;
+
+/* ---- requests ---- */
+
+void request_release(request *r) {
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left) return;
+    for (size_t i = 0; i < r->n_ev; i++) { free(r->ev[i].text); free(r->ev[i].stop_str); }
+    free(r->ev);
+    for (int32_t i = 0; r->prompt_ids && i < r->api.n_prompts; i++) free(r->prompt_ids[i]);
+    free(r->prompt_ids);
+    free(r->prompt_len);
+    free(r->max_tokens);
+    free(r->completion_tokens);
+    free(r->error);
+    q35_api_request_free(&r->api);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static void push_event(request *r, tok_event *ev) {
+    pthread_mutex_lock(&r->mu);
+    if (r->n_ev == r->cap_ev) {
+        size_t nc = r->cap_ev ? 2 * r->cap_ev : 64;
+        tok_event *ne = realloc(r->ev, nc * sizeof *ne);
+        if (!ne) { /* keep the finish, lose the text */
+            free(ev->text);
+            free(ev->stop_str);
+            if (ev->finish && r->n_ev) r->ev[r->n_ev - 1].finish = ev->finish;
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        r->ev = ne;
+        r->cap_ev = nc;
+    }
+    r->ev[r->n_ev++] = *ev;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- prefix cache ---- */
+
+static uint64_t salt_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a; 0 is the shared partition */
+    if (!s) return 0;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h | 1;
+}
+
+static void cache_drop(int i) {
+    q35_snapshot_free(S.cache[i].snap);
+    free(S.cache[i].tokens);
+    S.cache_used -= S.cache[i].bytes;
+    S.cache[i] = S.cache[--S.n_cache];
+}
+
+static void cache_store(q35_session *sess, const int32_t *tokens, int32_t n, uint64_t salt) {
+    if (n < 1 || !S.cfg.cache_bytes) return;
+    for (int i = 0; i < S.n_cache; i++)
+        if (S.cache[i].n == n && S.cache[i].salt == salt && !memcmp(S.cache[i].tokens, tokens, sizeof *tokens * (size_t)n)) {
+            S.cache[i].last_used = ++S.clock;
+            return;
+        }
+    q35_snapshot *snap;
+    q35_error err;
+    if (q35_snapshot_take(sess, &snap, &err)) return;
+    size_t bytes = q35_snapshot_bytes(snap) + sizeof *tokens * (size_t)n;
+    if (bytes > S.cfg.cache_bytes) { q35_snapshot_free(snap); return; }
+    pthread_mutex_lock(&S.mu);
+    while (S.n_cache && S.cache_used + bytes > S.cfg.cache_bytes) {
+        int lru = 0;
+        for (int i = 1; i < S.n_cache; i++)
+            if (S.cache[i].last_used < S.cache[lru].last_used) lru = i;
+        cache_drop(lru);
+    }
+    if (S.n_cache == S.cap_cache) {
+        int nc = S.cap_cache ? 2 * S.cap_cache : 16;
+        cache_entry *ne = realloc(S.cache, sizeof *ne * (size_t)nc);
+        if (!ne) { pthread_mutex_unlock(&S.mu); q35_snapshot_free(snap); return; }
+        S.cache = ne;
+        S.cap_cache = nc;
+    }
+    int32_t *copy = malloc(sizeof *copy * (size_t)n);
+    if (!copy) { pthread_mutex_unlock(&S.mu); q35_snapshot_free(snap); return; }
+    memcpy(copy, tokens, sizeof *copy * (size_t)n);
+    S.cache[S.n_cache++] = (cache_entry){copy, n, salt, snap, bytes, ++S.clock};
+    S.cache_used += bytes;
+    pthread_mutex_unlock(&S.mu);
+}
+
+/* Restores the longest usable entry into sess; returns the tokens it covers. */
+static int32_t cache_restore(q35_session *sess, const int32_t *prompt, int32_t n, uint64_t salt) {
+    int best = -1;
+    for (int i = 0; i < S.n_cache; i++) {
+        cache_entry *c = &S.cache[i];
+        if (c->salt != salt || c->n >= n || (best >= 0 && c->n <= S.cache[best].n)) continue;
+        if (!memcmp(c->tokens, prompt, sizeof *prompt * (size_t)c->n)) best = i;
+    }
+    q35_error err;
+    if (best < 0 || q35_snapshot_restore(sess, S.cache[best].snap, &err)) {
+        q35_session_reset(sess);
+        return 0;
+    }
+    S.cache[best].last_used = ++S.clock;
+    return S.cache[best].n;
+}
+
+/* ---- sequences ---- */
+
+static void seq_free(seq *s) {
+    if (!s) return;
+    free(s->tokens);
+    q35_sampler_free(s->sampler);
+    q35_stop_free(&s->stop);
+    decoder_free(s->dec);
+    free(s);
+}
+
+static bool is_eos(int32_t t) {
+    for (int i = 0; i < S.n_eos; i++)
+        if (S.eos[i] == t) return true;
+    return false;
+}
+
+static int32_t stop_id_of(const seq *s, int32_t t) {
+    for (int32_t i = 0; i < s->req->api.n_stop_token_ids; i++)
+        if (s->req->api.stop_token_ids[i] == t) return t;
+    return -1;
+}
+
+static char *dup_n(const char *p, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) { memcpy(d, p, n); d[n] = 0; }
+    return d;
+}
+
+/* Ends a sequence: the end-of-generation checkpoint, the slot, the counts. */
+static void seq_end(seq *s, int finish) {
+    request *r = s->req;
+    q35_session *sess = S.sessions[s->slot];
+    if (finish != FIN_ABORT && finish != FIN_ERROR && r->api.cache_prompt && q35_session_pos(sess) > s->n_prompt)
+        cache_store(sess, s->tokens, q35_session_pos(sess), salt_hash(r->api.cache_salt));
+    metrics_tokens(s->choice % r->api.n == 0 ? s->n_prompt : 0, s->n_gen);
+    pthread_mutex_lock(&r->mu);
+    r->completion_tokens[s->choice] = s->n_gen;
+    bool all = ++r->n_finished == r->n_choices;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (all) metrics_request_done(finish, q35_now_seconds() - r->t_arrive);
+    pthread_mutex_lock(&S.mu);
+    S.slots[s->slot] = NULL;
+    S.n_running--;
+    pthread_mutex_unlock(&S.mu);
+    request_release(r);
+    seq_free(s);
+}
+
+static void seq_fail(seq *s, const char *msg) {
+    request *r = s->req;
+    pthread_mutex_lock(&r->mu);
+    if (!r->error) r->error = strdup(msg);
+    pthread_mutex_unlock(&r->mu);
+    tok_event ev = {.choice = s->choice, .token = -1, .text = strdup(""), .finish = FIN_ERROR, .stop_id = -1};
+    push_event(r, &ev);
+    seq_end(s, FIN_ERROR);
+}
+
+/* Handles the token just sampled from row `logits` (raw copy in S.raw when
+ * logprobs are wanted). Returns true when the sequence ended. */
+static bool seq_take_token(seq *s, int32_t tok) {
+    request *r = s->req;
+    double now = q35_now_seconds();
+    if (s->n_gen == 0) {
+        metrics_first_token(now - r->t_arrive);
+        pthread_mutex_lock(&r->mu);
+        if (r->t_first_token == 0) r->t_first_token = now;
+        pthread_mutex_unlock(&r->mu);
+    } else {
+        metrics_token_gap(now - s->t_last);
+    }
+    s->t_last = now;
+    s->tokens[s->n_prompt + s->n_gen++] = tok;
+    q35_sampler_accept(s->sampler, tok);
+
+    tok_event ev = {.choice = s->choice, .token = tok, .stop_id = -1};
+    if (r->api.logprobs >= 0) {
+        ev.n_top = r->api.logprobs;
+        ev.logprob = q35_logprobs(S.raw, S.V, tok, ev.n_top, ev.top_ids, ev.top_lp);
+        if (ev.logprob == -INFINITY) ev.logprob = -9999.0f;
+        for (int i = 0; i < ev.n_top; i++)
+            if (ev.top_lp[i] == -INFINITY) ev.top_lp[i] = -9999.0f;
+    }
+    bool eos = !r->api.ignore_eos && is_eos(tok);
+    int32_t sid = stop_id_of(s, tok);
+    long rel = 0;
+    if (!eos && sid < 0) {
+        size_t n;
+        const char *piece = decoder_feed(s->dec, tok, &n);
+        rel = q35_stop_feed(&s->stop, piece, n);
+    }
+    if (s->stop.matched >= 0) {
+        ev.finish = FIN_STOP;
+        ev.stop_str = strdup(s->stop.stop[s->stop.matched]);
+    } else if (eos || sid >= 0) {
+        ev.finish = FIN_STOP;
+        ev.stop_id = sid;
+    } else if (s->n_gen >= s->max_tokens || q35_session_pos(S.sessions[s->slot]) >= S.n_ctx) {
+        ev.finish = FIN_LENGTH;
+    }
+    if (ev.finish && s->stop.matched < 0) {
+        size_t n;
+        const char *tail = decoder_flush(s->dec, &n);
+        if (n) q35_stop_feed(&s->stop, tail, n);
+        rel = (long)q35_stop_finish(&s->stop);
+        if (s->stop.matched >= 0) { /* the flushed tail completed a stop string */
+            rel = (long)strlen(q35_stop_text(&s->stop));
+            const char *hit = strstr(q35_stop_text(&s->stop), s->stop.stop[s->stop.matched]);
+            if (hit) rel = hit - q35_stop_text(&s->stop);
+            ev.finish = FIN_STOP;
+            ev.stop_str = strdup(s->stop.stop[s->stop.matched]);
+        }
+    }
+    if (rel < 0) rel = 0;
+    ev.text = dup_n(q35_stop_text(&s->stop), (size_t)rel);
+    ev.len = ev.text ? (size_t)rel : 0;
+    q35_stop_consume(&s->stop, (size_t)rel);
+    push_event(r, &ev);
+    if (ev.finish) { seq_end(s, ev.finish); return true; }
+    return false;
+}
+
+/* Samples the next token of s from its logits row. */
+static bool seq_sample(seq *s, float *row) {
+    request *r = s->req;
+    if (r->api.logprobs >= 0) memcpy(S.raw, row, sizeof *row * (size_t)S.V);
+    if (s->n_gen < r->api.min_tokens) {
+        if (!r->api.ignore_eos)
+            for (int i = 0; i < S.n_eos; i++)
+                if (S.eos[i] >= 0 && S.eos[i] < S.V) row[S.eos[i]] = -INFINITY;
+        for (int32_t i = 0; i < r->api.n_stop_token_ids; i++) row[r->api.stop_token_ids[i]] = -INFINITY;
+    }
+    int32_t tok = q35_sampler_sample(s->sampler, row);
+    s->last = tok;
+    return seq_take_token(s, tok);
+}
+
+/* Evaluates the next chunk of s's prompt; on the last one samples. */
+static void seq_prefill(seq *s) {
+    request *r = s->req;
+    q35_session *sess = S.sessions[s->slot];
+    q35_error err;
+    if (!s->looked_up) {
+        s->looked_up = true;
+        int32_t hit = 0;
+        if (r->api.cache_prompt) hit = cache_restore(sess, s->prompt, s->n_prompt, salt_hash(r->api.cache_salt));
+        else q35_session_reset(sess);
+        pthread_mutex_lock(&S.mu);
+        S.cache_queries += (unsigned long long)s->n_prompt;
+        S.cache_hits += (unsigned long long)hit;
+        pthread_mutex_unlock(&S.mu);
+        if (s->choice % r->api.n == 0) {
+            pthread_mutex_lock(&r->mu);
+            r->cached_tokens += hit;
+            pthread_mutex_unlock(&r->mu);
+        }
+        s->n_eval = hit;
+    }
+    /* the checkpoint falls one token before the end: the last token is fed
+     * alone, so a repeat of this prompt can restore it and still get logits */
+    int32_t ckpt = s->n_prompt - 1;
+    int32_t end = s->n_eval < ckpt ? ckpt : s->n_prompt;
+    int32_t n = end - s->n_eval;
+    if (n > S.cfg.prefill_chunk) n = S.cfg.prefill_chunk;
+    bool last = s->n_eval + n == s->n_prompt;
+    float *row = S.logits;
+    if (n > 0 && q35_session_eval(sess, s->prompt + s->n_eval, n, last ? row : NULL, 0, &err)) {
+        seq_fail(s, err.msg);
+        return;
+    }
+    s->n_eval += n;
+    if (s->n_eval == ckpt && ckpt > 0 && r->api.cache_prompt)
+        cache_store(sess, s->prompt, ckpt, salt_hash(r->api.cache_salt));
+    if (!last) return;
+    pthread_mutex_lock(&r->mu);
+    r->n_started++;
+    pthread_mutex_unlock(&r->mu);
+    s->state = SEQ_DECODE;
+    seq_sample(s, row);
+}
+
+static seq *seq_new(request *r, int32_t prompt_index, int32_t j) {
+    seq *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->req = r;
+    s->prompt_index = prompt_index;
+    s->choice = prompt_index * r->api.n + j;
+    s->prompt = r->prompt_ids[prompt_index];
+    s->n_prompt = r->prompt_len[prompt_index];
+    s->max_tokens = r->max_tokens[prompt_index];
+    s->tokens = malloc(sizeof *s->tokens * ((size_t)s->n_prompt + (size_t)s->max_tokens));
+    q35_sampler_params sp = r->api.sampling;
+    sp.seed += (uint64_t)j; /* choice j of a seeded request: its own stream */
+    q35_error err;
+    s->dec = decoder_new();
+    if (!s->tokens || !s->dec || q35_sampler_new(&sp, S.V, &s->sampler, &err)) { seq_free(s); return NULL; }
+    memcpy(s->tokens, s->prompt, sizeof *s->tokens * (size_t)s->n_prompt);
+    q35_sampler_set_prompt(s->sampler, s->prompt, s->n_prompt);
+    q35_stop_init(&s->stop, r->api.stop, r->api.n_stop);
+    return s;
+}
+
+bool sched_submit(request *r) {
+    int32_t m = r->api.n_prompts * r->api.n;
+    seq **list = calloc((size_t)m, sizeof *list);
+    if (!list) return false;
+    for (int32_t p = 0, k = 0; p < r->api.n_prompts; p++)
+        for (int32_t j = 0; j < r->api.n; j++, k++)
+            if (!(list[k] = seq_new(r, p, j))) {
+                for (int32_t i = 0; i < k; i++) seq_free(list[i]);
+                free(list);
+                return false;
+            }
+    pthread_mutex_lock(&S.mu);
+    if (S.stop || S.n_waiting_req >= S.cfg.max_queue) {
+        pthread_mutex_unlock(&S.mu);
+        for (int32_t i = 0; i < m; i++) seq_free(list[i]);
+        free(list);
+        return false;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->refs += m;
+    pthread_mutex_unlock(&r->mu);
+    for (int32_t i = 0; i < m; i++) {
+        if (S.wait_tail) S.wait_tail->next = list[i]; else S.wait_head = list[i];
+        S.wait_tail = list[i];
+    }
+    S.n_waiting_req++;
+    pthread_cond_signal(&S.cv);
+    pthread_mutex_unlock(&S.mu);
+    free(list);
+    return true;
+}
+
+/* Under S.mu: is any later waiting sequence from the same request? */
+static bool more_waiting_of(const request *r) {
+    for (seq *w = S.wait_head; w; w = w->next)
+        if (w->req == r) return true;
+    return false;
+}
+
+static void *sched_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&S.mu);
+        for (;;) {
+            if (S.stop) break;
+            bool active = false;
+            for (int i = 0; i < S.n_slots; i++) active |= S.slots[i] != NULL;
+            if (active || S.wait_head) break;
+            pthread_cond_wait(&S.cv, &S.mu);
+        }
+        for (int i = 0; i < S.n_slots && S.wait_head; i++) {
+            if (S.slots[i]) continue;
+            seq *s = S.wait_head;
+            S.wait_head = s->next;
+            if (!S.wait_head) S.wait_tail = NULL;
+            s->next = NULL;
+            s->slot = i;
+            s->state = SEQ_PREFILL;
+            S.slots[i] = s;
+            S.n_running++;
+            if (!more_waiting_of(s->req)) S.n_waiting_req--;
+        }
+        bool stopping = S.stop;
+        pthread_mutex_unlock(&S.mu);
+
+        for (int i = 0; i < S.n_slots; i++) {
+            seq *s = S.slots[i];
+            if (!s) continue;
+            if (stopping || atomic_load(&s->req->cancelled)) {
+                tok_event ev = {.choice = s->choice, .token = -1, .text = strdup(""), .finish = FIN_ABORT, .stop_id = -1};
+                push_event(s->req, &ev);
+                seq_end(s, FIN_ABORT);
+            }
+        }
+        if (stopping) {
+            pthread_mutex_lock(&S.mu);
+            seq *w = S.wait_head;
+            S.wait_head = S.wait_tail = NULL;
+            pthread_mutex_unlock(&S.mu);
+            while (w) {
+                seq *next = w->next;
+                request *r = w->req;
+                pthread_mutex_lock(&r->mu);
+                if (!r->error) r->error = strdup("the server is shutting down");
+                r->n_finished++;
+                pthread_cond_broadcast(&r->cv);
+                pthread_mutex_unlock(&r->mu);
+                request_release(r);
+                seq_free(w);
+                w = next;
+            }
+            break;
+        }
+
+        for (int i = 0; i < S.n_slots; i++)
+            if (S.slots[i] && S.slots[i]->state == SEQ_PREFILL) seq_prefill(S.slots[i]);
+
+        int nb = 0;
+        for (int i = 0; i < S.n_slots; i++) {
+            seq *s = S.slots[i];
+            if (!s || s->state != SEQ_DECODE) continue;
+            S.batch_sess[nb] = S.sessions[i];
+            S.batch_tok[nb] = s->last;
+            S.batch_seq[nb++] = s;
+        }
+        if (!nb) continue;
+        q35_error err;
+        if (q35_batch_decode(S.batch_sess, S.batch_tok, nb, S.logits, &err)) {
+            for (int i = 0; i < nb; i++) seq_fail(S.batch_seq[i], err.msg);
+            continue;
+        }
+        for (int i = 0; i < nb; i++) seq_sample(S.batch_seq[i], S.logits + (size_t)i * (size_t)S.V);
+    }
+    return NULL;
+}
+
+int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, const int32_t *eos_ids, int n_eos,
+                char *msg, size_t msg_size) {
+    memset(&S, 0, sizeof S);
+    S.engine = engine;
+    S.cfg = *cfg;
+    S.V = q35_engine_info(engine)->vocab_size;
+    S.n_ctx = n_ctx;
+    S.n_eos = n_eos < 8 ? n_eos : 8;
+    memcpy(S.eos, eos_ids, sizeof *eos_ids * (size_t)S.n_eos);
+    S.n_slots = cfg->parallel;
+    size_t ns = (size_t)S.n_slots;
+    S.sessions = calloc(ns, sizeof *S.sessions);
+    S.slots = calloc(ns, sizeof *S.slots);
+    S.logits = malloc(sizeof *S.logits * ns * (size_t)S.V);
+    S.raw = malloc(sizeof *S.raw * (size_t)S.V);
+    S.batch_sess = calloc(ns, sizeof *S.batch_sess);
+    S.batch_tok = calloc(ns, sizeof *S.batch_tok);
+    S.batch_seq = calloc(ns, sizeof *S.batch_seq);
+    if (!S.sessions || !S.slots || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq) {
+        snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
+        return -1;
+    }
+    for (int i = 0; i < S.n_slots; i++) {
+        q35_error err;
+        if (q35_session_new(engine, n_ctx, &S.sessions[i], &err)) {
+            snprintf(msg, msg_size, "session %d: %s", i, err.msg);
+            return -1;
+        }
+    }
+    pthread_mutex_init(&S.mu, NULL);
+    pthread_cond_init(&S.cv, NULL);
+    if (pthread_create(&S.thread, NULL, sched_main, NULL)) {
+        snprintf(msg, msg_size, "cannot start the scheduler thread");
+        return -1;
+    }
+    S.started = true;
+    return 0;
+}
+
+void sched_stop(void) {
+    if (!S.started) return;
+    pthread_mutex_lock(&S.mu);
+    S.stop = true;
+    pthread_cond_signal(&S.cv);
+    pthread_mutex_unlock(&S.mu);
+    pthread_join(S.thread, NULL);
+    S.started = false;
+    while (S.n_cache) cache_drop(S.n_cache - 1);
+    free(S.cache);
+    for (int i = 0; i < S.n_slots; i++) q35_session_free(S.sessions[i]);
+    free(S.sessions); free(S.slots); free(S.logits); free(S.raw);
+    free(S.batch_sess); free(S.batch_tok); free(S.batch_seq);
+}
+
+void sched_get_stats(sched_stats *st) {
+    pthread_mutex_lock(&S.mu);
+    st->running = S.n_running;
+    int w = 0;
+    for (seq *s = S.wait_head; s; s = s->next) w++;
+    st->waiting = w;
+    st->cache_bytes = S.cache_used;
+    st->cache_entries = (size_t)S.n_cache;
+    st->cache_queries = S.cache_queries;
+    st->cache_hits = S.cache_hits;
+    pthread_mutex_unlock(&S.mu);
+}
