@@ -395,7 +395,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         st->out_len = st->out_off = 0;
         pthread_mutex_lock(&r->mu);
         while (st->next_ev == r->n_ev && r->n_finished < r->n_choices && !r->error) {
-            if (peer_gone(st->fd) || atomic_load(&g_stopping)) {
+            if (peer_gone(st->fd)) {
                 atomic_store(&r->cancelled, 1);
                 pthread_mutex_unlock(&r->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -416,7 +416,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             stream_event(st, &e);
         }
         if (error) {
-            char *ej = q35_api_error_json(500, error, NULL);
+            char *ej = q35_api_error_json(atomic_load(&g_stopping) ? 503 : 500, error, NULL);
             if (ej) q35_sse_append_raw(&st->out, &st->out_len, &st->out_cap, ej);
             free(ej);
             free(error);
@@ -523,6 +523,10 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
              (unsigned long long)r->api.sampling.seed ^ (unsigned long long)time(NULL), (unsigned long long)atomic_fetch_add(&g_req_counter, 1));
     r->created = (long long)time(NULL);
     if (!sched_submit(r)) {
+        if (atomic_load(&g_stopping)) {
+            request_release(r);
+            return send_error(c, 503, "the server is shutting down", NULL);
+        }
         pthread_mutex_lock(&M.mu);
         M.rejected++;
         pthread_mutex_unlock(&M.mu);
@@ -549,13 +553,18 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
         if (!resp) { stream_free(st); return MHD_NO; }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        /* the idle limit is for clients that stall; a stream may wait on
+         * the queue or a long prompt, so it has none, and its connection
+         * ends with it (hang-ups are caught by polling the socket) */
+        MHD_add_response_header(resp, "Connection", "close");
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return ret;
     }
     pthread_mutex_lock(&r->mu);
     while (r->n_finished < r->n_choices) {
-        if (peer_gone(fd) || atomic_load(&g_stopping)) {
+        if (peer_gone(fd)) {
             atomic_store(&r->cancelled, 1);
             pthread_mutex_unlock(&r->mu);
             request_release(r);
@@ -565,7 +574,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
     }
     pthread_mutex_unlock(&r->mu);
     enum MHD_Result ret;
-    if (r->error) ret = send_error(c, 500, r->error, NULL);
+    if (r->error) ret = send_error(c, atomic_load(&g_stopping) ? 503 : 500, r->error, NULL);
     else ret = send_json(c, 200, full_response(r));
     request_release(r);
     return ret;

@@ -467,6 +467,11 @@ static void *sched_main(void *arg) {
             seq *s = S.slots[i];
             if (!s) continue;
             if (stopping || atomic_load(&s->req->cancelled)) {
+                if (stopping) {
+                    pthread_mutex_lock(&s->req->mu);
+                    if (!s->req->error) s->req->error = strdup("the server is shutting down");
+                    pthread_mutex_unlock(&s->req->mu);
+                }
                 tok_event ev = {.choice = s->choice, .token = -1, .text = strdup(""), .finish = FIN_ABORT, .stop_id = -1};
                 push_event(s->req, &ev);
                 seq_end(s, FIN_ABORT);

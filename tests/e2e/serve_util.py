@@ -112,3 +112,14 @@ def sse_events(raw):
             if line.startswith("data: "):
                 out.append(line[6:])
     return out
+
+
+def recv_until(sock, marker, limit=1 << 20):
+    """Reads from sock until marker has arrived; returns what was read."""
+    raw = b""
+    while marker not in raw and len(raw) < limit:
+        part = sock.recv(4096)
+        if not part:
+            break
+        raw += part
+    return raw

@@ -16,7 +16,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import MODELS, Server, sse_events  # noqa: E402
+from serve_util import MODELS, Server, recv_until, sse_events  # noqa: E402
 
 openai = pytest.importorskip("openai")
 
@@ -256,7 +256,7 @@ def test_disconnect_cancels(srv):
     body = json.dumps({"prompt": PROMPT, "max_tokens": 3000, "temperature": 0, "stream": True, "ignore_eos": True}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
               + str(len(body)).encode() + b"\r\n\r\n" + body)
-    assert b"data: " in s.recv(4096)
+    assert b"data: " in recv_until(s, b"data: ")
     s.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -427,3 +427,35 @@ def test_load_streams_no_errors_flat_memory(srv, client):
     print(f"load: {done[0]} streams in {seconds:.0f} s, RSS {warm / 2**20:.1f} -> "
           f"{m['process_resident_memory_bytes'] / 2**20:.1f} MiB")
     assert growth < 64 << 20
+
+
+def test_queued_stream_outlives_idle_timeout_and_shutdown_ends_streams():
+    with Server("tiny-a", "--parallel", "1", "--timeout", "1") as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        long_body = {"prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "ignore_eos": True}
+        with cf.ThreadPoolExecutor(2) as ex:
+            first = ex.submit(s.post, "/v1/completions", long_body)
+            time.sleep(0.3)
+            # waits behind the first for longer than --timeout before its first byte
+            out = "".join(ch.choices[0].text for ch in c.completions.create(
+                model=NAME, prompt=PROMPT, max_tokens=4, temperature=0, stream=True))
+            assert len(ids_of(out)) == 4
+            assert first.result()[0] == 200
+        # a stream cut by shutdown ends with an error event, then [DONE]
+        sock = s.raw_socket()
+        body = json.dumps({**long_body, "stream": True}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        raw = recv_until(sock, b"data: ")
+        s.proc.send_signal(15)
+        sock.settimeout(10)
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                break
+            raw += part
+        sock.close()
+        assert s.proc.wait(timeout=10) == 0
+        text = raw.decode(errors="replace")
+        assert '"error"' in text and "shutting down" in text
+        assert "data: [DONE]" in text.split('"error"')[-1]
