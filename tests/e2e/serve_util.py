@@ -58,6 +58,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        time.sleep(0.1)  # the drain thread reads the last lines
+        log = "".join(self.log)
+        # under a sanitizer build (Q35_BIN=build-asan/qwen35), any report fails the test
+        assert "AddressSanitizer" not in log and "runtime error:" not in log and "LeakSanitizer" not in log, log[-4000:]
 
     @property
     def url(self):

@@ -434,7 +434,7 @@ def test_queued_stream_outlives_idle_timeout_and_shutdown_ends_streams():
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=60)
         long_body = {"prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "ignore_eos": True}
         with cf.ThreadPoolExecutor(2) as ex:
-            first = ex.submit(s.post, "/v1/completions", long_body)
+            first = ex.submit(s.post, "/v1/completions", {**long_body, "max_tokens": 800}, timeout=120)
             time.sleep(0.3)
             # waits behind the first for longer than --timeout before its first byte
             out = "".join(ch.choices[0].text for ch in c.completions.create(
