@@ -467,7 +467,8 @@ static int tokenize_prompts(request *r, char *msg, size_t msg_size, int *status)
     r->prompt_ids = calloc((size_t)(np ? np : 1), sizeof *r->prompt_ids);
     r->prompt_len = calloc((size_t)(np ? np : 1), sizeof *r->prompt_len);
     r->max_tokens = calloc((size_t)(np ? np : 1), sizeof *r->max_tokens);
-    if (!r->prompt_ids || !r->prompt_len || !r->max_tokens) { *status = 500; snprintf(msg, msg_size, "out of memory"); return -1; }
+    r->prompt_ready = calloc((size_t)(np ? np : 1), sizeof *r->prompt_ready);
+    if (!r->prompt_ids || !r->prompt_len || !r->max_tokens || !r->prompt_ready) { *status = 500; snprintf(msg, msg_size, "out of memory"); return -1; }
     if (r->api.kind == Q35_API_CHAT || !have_tokenizer()) {
         for (int32_t i = 0; i < np; i++)
             if (r->api.prompts[i].text) {

@@ -59,6 +59,7 @@ typedef struct request {
     int32_t *completion_tokens;/* (n_choices) */
     int32_t cached_tokens;
     int32_t n_started;         /* choices whose prompt is done */
+    bool *prompt_ready;        /* (n_prompts) choice 0's prompt checkpoint is cached */
     atomic_int cancelled;
     char *error;               /* set when the engine failed */
     double t_arrive, t_first_token;

@@ -10,13 +10,17 @@
  *      weights are read once per step for all of them, and samples each row
  *      with the sequence's own sampler.
  *
- * Prefix cache: snapshots of the whole state (KV rows and GDN states) keyed
- * by the token ids they cover, taken one token before the end of each prompt
- * and at the end of each generation, so a repeated prompt and a multi-turn
- * follow-up both find a checkpoint. A lookup restores the longest entry that
- * is a proper prefix of the new prompt (at least one token is left to
+ * Prefix reuse, two levels. A slot whose sequence ended keeps its state
+ * ("warm", with the token ids it holds): a request whose prompt extends that
+ * history, as a multi-turn follow-up does, continues in the slot with no
+ * copy at all. Behind it, the prefix cache: snapshots of the whole state (KV
+ * rows and GDN states) keyed by the token ids they cover, taken one token
+ * before the end of each prompt, and of a warm slot's state when another
+ * request takes the slot over. A lookup uses the longest warm slot or entry
+ * that is a proper prefix of the new prompt (at least one token is left to
  * evaluate, for the logits). Entries are evicted least recently used first
- * when their bytes pass the budget. */
+ * when their bytes pass the budget. Choices 2..n of a request wait for the
+ * first one's prompt checkpoint instead of evaluating the same prompt again. */
 #include "serve.h"
 
 #include <math.h>
@@ -39,6 +43,7 @@ typedef struct seq {
     int32_t *tokens;           /* (n_prompt + max_tokens) prompt then generated ids */
     int32_t n_gen, last;
     bool looked_up;            /* the prefix cache was consulted */
+    bool ckpt_done;            /* the prompt checkpoint was taken */
     q35_sampler *sampler;
     q35_stop_matcher stop;
     text_decoder *dec;
@@ -55,6 +60,15 @@ typedef struct cache_entry {
     uint64_t last_used;
 } cache_entry;
 
+/* What a free slot's session still holds. */
+typedef struct warm_slot {
+    int32_t *tokens;           /* (n_ctx) */
+    int32_t n;                 /* 0: nothing reusable */
+    uint64_t salt;
+    bool cacheable;            /* the request allowed caching */
+    uint64_t last_used;
+} warm_slot;
+
 static struct {
     q35_engine *engine;
     int32_t V, n_ctx;
@@ -63,6 +77,7 @@ static struct {
     int n_eos;
     q35_session **sessions;
     seq **slots;
+    warm_slot *warm;           /* (n_slots) */
     int n_slots;
     float *logits;             /* (n_slots, V) */
     float *raw;                /* (V) logits before sampling, for logprobs */
@@ -99,6 +114,7 @@ void request_release(request *r) {
     free(r->prompt_ids);
     free(r->prompt_len);
     free(r->max_tokens);
+    free(r->prompt_ready);
     free(r->completion_tokens);
     free(r->error);
     q35_api_request_free(&r->api);
@@ -227,8 +243,16 @@ static char *dup_n(const char *p, size_t n) {
 static void seq_end(seq *s, int finish) {
     request *r = s->req;
     q35_session *sess = S.sessions[s->slot];
-    if (finish != FIN_ABORT && finish != FIN_ERROR && r->api.cache_prompt && q35_session_pos(sess) > s->n_prompt)
-        cache_store(sess, s->tokens, q35_session_pos(sess), salt_hash(r->api.cache_salt));
+    warm_slot *w = &S.warm[s->slot];
+    w->n = 0;
+    if (finish != FIN_ERROR && q35_session_pos(sess) <= s->n_prompt + s->n_gen) {
+        /* the session holds the prompt and every generated token but the last */
+        w->n = q35_session_pos(sess);
+        memcpy(w->tokens, s->tokens, sizeof *w->tokens * (size_t)w->n);
+        w->salt = salt_hash(r->api.cache_salt);
+        w->cacheable = r->api.cache_prompt; /* an abort leaves a consistent state too */
+        w->last_used = ++S.clock;
+    }
     metrics_tokens(s->choice % r->api.n == 0 ? s->n_prompt : 0, s->n_gen);
     pthread_mutex_lock(&r->mu);
     r->completion_tokens[s->choice] = s->n_gen;
@@ -333,16 +357,46 @@ static bool seq_sample(seq *s, float *row) {
     return seq_take_token(s, tok);
 }
 
+/* The session holds all of s's prompt but its last token: cache that state
+ * (once) and let the request's other choices of this prompt go on. */
+static void prompt_checkpoint(seq *s, q35_session *sess) {
+    request *r = s->req;
+    if (s->ckpt_done) return;
+    s->ckpt_done = true;
+    if (!r->api.cache_prompt) return;
+    if (s->n_eval > 0) cache_store(sess, s->prompt, s->n_eval, salt_hash(r->api.cache_salt));
+    pthread_mutex_lock(&r->mu);
+    r->prompt_ready[s->prompt_index] = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* Evaluates the next chunk of s's prompt; on the last one samples. */
 static void seq_prefill(seq *s) {
     request *r = s->req;
     q35_session *sess = S.sessions[s->slot];
     q35_error err;
     if (!s->looked_up) {
+        int32_t j = s->choice % r->api.n;
+        if (j > 0 && r->api.cache_prompt && !atomic_load(&r->cancelled)) {
+            /* wait for choice 0's checkpoint of the same prompt */
+            pthread_mutex_lock(&r->mu);
+            bool ready = r->prompt_ready[s->prompt_index] || r->error;
+            pthread_mutex_unlock(&r->mu);
+            if (!ready) return;
+        }
         s->looked_up = true;
         int32_t hit = 0;
-        if (r->api.cache_prompt) hit = cache_restore(sess, s->prompt, s->n_prompt, salt_hash(r->api.cache_salt));
-        else q35_session_reset(sess);
+        uint64_t salt = salt_hash(r->api.cache_salt);
+        warm_slot *w = &S.warm[s->slot];
+        if (r->api.cache_prompt && w->n > 0 && w->cacheable && w->salt == salt && w->n < s->n_prompt &&
+            !memcmp(w->tokens, s->prompt, sizeof *s->prompt * (size_t)w->n)) {
+            hit = w->n; /* continue in place */
+        } else {
+            if (w->n > 0 && w->cacheable) cache_store(sess, w->tokens, w->n, w->salt); /* keep the old state */
+            if (r->api.cache_prompt) hit = cache_restore(sess, s->prompt, s->n_prompt, salt);
+            else q35_session_reset(sess);
+        }
+        w->n = 0;
         pthread_mutex_lock(&S.mu);
         S.cache_queries += (unsigned long long)s->n_prompt;
         S.cache_hits += (unsigned long long)hit;
@@ -357,6 +411,7 @@ static void seq_prefill(seq *s) {
     /* the checkpoint falls one token before the end: the last token is fed
      * alone, so a repeat of this prompt can restore it and still get logits */
     int32_t ckpt = s->n_prompt - 1;
+    if (s->n_eval == ckpt) prompt_checkpoint(s, sess);
     int32_t end = s->n_eval < ckpt ? ckpt : s->n_prompt;
     int32_t n = end - s->n_eval;
     if (n > S.cfg.prefill_chunk) n = S.cfg.prefill_chunk;
@@ -367,8 +422,7 @@ static void seq_prefill(seq *s) {
         return;
     }
     s->n_eval += n;
-    if (s->n_eval == ckpt && ckpt > 0 && r->api.cache_prompt)
-        cache_store(sess, s->prompt, ckpt, salt_hash(r->api.cache_salt));
+    if (s->n_eval == ckpt) prompt_checkpoint(s, sess);
     if (!last) return;
     pthread_mutex_lock(&r->mu);
     r->n_started++;
@@ -430,6 +484,26 @@ bool sched_submit(request *r) {
     return true;
 }
 
+/* The free slot for s: the one whose warm history s extends the furthest,
+ * else an empty one, else the least recently used; -1 when none is free. */
+static int pick_slot(const seq *s) {
+    int best = -1, empty = -1, lru = -1;
+    int32_t best_n = 0;
+    uint64_t salt = salt_hash(s->req->api.cache_salt);
+    for (int i = 0; i < S.n_slots; i++) {
+        if (S.slots[i]) continue;
+        const warm_slot *w = &S.warm[i];
+        if (w->n == 0) { if (empty < 0) empty = i; continue; }
+        if (lru < 0 || w->last_used < S.warm[lru].last_used) lru = i;
+        if (s->req->api.cache_prompt && w->cacheable && w->salt == salt && w->n < s->n_prompt && w->n > best_n &&
+            !memcmp(w->tokens, s->prompt, sizeof *s->prompt * (size_t)w->n)) {
+            best = i;
+            best_n = w->n;
+        }
+    }
+    return best >= 0 ? best : empty >= 0 ? empty : lru;
+}
+
 /* Under S.mu: is any later waiting sequence from the same request? */
 static bool more_waiting_of(const request *r) {
     for (seq *w = S.wait_head; w; w = w->next)
@@ -448,8 +522,9 @@ static void *sched_main(void *arg) {
             if (active || S.wait_head) break;
             pthread_cond_wait(&S.cv, &S.mu);
         }
-        for (int i = 0; i < S.n_slots && S.wait_head; i++) {
-            if (S.slots[i]) continue;
+        for (int k = 0; k < S.n_slots && S.wait_head; k++) {
+            int i = pick_slot(S.wait_head);
+            if (i < 0) break;
             seq *s = S.wait_head;
             S.wait_head = s->next;
             if (!S.wait_head) S.wait_tail = NULL;
@@ -532,12 +607,18 @@ int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, cons
     size_t ns = (size_t)S.n_slots;
     S.sessions = calloc(ns, sizeof *S.sessions);
     S.slots = calloc(ns, sizeof *S.slots);
+    S.warm = calloc(ns, sizeof *S.warm);
+    for (size_t i = 0; S.warm && i < ns; i++)
+        if (!(S.warm[i].tokens = malloc(sizeof(int32_t) * (size_t)n_ctx))) {
+            snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
+            return -1;
+        }
     S.logits = malloc(sizeof *S.logits * ns * (size_t)S.V);
     S.raw = malloc(sizeof *S.raw * (size_t)S.V);
     S.batch_sess = calloc(ns, sizeof *S.batch_sess);
     S.batch_tok = calloc(ns, sizeof *S.batch_tok);
     S.batch_seq = calloc(ns, sizeof *S.batch_seq);
-    if (!S.sessions || !S.slots || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq) {
+    if (!S.sessions || !S.slots || !S.warm || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq) {
         snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
         return -1;
     }
@@ -568,7 +649,8 @@ void sched_stop(void) {
     S.started = false;
     while (S.n_cache) cache_drop(S.n_cache - 1);
     free(S.cache);
-    for (int i = 0; i < S.n_slots; i++) q35_session_free(S.sessions[i]);
+    for (int i = 0; i < S.n_slots; i++) { q35_session_free(S.sessions[i]); free(S.warm[i].tokens); }
+    free(S.warm);
     free(S.sessions); free(S.slots); free(S.logits); free(S.raw);
     free(S.batch_sess); free(S.batch_tok); free(S.batch_seq);
 }

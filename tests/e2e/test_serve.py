@@ -319,6 +319,22 @@ def test_prefix_cache_reuse_is_exact_and_skips_work(srv):
     assert r5["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
+def test_choices_share_one_prompt_evaluation(srv):
+    rng = random.Random(8)
+    prompt = [rng.randint(0, 318) for _ in range(900)]
+    before = srv.metrics()["vllm:prefix_cache_hits_total"]
+    status, r = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 6, "temperature": 0, "n": 3,
+                                             "return_token_ids": True, "cache_salt": "n3"})
+    assert status == 200
+    hits = srv.metrics()["vllm:prefix_cache_hits_total"] - before
+    assert hits >= 2 * (len(prompt) - 1)  # choices 1 and 2 restored choice 0's checkpoint
+    ids = [c["token_ids"] for c in r["choices"]]
+    assert ids[0] == ids[1] == ids[2]  # greedy from an exact copy of the same state
+    alone = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 6, "temperature": 0, "cache_prompt": False,
+                                         "return_token_ids": True})[1]
+    assert alone["choices"][0]["token_ids"] == ids[0]
+
+
 def test_prefix_cache_is_bounded():
     with Server("tiny-a", "--parallel", "1", "--prefix-cache-mb", "1") as s:
         rng = random.Random(4)
