@@ -134,10 +134,9 @@ static char *metrics_text(size_t *len) {
     q35_prom_hist(&b, &n, &cap, "vllm:inter_token_latency_seconds", "Time between two tokens of a sequence.", lab, &M.itl);
     q35_prom_hist(&b, &n, &cap, "vllm:e2e_request_latency_seconds", "Request latency, arrival to last token.", lab, &M.e2e);
     pthread_mutex_unlock(&M.mu);
-    /* speculative decoding: no drafts until MTP lands */
-    q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_drafts_total", "counter", "Speculation steps.", lab, 0);
-    q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", lab, 0);
-    q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", lab, 0);
+    q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_drafts_total", "counter", "Speculation steps (MTP drafts verified).", lab, (double)st.spec_steps);
+    q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", lab, (double)st.spec_drafts);
+    q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", lab, (double)st.spec_accepted);
     q35_prom_value(&b, &n, &cap, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", lab, (double)st.cache_queries);
     q35_prom_value(&b, &n, &cap, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens restored from the prefix cache.", lab, (double)st.cache_hits);
     q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_bytes", "gauge", "Bytes held by prefix cache snapshots.", lab, (double)st.cache_bytes);
@@ -770,6 +769,8 @@ static const char serve_usage[] =
     "  --timeout S              idle connection and request-body time limit (default 60)\n"
     "  --prefix-cache-mb N      prefix cache budget (default min(4096, a quarter of free memory); 0: off)\n"
     "  --prefill-chunk N        prompt tokens per scheduler step (default 512)\n"
+    "  --spec-k K               MTP draft tokens per step for a lone greedy sequence\n"
+    "                           (default 1 with an MTP head; 0: off)\n"
     "  -t, --threads N          engine threads (default: one per core)\n";
 
 static int parse_long(const char *v, long lo, long hi, long *out) {
@@ -791,7 +792,7 @@ int cmd_serve(int argc, char **argv) {
     C.max_body = 8u << 20;
     C.timeout_s = 60;
     C.prefill_chunk = 512;
-    long cache_mb = -1;
+    long cache_mb = -1, spec_k = -1;
     static char keybuf[4096];
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -818,6 +819,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--timeout")) { bad = parse_long(v, 1, 86400, &x); C.timeout_s = (double)x; }
         else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &cache_mb); }
         else if (!strcmp(k, "--prefill-chunk")) { bad = parse_long(v, 1, 1 << 20, &x); C.prefill_chunk = (int32_t)x; }
+        else if (!strcmp(k, "--spec-k")) { bad = parse_long(v, 0, Q35_SPEC_K_MAX, &spec_k); }
         else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) { bad = parse_long(v, 0, 1024, &x); C.threads = (int)x; }
         else { fprintf(stderr, "qwen35 serve: unknown option '%s'\n%s", k, serve_usage); return 2; }
         if (bad) { fprintf(stderr, "qwen35 serve: bad value '%s' for %s\n", v, k); return 2; }
@@ -898,6 +900,13 @@ int cmd_serve(int argc, char **argv) {
     }
     size_t budget = cache_mb >= 0 ? (size_t)cache_mb << 20 : (avail / 4 < (4096ul << 20) ? avail / 4 : (4096ul << 20));
     C.cache_bytes = budget;
+    C.spec_k = spec_k >= 0 ? (int32_t)spec_k : g_info->has_mtp ? 1 : 0;
+    if (C.spec_k > 0 && !g_info->has_mtp) {
+        fprintf(stderr, "qwen35 serve: --spec-k needs an MTP head, which %s lacks\n", C.model_path);
+        q35_engine_free(g_engine);
+        MHD_stop_daemon(d);
+        return 2;
+    }
     int32_t eos[8];
     int n_eos = read_eos(C.model_path, eos, 8);
     g_limits = (q35_api_limits){.served_model_name = C.served_name, .max_model_len = len, .vocab_size = g_info->vocab_size,
@@ -911,8 +920,8 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position); parallel %d; "
-                    "prefix cache %zu MiB; tokenizer: %s\n",
-            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, have_tokenizer() ? "yes" : "none (token ids only)");
+                    "prefix cache %zu MiB; speculation k=%d; tokenizer: %s\n",
+            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, C.spec_k, have_tokenizer() ? "yes" : "none (token ids only)");
     atomic_store(&g_ready, 1);
     fprintf(stderr, "qwen35 serve: ready\n");
 

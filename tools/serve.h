@@ -82,6 +82,7 @@ typedef struct serve_config {
     int threads;
     size_t cache_bytes;        /* prefix cache budget */
     int32_t prefill_chunk;
+    int32_t spec_k;            /* MTP draft tokens per step, 0: off */
 } serve_config;
 
 /* ---- scheduler (serve_sched.c) ---- */
@@ -95,6 +96,7 @@ typedef struct sched_stats {
     int running, waiting;
     size_t cache_bytes, cache_entries;
     unsigned long long cache_queries, cache_hits; /* in prompt tokens */
+    unsigned long long spec_steps, spec_drafts, spec_accepted;
 } sched_stats;
 void sched_get_stats(sched_stats *st);
 

@@ -79,7 +79,7 @@ static struct {
     seq **slots;
     warm_slot *warm;           /* (n_slots) */
     int n_slots;
-    float *logits;             /* (n_slots, V) */
+    float *logits;             /* (max(n_slots, Q35_SPEC_K_MAX + 1), V) */
     float *raw;                /* (V) logits before sampling, for logprobs */
     q35_session **batch_sess;
     int32_t *batch_tok;
@@ -99,6 +99,8 @@ static struct {
     size_t cache_used;
     uint64_t clock;
     unsigned long long cache_queries, cache_hits;
+    int32_t spec_k;            /* draft tokens per step, 0: off */
+    unsigned long long spec_steps, spec_drafts, spec_accepted;
 } S;
 
 /* ---- requests ---- */
@@ -245,8 +247,10 @@ static void seq_end(seq *s, int finish) {
     q35_session *sess = S.sessions[s->slot];
     warm_slot *w = &S.warm[s->slot];
     w->n = 0;
-    if (finish != FIN_ERROR && q35_session_pos(sess) <= s->n_prompt + s->n_gen) {
-        /* the session holds the prompt and every generated token but the last */
+    int32_t fed = s->n_prompt + (s->n_gen > 0 ? s->n_gen - 1 : 0);
+    if (finish != FIN_ERROR && q35_session_pos(sess) <= fed) {
+        /* the session holds the prompt and every generated token but the
+         * last (not so after a speculative step cut short by a stop) */
         w->n = q35_session_pos(sess);
         memcpy(w->tokens, s->tokens, sizeof *w->tokens * (size_t)w->n);
         w->salt = salt_hash(r->api.cache_salt);
@@ -431,6 +435,43 @@ static void seq_prefill(seq *s) {
     seq_sample(s, row);
 }
 
+/* Can s take a speculative step? Only alone in the decode batch (batched
+ * rows share one weight read, which beats drafting), and only greedy
+ * without penalties or a min_tokens mask, where speculation gives exactly
+ * the tokens plain decoding would, so a request's output never depends on
+ * what else is running. */
+static bool can_speculate(const seq *s) {
+    const q35_api_request *a = &s->req->api;
+    const q35_sampler_params *p = &a->sampling;
+    return S.spec_k > 0 && p->temperature == 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 &&
+           p->frequency_penalty == 0 && s->n_gen >= a->min_tokens &&
+           q35_session_pos(S.sessions[s->slot]) + S.spec_k + 1 < S.n_ctx;
+}
+
+/* One speculative step for s: every token it yields goes out in order. */
+static void seq_spec_step(seq *s) {
+    q35_session *sess = S.sessions[s->slot];
+    q35_spec_stats before = q35_session_spec_stats(sess);
+    int32_t out[Q35_SPEC_K_MAX + 1], m = 0;
+    q35_error err;
+    bool lp = s->req->api.logprobs >= 0;
+    if (q35_session_step(sess, s->last, NULL, out, &m, lp ? S.logits : NULL, &err)) {
+        seq_fail(s, err.msg);
+        return;
+    }
+    q35_spec_stats after = q35_session_spec_stats(sess);
+    pthread_mutex_lock(&S.mu);
+    S.spec_steps += (unsigned long long)(after.steps - before.steps);
+    S.spec_drafts += (unsigned long long)(after.drafts - before.drafts);
+    S.spec_accepted += (unsigned long long)(after.accepted - before.accepted);
+    pthread_mutex_unlock(&S.mu);
+    for (int32_t i = 0; i < m; i++) {
+        if (lp) memcpy(S.raw, S.logits + (size_t)i * (size_t)S.V, sizeof *S.raw * (size_t)S.V);
+        s->last = out[i];
+        if (seq_take_token(s, out[i])) return;
+    }
+}
+
 static seq *seq_new(request *r, int32_t prompt_index, int32_t j) {
     seq *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -584,6 +625,10 @@ static void *sched_main(void *arg) {
             S.batch_seq[nb++] = s;
         }
         if (!nb) continue;
+        if (nb == 1 && can_speculate(S.batch_seq[0])) {
+            seq_spec_step(S.batch_seq[0]);
+            continue;
+        }
         q35_error err;
         if (q35_batch_decode(S.batch_sess, S.batch_tok, nb, S.logits, &err)) {
             for (int i = 0; i < nb; i++) seq_fail(S.batch_seq[i], err.msg);
@@ -613,7 +658,9 @@ int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, cons
             snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
             return -1;
         }
-    S.logits = malloc(sizeof *S.logits * ns * (size_t)S.V);
+    size_t rows = ns > Q35_SPEC_K_MAX + 1 ? ns : Q35_SPEC_K_MAX + 1;
+    S.logits = malloc(sizeof *S.logits * rows * (size_t)S.V);
+    S.spec_k = cfg->spec_k;
     S.raw = malloc(sizeof *S.raw * (size_t)S.V);
     S.batch_sess = calloc(ns, sizeof *S.batch_sess);
     S.batch_tok = calloc(ns, sizeof *S.batch_tok);
@@ -624,7 +671,8 @@ int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, cons
     }
     for (int i = 0; i < S.n_slots; i++) {
         q35_error err;
-        if (q35_session_new(engine, n_ctx, &S.sessions[i], &err)) {
+        if (q35_session_new(engine, n_ctx, &S.sessions[i], &err) ||
+            (S.spec_k > 0 && q35_session_set_spec(S.sessions[i], S.spec_k, &err))) {
             snprintf(msg, msg_size, "session %d: %s", i, err.msg);
             return -1;
         }
@@ -665,5 +713,8 @@ void sched_get_stats(sched_stats *st) {
     st->cache_entries = (size_t)S.n_cache;
     st->cache_queries = S.cache_queries;
     st->cache_hits = S.cache_hits;
+    st->spec_steps = S.spec_steps;
+    st->spec_drafts = S.spec_drafts;
+    st->spec_accepted = S.spec_accepted;
     pthread_mutex_unlock(&S.mu);
 }

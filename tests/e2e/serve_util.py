@@ -21,7 +21,9 @@ MODELS = ROOT / "tests" / "data" / "models"
 class Server:
     def __init__(self, model="tiny-a", *args):
         self.model_dir = MODELS / model
-        self.args = [BIN, "serve", "-m", str(self.model_dir), "--port", "0", *args]
+        # one engine thread: the tiny models gain nothing from more, and CI cores are shared
+        threads = [] if "-t" in args else ["-t", "1"]
+        self.args = [BIN, "serve", "-m", str(self.model_dir), "--port", "0", *threads, *args]
         self.proc = None
         self.port = None
         self.log = []

@@ -400,6 +400,22 @@ def test_metrics_names(srv, client):
                  "process_resident_memory_bytes", "process_resident_memory_peak_bytes"]:
         assert name in m, name
     assert m["vllm:generation_tokens_total"] >= 3 and m["process_resident_memory_bytes"] > 0
+    # the tiny models carry an MTP head: a lone greedy request speculates
+    assert m["vllm:spec_decode_num_drafts_total"] > 0
+    assert m["vllm:spec_decode_num_draft_tokens_total"] >= m["vllm:spec_decode_num_drafts_total"]
+
+
+def test_speculation_gives_the_plain_greedy_tokens():
+    body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "return_token_ids": True, "logprobs": 2}
+    with Server("tiny-b", "--spec-k", "2") as s:
+        spec = s.post("/v1/completions", body)[1]["choices"][0]
+        assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] > 0
+    with Server("tiny-b", "--spec-k", "0") as s:
+        plain = s.post("/v1/completions", body)[1]["choices"][0]
+        assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] == 0
+    assert spec["token_ids"] == plain["token_ids"] and spec["text"] == plain["text"]
+    for a, b in zip(spec["logprobs"]["token_logprobs"], plain["logprobs"]["token_logprobs"]):
+        assert abs(a - b) < 1e-3
 
 
 def test_bench_runs_against_serve(srv, tmp_path):
