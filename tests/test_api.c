@@ -273,7 +273,7 @@ TEST(api, error_body_sse_and_metrics_text) {
     free(buf);
 }
 
-TEST(api, bearer_keys_and_utf8) {
+TEST(api, bearer_keys) {
     CHECK(q35_bearer_ok("Bearer k3y", "k3y"));
     CHECK(q35_bearer_ok("bearer  k3y ", "k3y"));
     CHECK(!q35_bearer_ok("Bearer k3", "k3y"));
@@ -281,9 +281,4 @@ TEST(api, bearer_keys_and_utf8) {
     CHECK(!q35_bearer_ok("Basic k3y", "k3y"));
     CHECK(!q35_bearer_ok(NULL, "k3y"));
     CHECK(q35_secret_equal("a", 1, "a", 1) && !q35_secret_equal("a", 1, "b", 1));
-    CHECK(q35_utf8_valid("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80", 14));
-    CHECK(!q35_utf8_valid("\xc3", 1));
-    CHECK(!q35_utf8_valid("\xc0\xaf", 2));         /* overlong */
-    CHECK(!q35_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
-    CHECK(!q35_utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
 }
