@@ -8,6 +8,8 @@
  *   q35_api_error_json  the {"error": {...}} body
  *   q35_sse_*           server-sent event framing
  *   q35_hist            Prometheus histograms, and the text exposition
+ *   q35_json_prefix     recognises the start of a JSON object, for
+ *                       response_format json_object
  *   q35_secret_equal    constant-time comparison of API keys
  *
  * The server (tools/serve.c) owns the HTTP side and the scheduler; it calls
@@ -148,6 +150,23 @@ int q35_prom_hist(char **buf, size_t *len, size_t *cap, const char *name, const 
 /* One counter or gauge sample with HELP and TYPE lines. */
 int q35_prom_value(char **buf, size_t *len, size_t *cap, const char *name, const char *type, const char *help,
                    const char *labels, double value);
+
+/* ---- response_format json_object ------------------------------------------ */
+
+/* Recognises prefixes of one JSON object, byte by byte (json_prefix.c). The
+ * state is a small plain struct: copy it to try a token's bytes. */
+#define Q35_JSON_MAX_DEPTH 32
+#define Q35_JSON_MAX_WS 8      /* whitespace bytes in a row outside strings */
+typedef struct q35_json_prefix {
+    char stack[Q35_JSON_MAX_DEPTH]; /* '{' or '[' per open container */
+    int depth, mode, aux, lit, ws_run;
+    bool in_key, after_open;
+} q35_json_prefix;
+
+void q35_json_prefix_init(q35_json_prefix *p);
+/* false when the bytes cannot continue a valid object (p is then undefined) */
+bool q35_json_prefix_feed(q35_json_prefix *p, const char *s, size_t n);
+bool q35_json_prefix_complete(const q35_json_prefix *p);
 
 /* ---- auth ------------------------------------------------------------------ */
 

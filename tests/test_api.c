@@ -282,3 +282,40 @@ TEST(api, bearer_keys) {
     CHECK(!q35_bearer_ok(NULL, "k3y"));
     CHECK(q35_secret_equal("a", 1, "a", 1) && !q35_secret_equal("a", 1, "b", 1));
 }
+
+/* ---- json_object ---- */
+
+static int json_ok(const char *s, bool *complete) {
+    q35_json_prefix p;
+    q35_json_prefix_init(&p);
+    bool ok = q35_json_prefix_feed(&p, s, strlen(s));
+    *complete = ok && q35_json_prefix_complete(&p);
+    return ok;
+}
+
+TEST(api, json_prefix_accepts_objects_and_their_prefixes) {
+    static const char *const whole[] = {
+        "{}", " {\"a\": 1}", "{\"a\":[1,-2.5e+3,0,true,false,null,{}],\"b\":{\"c\":\"x\\n\\u00e9\\\"\"}}",
+        "{\"k\": [ ] }", "{\"\xc3\xa9\": \"\xe4\xb8\xad\"}", "{\"n\":0.5E-2}",
+    };
+    for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
+        bool complete;
+        CHECK_MSG(json_ok(whole[i], &complete) && complete, "whole %zu: %s", i, whole[i]);
+        for (size_t k = 0; k < strlen(whole[i]); k++) { /* every proper prefix is a live prefix */
+            char pre[256];
+            snprintf(pre, sizeof pre, "%.*s", (int)k, whole[i]);
+            CHECK_MSG(json_ok(pre, &complete) && !complete, "prefix %zu of %zu: %s", k, i, pre);
+        }
+    }
+    static const char *const bad[] = {
+        "[]", "\"x\"", "1", "{a", "{\"a\" 1}", "{\"a\":01}", "{\"a\":1,}", "{\"a\":[1,]}", "{\"a\":tru e}",
+        "{\"a\":\"x\ny\"}", "{\"a\":\"\\q\"}", "{\"a\":\"\\u12g4\"}", "{}x", "{}{}", "{\"a\":-}", "{\"a\":1.}",
+        "{\"a\":1e}", "{         \"a\":1}", "{\"a\":]", "{\"a\":[}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        bool complete;
+        CHECK_MSG(!json_ok(bad[i], &complete), "accepted %zu: %s", i, bad[i]);
+    }
+    bool complete;
+    CHECK(json_ok("{}\n ", &complete) && complete); /* trailing blanks are fine */
+}

@@ -502,9 +502,11 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
     r->t_arrive = cc->t_start;
     int status = q35_api_parse(cc->body ? cc->body : "", cc->len, kind, &g_limits, &r->api, msg, sizeof msg, param, sizeof param);
     if (status) { request_release(r); return send_error(c, (unsigned)status, msg, param); }
-    if (r->api.json_object) {
+    if (r->api.json_object && (!have_tokenizer() || r->api.enable_thinking > 0)) {
         request_release(r);
-        return send_error(c, 501, "response_format json_object needs the tokenizer, which this model directory lacks", "response_format");
+        return send_error(c, 400, have_tokenizer() ? "response_format json_object does not combine with enable_thinking"
+                                                   : "response_format json_object needs the tokenizer, which this model directory lacks",
+                          "response_format");
     }
     if (r->api.tools && strcmp(r->api.tool_choice ? r->api.tool_choice : "auto", "none")) {
         request_release(r);

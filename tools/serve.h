@@ -90,6 +90,9 @@ int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, cons
                 char *msg, size_t msg_size);
 /* Queues every choice of r; false when the queue is full. */
 bool sched_submit(request *r);
+/* Each token's bytes (ids below the vocabulary size), which json_object
+ * needs; call before the first request. */
+void sched_set_token_bytes(const char *const *bytes, const size_t *lens);
 void sched_stop(void);
 
 typedef struct sched_stats {

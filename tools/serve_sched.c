@@ -45,6 +45,8 @@ typedef struct seq {
     bool looked_up;            /* the prefix cache was consulted */
     bool ckpt_done;            /* the prompt checkpoint was taken */
     q35_sampler *sampler;
+    bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
+    q35_json_prefix json;
     q35_stop_matcher stop;
     text_decoder *dec;
     double t_last;
@@ -100,6 +102,8 @@ static struct {
     uint64_t clock;
     unsigned long long cache_queries, cache_hits;
     int32_t spec_k;            /* draft tokens per step, 0: off */
+    const char *const *tok_bytes; /* (V) each token's bytes, for json_object; NULL without a tokenizer */
+    const size_t *tok_len;
     unsigned long long spec_steps, spec_drafts, spec_accepted;
 } S;
 
@@ -321,6 +325,8 @@ static bool seq_take_token(seq *s, int32_t tok) {
     } else if (eos || sid >= 0) {
         ev.finish = FIN_STOP;
         ev.stop_id = sid;
+    } else if (s->json_done) {
+        ev.finish = FIN_STOP; /* the object is complete */
     } else if (s->n_gen >= s->max_tokens || q35_session_pos(S.sessions[s->slot]) >= S.n_ctx) {
         ev.finish = FIN_LENGTH;
     }
@@ -356,7 +362,21 @@ static bool seq_sample(seq *s, float *row) {
                 if (S.eos[i] >= 0 && S.eos[i] < S.V) row[S.eos[i]] = -INFINITY;
         for (int32_t i = 0; i < r->api.n_stop_token_ids; i++) row[r->api.stop_token_ids[i]] = -INFINITY;
     }
+    if (s->json_on) {
+        /* only tokens whose bytes continue a JSON object */
+        int32_t live = 0;
+        for (int32_t t = 0; t < S.V; t++) {
+            q35_json_prefix trial = s->json;
+            if (S.tok_len[t] && S.tok_bytes[t] && q35_json_prefix_feed(&trial, S.tok_bytes[t], S.tok_len[t])) live++;
+            else row[t] = -INFINITY;
+        }
+        if (!live) { s->json_done = true; }
+    }
     int32_t tok = q35_sampler_sample(s->sampler, row);
+    if (s->json_on && !s->json_done) {
+        q35_json_prefix_feed(&s->json, S.tok_bytes[tok], S.tok_len[tok]);
+        s->json_done = q35_json_prefix_complete(&s->json);
+    }
     s->last = tok;
     return seq_take_token(s, tok);
 }
@@ -443,7 +463,7 @@ static void seq_prefill(seq *s) {
 static bool can_speculate(const seq *s) {
     const q35_api_request *a = &s->req->api;
     const q35_sampler_params *p = &a->sampling;
-    return S.spec_k > 0 && p->temperature == 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 &&
+    return S.spec_k > 0 && !s->json_on && p->temperature == 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 &&
            p->frequency_penalty == 0 && s->n_gen >= a->min_tokens &&
            q35_session_pos(S.sessions[s->slot]) + S.spec_k + 1 < S.n_ctx;
 }
@@ -490,6 +510,8 @@ static seq *seq_new(request *r, int32_t prompt_index, int32_t j) {
     memcpy(s->tokens, s->prompt, sizeof *s->tokens * (size_t)s->n_prompt);
     q35_sampler_set_prompt(s->sampler, s->prompt, s->n_prompt);
     q35_stop_init(&s->stop, r->api.stop, r->api.n_stop);
+    s->json_on = r->api.json_object && S.tok_bytes;
+    q35_json_prefix_init(&s->json);
     return s;
 }
 
@@ -701,6 +723,11 @@ void sched_stop(void) {
     free(S.warm);
     free(S.sessions); free(S.slots); free(S.logits); free(S.raw);
     free(S.batch_sess); free(S.batch_tok); free(S.batch_seq);
+}
+
+void sched_set_token_bytes(const char *const *bytes, const size_t *lens) {
+    S.tok_bytes = bytes;
+    S.tok_len = lens;
 }
 
 void sched_get_stats(sched_stats *st) {
