@@ -71,6 +71,10 @@ typedef struct warm_slot {
     uint64_t last_used;
 } warm_slot;
 
+/* (V) each token's bytes, for json_object; NULL without a tokenizer */
+static const char *const *g_tok_bytes;
+static const size_t *g_tok_len;
+
 static struct {
     q35_engine *engine;
     int32_t V, n_ctx;
@@ -102,8 +106,6 @@ static struct {
     uint64_t clock;
     unsigned long long cache_queries, cache_hits;
     int32_t spec_k;            /* draft tokens per step, 0: off */
-    const char *const *tok_bytes; /* (V) each token's bytes, for json_object; NULL without a tokenizer */
-    const size_t *tok_len;
     unsigned long long spec_steps, spec_drafts, spec_accepted;
 } S;
 
@@ -367,14 +369,14 @@ static bool seq_sample(seq *s, float *row) {
         int32_t live = 0;
         for (int32_t t = 0; t < S.V; t++) {
             q35_json_prefix trial = s->json;
-            if (S.tok_len[t] && S.tok_bytes[t] && q35_json_prefix_feed(&trial, S.tok_bytes[t], S.tok_len[t])) live++;
+            if (g_tok_len[t] && g_tok_bytes[t] && q35_json_prefix_feed(&trial, g_tok_bytes[t], g_tok_len[t])) live++;
             else row[t] = -INFINITY;
         }
         if (!live) { s->json_done = true; }
     }
     int32_t tok = q35_sampler_sample(s->sampler, row);
     if (s->json_on && !s->json_done) {
-        q35_json_prefix_feed(&s->json, S.tok_bytes[tok], S.tok_len[tok]);
+        q35_json_prefix_feed(&s->json, g_tok_bytes[tok], g_tok_len[tok]);
         s->json_done = q35_json_prefix_complete(&s->json);
     }
     s->last = tok;
@@ -510,7 +512,7 @@ static seq *seq_new(request *r, int32_t prompt_index, int32_t j) {
     memcpy(s->tokens, s->prompt, sizeof *s->tokens * (size_t)s->n_prompt);
     q35_sampler_set_prompt(s->sampler, s->prompt, s->n_prompt);
     q35_stop_init(&s->stop, r->api.stop, r->api.n_stop);
-    s->json_on = r->api.json_object && S.tok_bytes;
+    s->json_on = r->api.json_object && g_tok_bytes;
     q35_json_prefix_init(&s->json);
     return s;
 }
@@ -726,8 +728,8 @@ void sched_stop(void) {
 }
 
 void sched_set_token_bytes(const char *const *bytes, const size_t *lens) {
-    S.tok_bytes = bytes;
-    S.tok_len = lens;
+    g_tok_bytes = bytes;
+    g_tok_len = lens;
 }
 
 void sched_get_stats(sched_stats *st) {
