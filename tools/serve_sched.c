@@ -264,16 +264,19 @@ static void seq_end(seq *s, int finish) {
         w->last_used = ++S.clock;
     }
     metrics_tokens(s->choice % r->api.n == 0 ? s->n_prompt : 0, s->n_gen);
-    pthread_mutex_lock(&r->mu);
-    r->completion_tokens[s->choice] = s->n_gen;
-    bool all = ++r->n_finished == r->n_choices;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    if (all) metrics_request_done(finish, q35_now_seconds() - r->t_arrive);
+    /* the slot is free before the client can see its last event */
     pthread_mutex_lock(&S.mu);
     S.slots[s->slot] = NULL;
     S.n_running--;
     pthread_mutex_unlock(&S.mu);
+    /* only this thread finishes choices, so n_finished is stable here; the
+     * counters are updated before the client can see the end */
+    if (r->n_finished + 1 == r->n_choices) metrics_request_done(finish, q35_now_seconds() - r->t_arrive);
+    pthread_mutex_lock(&r->mu);
+    r->completion_tokens[s->choice] = s->n_gen;
+    r->n_finished++;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
     request_release(r);
     seq_free(s);
 }
