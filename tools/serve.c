@@ -9,6 +9,7 @@
  * its socket, so a client that hangs up cancels its request at once. */
 #include "cli.h"
 #include "serve.h"
+#include "text.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -32,24 +33,64 @@ static atomic_int g_ready;
 static atomic_int g_stopping;
 static atomic_ullong g_req_counter;
 
-/* ---- text (no tokenizer: a token shows as "<id>") ---- */
+/* ---- text ----
+ * With the model directory's tokenizer, generated ids stream through a
+ * q35_detokenizer (special tokens skipped, as vLLM's default). Without one
+ * the server still serves token-id prompts, and each token shows as "<id>". */
 
-struct text_decoder { char buf[24]; };
+static q35_tokenizer *g_tok;
 
-text_decoder *decoder_new(void) { return calloc(1, sizeof(text_decoder)); }
-void decoder_free(text_decoder *d) { free(d); }
-const char *decoder_feed(text_decoder *d, int32_t token, size_t *len) {
-    int n = snprintf(d->buf, sizeof d->buf, "<%d>", (int)token);
+struct text_decoder {
+    q35_detokenizer *d;
+    char buf[24];
+};
+
+text_decoder *decoder_new(void) {
+    text_decoder *t = calloc(1, sizeof *t);
+    q35_error err;
+    if (t && g_tok && q35_detokenizer_new(g_tok, 1, &t->d, &err)) { free(t); return NULL; }
+    return t;
+}
+void decoder_free(text_decoder *t) {
+    if (!t) return;
+    q35_detokenizer_free(t->d);
+    free(t);
+}
+const char *decoder_feed(text_decoder *t, int32_t token, size_t *len) {
+    if (t->d) return q35_detokenizer_feed(t->d, token, len);
+    int n = snprintf(t->buf, sizeof t->buf, "<%d>", (int)token);
     *len = (size_t)n;
-    return d->buf;
+    return t->buf;
 }
-const char *decoder_flush(text_decoder *d, size_t *len) {
-    d->buf[0] = 0;
+const char *decoder_flush(text_decoder *t, size_t *len) {
+    if (t->d) return q35_detokenizer_flush(t->d, len);
+    t->buf[0] = 0;
     *len = 0;
-    return d->buf;
+    return t->buf;
 }
 
-static int have_tokenizer(void) { return 0; }
+static int have_tokenizer(void) { return g_tok != NULL; }
+
+/* A JSON string of text that may not be valid UTF-8 (a token's bytes):
+ * as is when valid, else vLLM's "bytes:\\xNN..." form. */
+static json_t *jtext(const char *s, size_t n) {
+    if (q35_utf8_valid(s, n)) return json_stringn(s, n);
+    char *b = malloc(6 + 4 * n + 1);
+    if (!b) return json_string("");
+    size_t k = (size_t)sprintf(b, "bytes:");
+    for (size_t i = 0; i < n; i++) k += (size_t)sprintf(b + k, "\\x%02x", (unsigned char)s[i]);
+    json_t *j = json_stringn(b, k);
+    free(b);
+    return j;
+}
+
+static json_t *token_bytes_json(int32_t id) {
+    json_t *a = json_array();
+    size_t n = 0;
+    const char *b = g_tok ? q35_token_bytes(g_tok, id, &n) : NULL;
+    for (size_t i = 0; b && i < n; i++) json_array_append_new(a, json_integer((unsigned char)b[i]));
+    return a;
+}
 
 /* ---- metrics ---- */
 
@@ -207,7 +248,11 @@ static const char *finish_name(int f) {
     }
 }
 
+/* A token as logprobs show it: its text, or "token_id:N" without a tokenizer. */
 static json_t *token_str(int32_t id) {
+    size_t n = 0;
+    const char *t = g_tok ? q35_token_bytes(g_tok, id, &n) : NULL;
+    if (t) return jtext(t, n);
     char b[32];
     snprintf(b, sizeof b, "token_id:%d", (int)id);
     return json_string(b);
@@ -227,9 +272,9 @@ static void add_completion_logprobs(json_t *lp, const tok_event *e, size_t offse
     json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(e->logprob));
     json_t *top = json_object();
     for (int i = 0; i < e->n_top; i++) {
-        char b[32];
-        snprintf(b, sizeof b, "token_id:%d", (int)e->top_ids[i]);
-        json_object_set_new(top, b, json_real(e->top_lp[i]));
+        json_t *k = token_str(e->top_ids[i]);
+        json_object_set_new(top, json_string_value(k), json_real(e->top_lp[i]));
+        json_decref(k);
     }
     json_array_append_new(json_object_get(lp, "top_logprobs"), top);
     json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
@@ -238,8 +283,10 @@ static void add_completion_logprobs(json_t *lp, const tok_event *e, size_t offse
 static json_t *chat_logprob_entry(const tok_event *e) {
     json_t *top = json_array();
     for (int i = 0; i < e->n_top; i++)
-        json_array_append_new(top, json_pack("{s:o, s:f, s:n}", "token", token_str(e->top_ids[i]), "logprob", (double)e->top_lp[i], "bytes"));
-    return json_pack("{s:o, s:f, s:n, s:o}", "token", token_str(e->token), "logprob", (double)e->logprob, "bytes", "top_logprobs", top);
+        json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", token_str(e->top_ids[i]), "logprob",
+                                             (double)e->top_lp[i], "bytes", token_bytes_json(e->top_ids[i])));
+    return json_pack("{s:o, s:f, s:o, s:o}", "token", token_str(e->token), "logprob", (double)e->logprob, "bytes",
+                     token_bytes_json(e->token), "top_logprobs", top);
 }
 
 static json_t *stop_reason_json(const tok_event *e) {
@@ -258,6 +305,57 @@ static char *echo_text(request *r, int32_t prompt_index) {
     for (int32_t i = 0; i < r->prompt_len[prompt_index]; i++)
         n += (size_t)snprintf(s + n, cap - n, "<%d>", (int)r->prompt_ids[prompt_index][i]);
     return s;
+}
+
+/* ---- chat output: reasoning, content and tool calls ---- */
+
+static json_t *tool_call_id(void) {
+    char b[40];
+    snprintf(b, sizeof b, "call_%08x%08x%08x", arc4random(), arc4random(), arc4random());
+    return json_string(b);
+}
+
+/* One parser delta as a chat.completion.chunk delta object. */
+static json_t *delta_json(const q35_delta *d) {
+    json_t *t = jtext(d->text, d->len);
+    switch (d->kind) {
+    case Q35_DELTA_CONTENT: return json_pack("{s:o}", "content", t);
+    case Q35_DELTA_REASONING: return json_pack("{s:O, s:o}", "reasoning_content", t, "reasoning", t);
+    case Q35_DELTA_TOOL_NAME:
+        return json_pack("{s:[{s:i, s:o, s:s, s:{s:o, s:s}}]}", "tool_calls", "index", d->tool_index, "id", tool_call_id(),
+                         "type", "function", "function", "name", t, "arguments", "");
+    default:
+        return json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", d->tool_index, "function", "arguments", t);
+    }
+}
+
+/* The assistant message for generated text: content, reasoning_content (and
+ * vLLM's reasoning) and tool_calls. *n_tools counts the calls found. */
+static json_t *chat_message(request *r, const char *text, size_t len, int *n_tools) {
+    q35_output_parser *p = NULL;
+    q35_error err;
+    const q35_delta *d;
+    size_t nd;
+    *n_tools = 0;
+    if (q35_output_parser_new(r->tools_json, r->think, &p, &err) || q35_output_parser_feed(p, text, len, &d, &nd, &err) ||
+        q35_output_parser_finish(p, &d, &nd, &err)) {
+        q35_output_parser_free(p);
+        return json_pack("{s:s, s:o, s:n, s:[]}", "role", "assistant", "content", jtext(text, len), "reasoning_content", "tool_calls");
+    }
+    const char *content = q35_output_parser_content(p), *reasoning = q35_output_parser_reasoning(p);
+    char *calls = q35_output_parser_tool_calls_json(p);
+    json_t *tc = calls ? json_loads(calls, 0, NULL) : NULL;
+    free(calls);
+    if (!json_is_array(tc)) { json_decref(tc); tc = json_array(); }
+    for (size_t i = 0; i < json_array_size(tc); i++) json_object_set_new(json_array_get(tc, i), "id", tool_call_id());
+    *n_tools = (int)json_array_size(tc);
+    json_t *m = json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
+                          *content || !*n_tools ? jtext(content, strlen(content)) : json_null(), "tool_calls", tc);
+    json_t *rc = *reasoning ? jtext(reasoning, strlen(reasoning)) : json_null();
+    json_object_set(m, "reasoning_content", rc);
+    json_object_set_new(m, "reasoning", rc);
+    q35_output_parser_free(p);
+    return m;
 }
 
 static json_t *full_response(request *r) {
@@ -296,17 +394,20 @@ static json_t *full_response(request *r) {
             }
             if (e->finish) last = e;
         }
-        json_t *content = json_stringn(text ? text : "", len);
-        free(text);
+        int fin = last ? last->finish : FIN_ERROR;
         json_t *ch;
-        if (chat)
-            ch = json_pack("{s:i, s:{s:s, s:o, s:[]}, s:o, s:s, s:o}", "index", c, "message", "role", "assistant", "content", content,
-                           "tool_calls", "logprobs", lp ? lp : json_null(), "finish_reason", finish_name(last ? last->finish : FIN_ERROR),
+        if (chat) {
+            int n_tools;
+            json_t *msg = chat_message(r, text ? text : "", len, &n_tools);
+            ch = json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", c, "message", msg, "logprobs", lp ? lp : json_null(),
+                           "finish_reason", n_tools && fin == FIN_STOP ? "tool_calls" : finish_name(fin),
                            "stop_reason", last ? stop_reason_json(last) : json_null());
-        else
-            ch = json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", c, "text", content, "logprobs", lp ? lp : json_null(),
-                           "finish_reason", finish_name(last ? last->finish : FIN_ERROR), "stop_reason",
+        } else {
+            ch = json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", c, "text", jtext(text ? text : "", len), "logprobs",
+                           lp ? lp : json_null(), "finish_reason", finish_name(fin), "stop_reason",
                            last ? stop_reason_json(last) : json_null());
+        }
+        free(text);
         if (r->api.return_token_ids) json_object_set_new(ch, "token_ids", ids);
         else json_decref(ids);
         json_array_append_new(choices, ch);
@@ -325,6 +426,8 @@ typedef struct stream_state {
     size_t out_len, out_cap, out_off;
     size_t next_ev;
     bool *started;             /* (n_choices) role / echo chunk sent */
+    q35_output_parser **parsers; /* (n_choices) chat only */
+    int *n_tools;              /* (n_choices) tool calls streamed */
     size_t *text_off;          /* (n_choices) completions text_offset */
     bool finished;             /* [DONE] queued */
 } stream_state;
@@ -333,6 +436,44 @@ static json_t *chunk_base(request *r, json_t *choices) {
     bool chat = r->api.kind == Q35_API_CHAT;
     return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->id, "object", chat ? "chat.completion.chunk" : "text_completion",
                      "created", (json_int_t)r->created, "model", C.served_name, "choices", choices);
+}
+
+static void append_chunk(stream_state *st, json_t *choice) {
+    json_t *chunk = chunk_base(st->r, json_pack("[o]", choice));
+    q35_sse_append_json(&st->out, &st->out_len, &st->out_cap, chunk);
+    json_decref(chunk);
+}
+
+/* Chat: the event's text goes through the choice's output parser; each
+ * delta it yields becomes a chunk, and the choice's end a last chunk with
+ * the finish reason ("tool_calls" when calls were made). */
+static void stream_chat_event(stream_state *st, const tok_event *e, bool want_lp) {
+    request *r = st->r;
+    int32_t c = e->choice;
+    q35_error err;
+    if (!st->parsers[c] && q35_output_parser_new(r->tools_json, r->think, &st->parsers[c], &err)) st->parsers[c] = NULL;
+    json_t *lp = want_lp ? json_pack("{s:[o]}", "content", chat_logprob_entry(e)) : NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        const q35_delta *d = NULL;
+        size_t nd = 0;
+        if (pass == 0 && e->len) {
+            if (st->parsers[c]) q35_output_parser_feed(st->parsers[c], e->text, e->len, &d, &nd, &err);
+            else append_chunk(st, json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", c, "delta", "content",
+                                            jtext(e->text, e->len), "logprobs", "finish_reason"));
+        }
+        if (pass == 1 && e->finish && st->parsers[c]) q35_output_parser_finish(st->parsers[c], &d, &nd, &err);
+        for (size_t i = 0; i < nd; i++) {
+            if (d[i].kind == Q35_DELTA_TOOL_NAME) st->n_tools[c]++;
+            append_chunk(st, json_pack("{s:i, s:o, s:o, s:n}", "index", c, "delta", delta_json(&d[i]), "logprobs",
+                                       lp ? lp : json_null(), "finish_reason"));
+            lp = NULL;
+        }
+    }
+    if (lp) append_chunk(st, json_pack("{s:i, s:{}, s:o, s:n}", "index", c, "delta", "logprobs", lp, "finish_reason"));
+    if (e->finish)
+        append_chunk(st, json_pack("{s:i, s:{}, s:n, s:s, s:o}", "index", c, "delta", "logprobs", "finish_reason",
+                                   st->n_tools[c] && e->finish == FIN_STOP ? "tool_calls" : finish_name(e->finish),
+                                   "stop_reason", stop_reason_json(e)));
 }
 
 static void stream_event(stream_state *st, const tok_event *e) {
@@ -357,6 +498,10 @@ static void stream_event(stream_state *st, const tok_event *e) {
         }
     }
     bool want_lp = r->api.logprobs >= 0 && e->token >= 0;
+    if (chat) {
+        stream_chat_event(st, e, want_lp);
+        return;
+    }
     if (!e->len && !e->finish && !want_lp) return;
     json_t *lp = json_null();
     if (want_lp) {
@@ -445,6 +590,9 @@ static void stream_free(void *cls) {
     bool done = st->r->n_finished == st->r->n_choices;
     pthread_mutex_unlock(&st->r->mu);
     if (!done) atomic_store(&st->r->cancelled, 1);
+    for (int32_t i = 0; st->parsers && i < st->r->n_choices; i++) q35_output_parser_free(st->parsers[i]);
+    free(st->parsers);
+    free(st->n_tools);
     request_release(st->r);
     free(st->out);
     free(st->started);
@@ -461,34 +609,106 @@ typedef struct conn_ctx {
     bool too_large;
 } conn_ctx;
 
-static int tokenize_prompts(request *r, char *msg, size_t msg_size, int *status) {
-    int32_t np = r->api.n_prompts;
-    r->prompt_ids = calloc((size_t)(np ? np : 1), sizeof *r->prompt_ids);
-    r->prompt_len = calloc((size_t)(np ? np : 1), sizeof *r->prompt_len);
-    r->max_tokens = calloc((size_t)(np ? np : 1), sizeof *r->max_tokens);
-    r->prompt_ready = calloc((size_t)(np ? np : 1), sizeof *r->prompt_ready);
-    if (!r->prompt_ids || !r->prompt_len || !r->max_tokens || !r->prompt_ready) { *status = 500; snprintf(msg, msg_size, "out of memory"); return -1; }
-    if (r->api.kind == Q35_API_CHAT || !have_tokenizer()) {
-        for (int32_t i = 0; i < np; i++)
-            if (r->api.prompts[i].text) {
-                *status = 501;
-                snprintf(msg, msg_size, "this model directory has no tokenizer, so text prompts are not available; send token ids");
-                return -1;
-            }
-        if (r->api.kind == Q35_API_CHAT) {
-            *status = 501;
-            snprintf(msg, msg_size, "this model directory has no tokenizer, so chat is not available; use /v1/completions with token ids");
-            return -1;
+/* Text (to tokenize) of prompt i, or NULL when it is token ids; chat renders
+ * its messages with the Qwen3.5 template. *owned is set when the caller
+ * must free the text. */
+static int prompt_text(request *r, int32_t i, int add_generation_prompt, char **text, bool *owned, char *msg,
+                       size_t msg_size, int *status) {
+    *owned = false;
+    *text = NULL;
+    if (r->api.kind != Q35_API_CHAT) {
+        *text = r->api.prompts[i].text;
+        return 0;
+    }
+    char *mj = json_dumps(r->api.messages, JSON_COMPACT);
+    char *tj = r->tools_json;
+    q35_chat_options o = {.add_generation_prompt = add_generation_prompt, .enable_thinking = r->think};
+    q35_error err = {0};
+    q35_status st = mj ? q35_chat_render(mj, tj, &o, text, &err) : Q35_ERR_NOMEM;
+    free(mj);
+    if (st) {
+        *status = st == Q35_ERR_ARG ? 400 : 500;
+        snprintf(msg, msg_size, "%s", st == Q35_ERR_NOMEM ? "out of memory" : err.msg);
+        return -1;
+    }
+    *owned = true;
+    return 0;
+}
+
+/* Where a follow-up of this chat stops sharing its prompt: the template
+ * writes an earlier assistant turn as "<|im_start|>assistant\n" + content,
+ * without the think block the generation prompt opened, so the state worth
+ * keeping ends just after "<|im_start|>assistant\n". 0 when unknown. */
+static int32_t turn_boundary(request *r) {
+    char *text, msg[256];
+    bool owned;
+    int status;
+    if (prompt_text(r, 0, 0, &text, &owned, msg, sizeof msg, &status)) return 0;
+    int32_t *ids = NULL, *head = NULL;
+    size_t n = 0, m = 0;
+    q35_error err;
+    static const char opener[] = "<|im_start|>assistant\n";
+    int32_t at = 0;
+    if (!q35_tokenize(g_tok, text, strlen(text), 1, &ids, &n, &err) &&
+        !q35_tokenize(g_tok, opener, sizeof opener - 1, 1, &head, &m, &err)) {
+        const int32_t *p = r->prompt_ids[0];
+        size_t np = (size_t)r->prompt_len[0];
+        if (n <= np && !memcmp(ids, p, n * sizeof *p)) {
+            at = (int32_t)n;
+            if (n + m <= np && !memcmp(head, p + n, m * sizeof *p)) at += (int32_t)m;
         }
     }
+    free(ids);
+    free(head);
+    if (owned) free(text);
+    return at;
+}
+
+static int tokenize_prompts(request *r, char *msg, size_t msg_size, int *status) {
+    if (r->api.kind == Q35_API_CHAT) r->api.n_prompts = 1;
+    int32_t np = r->api.n_prompts;
+    r->prompt_ids = calloc((size_t)np, sizeof *r->prompt_ids);
+    r->prompt_len = calloc((size_t)np, sizeof *r->prompt_len);
+    r->max_tokens = calloc((size_t)np, sizeof *r->max_tokens);
+    r->prompt_ready = calloc((size_t)np, sizeof *r->prompt_ready);
+    if (!r->prompt_ids || !r->prompt_len || !r->max_tokens || !r->prompt_ready) { *status = 500; snprintf(msg, msg_size, "out of memory"); return -1; }
     for (int32_t i = 0; i < np; i++) {
-        q35_api_prompt *p = &r->api.prompts[i];
-        r->prompt_ids[i] = malloc(sizeof(int32_t) * (size_t)p->n_ids);
-        if (!r->prompt_ids[i]) { *status = 500; snprintf(msg, msg_size, "out of memory"); return -1; }
-        memcpy(r->prompt_ids[i], p->ids, sizeof(int32_t) * (size_t)p->n_ids);
-        r->prompt_len[i] = p->n_ids;
-        if ((*status = q35_api_check_length(&r->api, p->n_ids, &g_limits, &r->max_tokens[i], msg, msg_size))) return -1;
+        bool is_text = r->api.kind == Q35_API_CHAT || r->api.prompts[i].text;
+        if (is_text && !have_tokenizer()) {
+            *status = 501;
+            snprintf(msg, msg_size, r->api.kind == Q35_API_CHAT
+                     ? "this model directory has no tokenizer, so chat is not available; use /v1/completions with token ids"
+                     : "this model directory has no tokenizer, so text prompts are not available; send token ids");
+            return -1;
+        }
+        if (is_text) {
+            char *text;
+            bool owned;
+            if (prompt_text(r, i, 1, &text, &owned, msg, msg_size, status)) return -1;
+            size_t n = 0;
+            q35_error err = {0};
+            /* special tokens written in the text are parsed, as HF's encode does by default */
+            q35_status st = q35_tokenize(g_tok, text, strlen(text), 1, &r->prompt_ids[i], &n, &err);
+            if (owned) free(text);
+            if (st) { *status = st == Q35_ERR_NOMEM ? 500 : 400; snprintf(msg, msg_size, "%s", err.msg); return -1; }
+            if (n == 0 || n > INT32_MAX / 2) { *status = 400; snprintf(msg, msg_size, "the prompt is empty after tokenization"); return -1; }
+            r->prompt_len[i] = (int32_t)n;
+            for (size_t k = 0; k < n; k++)
+                if (r->prompt_ids[i][k] >= g_info->vocab_size) {
+                    *status = 400;
+                    snprintf(msg, msg_size, "the tokenizer gave id %d, outside the model's vocabulary of %d", r->prompt_ids[i][k], g_info->vocab_size);
+                    return -1;
+                }
+        } else {
+            q35_api_prompt *p = &r->api.prompts[i];
+            r->prompt_ids[i] = malloc(sizeof(int32_t) * (size_t)p->n_ids);
+            if (!r->prompt_ids[i]) { *status = 500; snprintf(msg, msg_size, "out of memory"); return -1; }
+            memcpy(r->prompt_ids[i], p->ids, sizeof(int32_t) * (size_t)p->n_ids);
+            r->prompt_len[i] = p->n_ids;
+        }
+        if ((*status = q35_api_check_length(&r->api, r->prompt_len[i], &g_limits, &r->max_tokens[i], msg, msg_size))) return -1;
     }
+    if (r->api.kind == Q35_API_CHAT) r->turn_ckpt = turn_boundary(r);
     return 0;
 }
 
@@ -508,10 +728,15 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
                                                    : "response_format json_object needs the tokenizer, which this model directory lacks",
                           "response_format");
     }
-    if (r->api.tools && strcmp(r->api.tool_choice ? r->api.tool_choice : "auto", "none")) {
+    if (r->api.tool_choice && (r->api.tool_choice_named || !strcmp(r->api.tool_choice, "required"))) {
         request_release(r);
-        return send_error(c, 501, "tools need the tokenizer, which this model directory lacks", "tools");
+        return send_error(c, 400, "tool_choice 'required' and named functions need constrained decoding, which this "
+                                  "server does not have; use 'auto' or 'none'", "tool_choice");
     }
+    /* tool_choice "none": the tools are neither shown to the model nor parsed */
+    if (r->api.tools && !(r->api.tool_choice && !strcmp(r->api.tool_choice, "none")))
+        r->tools_json = json_dumps(r->api.tools, JSON_COMPACT);
+    r->think = r->api.enable_thinking > 0; /* the 9B template thinks only when asked */
     if (!r->api.has_seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -542,9 +767,11 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
         if (st) {
             st->started = calloc((size_t)r->n_choices, sizeof *st->started);
             st->text_off = calloc((size_t)r->n_choices, sizeof *st->text_off);
+            st->parsers = calloc((size_t)r->n_choices, sizeof *st->parsers);
+            st->n_tools = calloc((size_t)r->n_choices, sizeof *st->n_tools);
         }
-        if (!st || !st->started || !st->text_off) {
-            if (st) { free(st->started); free(st->text_off); free(st); }
+        if (!st || !st->started || !st->text_off || !st->parsers || !st->n_tools) {
+            if (st) { free(st->started); free(st->text_off); free(st->parsers); free(st->n_tools); free(st); }
             atomic_store(&r->cancelled, 1);
             request_release(r);
             return send_error(c, 500, "out of memory", NULL);
@@ -582,6 +809,9 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
     return ret;
 }
 
+/* /tokenize: {prompt} or a chat form {messages, tools, chat_template_kwargs}
+ * -> {count, max_model_len, tokens, token_strs?}; /detokenize: {tokens} ->
+ * {prompt}. Shapes as vLLM's. */
 static enum MHD_Result handle_tokenize(struct MHD_Connection *c, conn_ctx *cc, bool detok) {
     json_error_t jerr;
     json_t *root = json_loadb(cc->body ? cc->body : "", cc->len, JSON_REJECT_DUPLICATES, &jerr);
@@ -596,9 +826,89 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, conn_ctx *cc, b
         json_decref(root);
         return send_error(c, 404, msg, "model");
     }
+    if (!g_tok) {
+        json_decref(root);
+        return send_error(c, 501, detok ? "this model directory has no tokenizer, so /detokenize is not available"
+                                         : "this model directory has no tokenizer, so /tokenize is not available", NULL);
+    }
+    char msg[1024];
+    q35_error err = {0};
+    if (detok) {
+        json_t *t = json_object_get(root, "tokens");
+        int32_t *ids = NULL, n = 0;
+        if (q35_api_parse_ids(t, q35_tokenizer_n_ids(g_tok), &ids, &n)) {
+            json_decref(root);
+            snprintf(msg, sizeof msg, "'tokens' must be a list of token ids below %d", q35_tokenizer_n_ids(g_tok));
+            return send_error(c, 400, msg, "tokens");
+        }
+        json_decref(root);
+        char *text = NULL;
+        size_t len = 0;
+        q35_status st = q35_detokenize(g_tok, ids, (size_t)n, 0, &text, &len, &err);
+        free(ids);
+        if (st) return send_error(c, 500, err.msg, NULL);
+        json_t *j = json_pack("{s:o}", "prompt", jtext(text, len));
+        free(text);
+        return send_json(c, 200, j);
+    }
+    /* the chat form goes through the same validation as a chat request */
+    bool chat = json_object_get(root, "messages") != NULL;
+    json_t *rts = json_object_get(root, "return_token_strs");
+    bool want_strs = json_is_true(rts);
+    json_t *ags = json_object_get(root, "add_generation_prompt");
+    int add_gen = ags ? json_is_true(ags) : 1;
+    json_object_del(root, "return_token_strs");
+    json_object_del(root, "add_generation_prompt");
+    char *body = json_dumps(root, JSON_COMPACT);
     json_decref(root);
-    return send_error(c, 501, detok ? "this model directory has no tokenizer, so /detokenize is not available"
-                                     : "this model directory has no tokenizer, so /tokenize is not available", NULL);
+    if (!body) return send_error(c, 500, "out of memory", NULL);
+    q35_api_request r;
+    char param[128];
+    int st = q35_api_parse(body, strlen(body), chat ? Q35_API_CHAT : Q35_API_COMPLETION, &g_limits, &r, msg, sizeof msg,
+                           param, sizeof param);
+    free(body);
+    if (st) return send_error(c, (unsigned)st, msg, param);
+    char *text = NULL;
+    bool owned = false;
+    if (chat) {
+        char *mj = json_dumps(r.messages, JSON_COMPACT), *tj = r.tools ? json_dumps(r.tools, JSON_COMPACT) : NULL;
+        q35_chat_options o = {.add_generation_prompt = add_gen, .enable_thinking = r.enable_thinking > 0};
+        q35_status cs = mj ? q35_chat_render(mj, tj, &o, &text, &err) : Q35_ERR_NOMEM;
+        free(mj);
+        free(tj);
+        if (cs) {
+            q35_api_request_free(&r);
+            return send_error(c, cs == Q35_ERR_ARG ? 400 : 500, cs == Q35_ERR_NOMEM ? "out of memory" : err.msg, "messages");
+        }
+        owned = true;
+    } else if (r.n_prompts != 1) {
+        q35_api_request_free(&r);
+        return send_error(c, 400, "/tokenize takes one prompt", "prompt");
+    } else {
+        text = r.prompts[0].text;
+    }
+    json_t *tokens = json_array(), *strs = want_strs ? json_array() : NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    q35_status ts = Q35_OK;
+    if (text) ts = q35_tokenize(g_tok, text, strlen(text), 1, &ids, &n, &err);
+    else { /* token ids pass through */
+        n = (size_t)r.prompts[0].n_ids;
+        ids = malloc(sizeof *ids * (n ? n : 1));
+        if (ids) memcpy(ids, r.prompts[0].ids, sizeof *ids * n);
+        else ts = Q35_ERR_NOMEM;
+    }
+    if (owned) free(text);
+    q35_api_request_free(&r);
+    if (ts) { json_decref(tokens); json_decref(strs); return send_error(c, 400, err.msg, "prompt"); }
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(tokens, json_integer(ids[i]));
+        if (strs) json_array_append_new(strs, token_str(ids[i]));
+    }
+    free(ids);
+    json_t *j = json_pack("{s:I, s:i, s:o}", "count", (json_int_t)n, "max_model_len", g_limits.max_model_len, "tokens", tokens);
+    if (strs) json_object_set_new(j, "token_strs", strs);
+    return send_json(c, 200, j);
 }
 
 typedef struct route { const char *path, *method; int id; bool auth; } route;
@@ -880,6 +1190,16 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     g_info = q35_engine_info(g_engine);
+    char *tj = q35_path_join(C.model_path, "tokenizer.json"), *vj = q35_path_join(C.model_path, "vocab.json");
+    bool has_tok_files = (tj && q35_file_exists(tj)) || (vj && q35_file_exists(vj));
+    free(tj);
+    free(vj);
+    if (has_tok_files && q35_tokenizer_load(C.model_path, &g_tok, &err)) {
+        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
+        q35_engine_free(g_engine);
+        MHD_stop_daemon(d);
+        return 1;
+    }
     size_t per_pos = bytes_per_position(g_engine), avail = mem_available();
     int32_t model_max = g_info->max_position > 0 ? g_info->max_position : 262144;
     int32_t len = model_max < 262144 ? model_max : 262144;
@@ -911,6 +1231,23 @@ int cmd_serve(int argc, char **argv) {
     }
     int32_t eos[8];
     int n_eos = read_eos(C.model_path, eos, 8);
+    if (g_tok) { /* the bytes of every token, for json_object */
+        static const char **bytes;
+        static size_t *lens;
+        bytes = calloc((size_t)g_info->vocab_size, sizeof *bytes);
+        lens = calloc((size_t)g_info->vocab_size, sizeof *lens);
+        for (int32_t t = 0; bytes && lens && t < g_info->vocab_size; t++)
+            if (t < q35_tokenizer_n_ids(g_tok) && !q35_token_is_special(g_tok, t)) bytes[t] = q35_token_bytes(g_tok, t, &lens[t]);
+        if (bytes && lens) sched_set_token_bytes(bytes, lens);
+    }
+    /* a chat turn ends with <|im_end|> whatever generation_config says */
+    static const char *const ends[] = {"<|im_end|>", "<|endoftext|>"};
+    for (int i = 0; g_tok && i < 2 && n_eos < 8; i++) {
+        int32_t id = q35_token_id(g_tok, ends[i], strlen(ends[i]));
+        bool dup = id < 0 || id >= g_info->vocab_size;
+        for (int k = 0; k < n_eos; k++) dup |= eos[k] == id;
+        if (!dup) eos[n_eos++] = id;
+    }
     g_limits = (q35_api_limits){.served_model_name = C.served_name, .max_model_len = len, .vocab_size = g_info->vocab_size,
                                 .max_n = 16, .max_logprobs = 20, .max_total_tokens = 8 * (int64_t)len, .max_stop = 16,
                                 .max_stop_len = 256, .max_prompts = 64};
@@ -934,5 +1271,6 @@ int cmd_serve(int argc, char **argv) {
     sched_stop();
     MHD_stop_daemon(d);
     q35_engine_free(g_engine);
+    q35_tokenizer_free(g_tok);
     return 0;
 }

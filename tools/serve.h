@@ -59,6 +59,9 @@ typedef struct request {
     int32_t *completion_tokens;/* (n_choices) */
     int32_t cached_tokens;
     int32_t n_started;         /* choices whose prompt is done */
+    char *tools_json;          /* chat: tools shown to the model and parsed out of its output, or NULL */
+    bool think;                /* chat: the prompt opens a <think> block */
+    int32_t turn_ckpt;         /* chat: prompt tokens a follow-up turn shares (0: unknown) */
     bool *prompt_ready;        /* (n_prompts) choice 0's prompt checkpoint is cached */
     atomic_int cancelled;
     char *error;               /* set when the engine failed */

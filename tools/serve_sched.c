@@ -16,7 +16,10 @@
  * copy at all. Behind it, the prefix cache: snapshots of the whole state (KV
  * rows and GDN states) keyed by the token ids they cover, taken one token
  * before the end of each prompt, and of a warm slot's state when another
- * request takes the slot over. A lookup uses the longest warm slot or entry
+ * request takes the slot over, and for chat where the conversation so far
+ * ends ("<|im_start|>assistant\n" after the last user turn): the template
+ * drops the think block from earlier assistant turns, so that is the longest
+ * prefix a follow-up turn shares. A lookup uses the longest warm slot or entry
  * that is a proper prefix of the new prompt (at least one token is left to
  * evaluate, for the logits). Entries are evicted least recently used first
  * when their bytes pass the budget. Choices 2..n of a request wait for the
@@ -123,6 +126,7 @@ void request_release(request *r) {
     free(r->prompt_len);
     free(r->max_tokens);
     free(r->prompt_ready);
+    free(r->tools_json);
     free(r->completion_tokens);
     free(r->error);
     q35_api_request_free(&r->api);
@@ -439,9 +443,10 @@ static void seq_prefill(seq *s) {
     }
     /* the checkpoint falls one token before the end: the last token is fed
      * alone, so a repeat of this prompt can restore it and still get logits */
-    int32_t ckpt = s->n_prompt - 1;
+    int32_t ckpt = s->n_prompt - 1, turn = r->turn_ckpt;
     if (s->n_eval == ckpt) prompt_checkpoint(s, sess);
     int32_t end = s->n_eval < ckpt ? ckpt : s->n_prompt;
+    if (turn > s->n_eval && turn < ckpt) end = turn; /* stop there for the turn checkpoint */
     int32_t n = end - s->n_eval;
     if (n > S.cfg.prefill_chunk) n = S.cfg.prefill_chunk;
     bool last = s->n_eval + n == s->n_prompt;
@@ -451,6 +456,8 @@ static void seq_prefill(seq *s) {
         return;
     }
     s->n_eval += n;
+    if (s->n_eval == turn && turn < ckpt && r->api.cache_prompt && s->choice % r->api.n == 0)
+        cache_store(sess, s->prompt, turn, salt_hash(r->api.cache_salt));
     if (s->n_eval == ckpt) prompt_checkpoint(s, sess);
     if (!last) return;
     pthread_mutex_lock(&r->mu);

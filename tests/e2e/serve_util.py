@@ -129,3 +129,45 @@ def recv_until(sock, marker, limit=1 << 20):
             break
         raw += part
     return raw
+
+
+
+def _tokenizer_files():
+    """scripts/tokenizer-files.py, for its Qwen3.5 added tokens, split regex
+    and byte-to-unicode table."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tokenizer_files", ROOT / "scripts" / "tokenizer-files.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_text_model(dst, base="tiny-a"):
+    """A model directory with a tiny checkpoint and a byte-level tokenizer
+    small enough for its 320-token vocabulary: the 256 bytes (ids 0..255),
+    no merges, and the Qwen3.5 added tokens from id 256 (<|im_end|> = 258,
+    <think> = 280). Real text goes in and out; the weights are random."""
+    dst = pathlib.Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    src = MODELS / base
+    for name in ("config.json", "generation_config.json"):
+        (dst / name).write_bytes((src / name).read_bytes())
+    (dst / "model.safetensors").symlink_to(src / "model.safetensors")
+    tf = _tokenizer_files()
+    b2u = tf.bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    added = [{"id": 256 + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": special} for i, (t, special) in enumerate(tf.ADDED)]
+    regex = tf.QWEN35_PATTERN
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+           "normalizer": {"type": "NFC"},
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+           "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                     "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": vocab, "merges": []}}
+    (dst / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    return dst
