@@ -1081,7 +1081,7 @@ static const char serve_usage[] =
     "  --timeout S              idle connection and request-body time limit (default 60)\n"
     "  --prefix-cache-mb N      prefix cache budget (default min(4096, a quarter of free memory); 0: off)\n"
     "  --prefill-chunk N        prompt tokens per scheduler step (default 512)\n"
-    "  --spec-k K               MTP draft tokens per step for a lone greedy sequence\n"
+    "  --spec-k K               MTP draft tokens per step for greedy sequences\n"
     "                           (default 1 with an MTP head; 0: off)\n"
     "  -t, --threads N          engine threads (default: one per core)\n";
 

@@ -6,9 +6,10 @@
  *   3. evaluates one chunk of each admitted prompt (so a long prompt delays
  *      the others' next token by one chunk at most), first restoring the
  *      longest cached prefix;
- *   4. runs one q35_batch_decode over every decoding sequence, so the
- *      weights are read once per step for all of them, and samples each row
- *      with the sequence's own sampler.
+ *   4. runs one q35_batch_step over the greedy decoding sequences (MTP
+ *      drafts verified in one forward pass) and one q35_batch_decode over
+ *      the others, so the weights are read once per kind of step for all of
+ *      them, and samples each row with the sequence's own sampler.
  *
  * Prefix reuse, two levels. A slot whose sequence ended keeps its state
  * ("warm", with the token ids it holds): a request whose prompt extends that
@@ -88,11 +89,14 @@ static struct {
     seq **slots;
     warm_slot *warm;           /* (n_slots) */
     int n_slots;
-    float *logits;             /* (max(n_slots, Q35_SPEC_K_MAX + 1), V) */
+    float *logits;             /* (n_slots, V) */
     float *raw;                /* (V) logits before sampling, for logprobs */
     q35_session **batch_sess;
     int32_t *batch_tok;
     seq **batch_seq;
+    seq **spec_seq;            /* (n_slots) sequences of this step's speculative batch */
+    int32_t *spec_out;         /* (n_slots, Q35_SPEC_K_MAX + 1) their tokens */
+    int32_t *spec_n;           /* (n_slots) tokens each yielded */
 
     pthread_mutex_t mu;        /* guards the wait list, counts and stats below */
     pthread_cond_t cv;
@@ -467,11 +471,11 @@ static void seq_prefill(seq *s) {
     seq_sample(s, row);
 }
 
-/* Can s take a speculative step? Only alone in the decode batch (batched
- * rows share one weight read, which beats drafting), and only greedy
- * without penalties or a min_tokens mask, where speculation gives exactly
- * the tokens plain decoding would, so a request's output never depends on
- * what else is running. */
+/* Does s decode speculatively? Greedy sequences without penalties, a
+ * min_tokens mask or json_object do, always, whatever else is running: for
+ * them a speculative step yields exactly the tokens plain decoding would,
+ * and a request's path never depends on the load. The others decode one
+ * token per step. */
 static bool can_speculate(const seq *s) {
     const q35_api_request *a = &s->req->api;
     const q35_sampler_params *p = &a->sampling;
@@ -480,27 +484,39 @@ static bool can_speculate(const seq *s) {
            q35_session_pos(S.sessions[s->slot]) + S.spec_k + 1 < S.n_ctx;
 }
 
-/* One speculative step for s: every token it yields goes out in order. */
-static void seq_spec_step(seq *s) {
-    q35_session *sess = S.sessions[s->slot];
-    q35_spec_stats before = q35_session_spec_stats(sess);
-    int32_t out[Q35_SPEC_K_MAX + 1], m = 0;
+/* One speculative step for n sequences in one batch (the weights are read
+ * once for every verify row); each yields 1..k+1 tokens, sent in order. */
+static void spec_step(seq **list, int n) {
+    q35_spec_stats before = {0}, after = {0};
+    for (int i = 0; i < n; i++) {
+        q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
+        before.steps += st.steps; before.drafts += st.drafts; before.accepted += st.accepted;
+        S.batch_sess[i] = S.sessions[list[i]->slot];
+        S.batch_tok[i] = list[i]->last;
+    }
     q35_error err;
-    bool lp = s->req->api.logprobs >= 0;
-    if (q35_session_step(sess, s->last, NULL, out, &m, lp ? S.logits : NULL, &err)) {
-        seq_fail(s, err.msg);
+    if (q35_batch_step(S.batch_sess, S.batch_tok, n, NULL, S.spec_out, S.spec_n, &err)) {
+        for (int i = 0; i < n; i++) seq_fail(list[i], err.msg);
         return;
     }
-    q35_spec_stats after = q35_session_spec_stats(sess);
+    for (int i = 0; i < n; i++) {
+        q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
+        after.steps += st.steps; after.drafts += st.drafts; after.accepted += st.accepted;
+    }
     pthread_mutex_lock(&S.mu);
     S.spec_steps += (unsigned long long)(after.steps - before.steps);
     S.spec_drafts += (unsigned long long)(after.drafts - before.drafts);
     S.spec_accepted += (unsigned long long)(after.accepted - before.accepted);
     pthread_mutex_unlock(&S.mu);
-    for (int32_t i = 0; i < m; i++) {
-        if (lp) memcpy(S.raw, S.logits + (size_t)i * (size_t)S.V, sizeof *S.raw * (size_t)S.V);
-        s->last = out[i];
-        if (seq_take_token(s, out[i])) return;
+    for (int i = 0; i < n; i++) {
+        seq *s = list[i];
+        const int32_t *out = S.spec_out + (size_t)i * (Q35_SPEC_K_MAX + 1);
+        const float *rows = s->req->api.logprobs >= 0 ? q35_session_step_logits(S.sessions[s->slot]) : NULL;
+        for (int32_t k = 0; k < S.spec_n[i]; k++) {
+            if (rows) memcpy(S.raw, rows + (size_t)k * (size_t)S.V, sizeof *S.raw * (size_t)S.V);
+            s->last = out[k];
+            if (seq_take_token(s, out[k])) break;
+        }
     }
 }
 
@@ -650,18 +666,18 @@ static void *sched_main(void *arg) {
         for (int i = 0; i < S.n_slots; i++)
             if (S.slots[i] && S.slots[i]->state == SEQ_PREFILL) seq_prefill(S.slots[i]);
 
-        int nb = 0;
+        int nb = 0, ns = 0;
         for (int i = 0; i < S.n_slots; i++) {
             seq *s = S.slots[i];
             if (!s || s->state != SEQ_DECODE) continue;
-            S.batch_sess[nb] = S.sessions[i];
-            S.batch_tok[nb] = s->last;
-            S.batch_seq[nb++] = s;
+            if (can_speculate(s)) S.spec_seq[ns++] = s;
+            else S.batch_seq[nb++] = s;
         }
+        if (ns) spec_step(S.spec_seq, ns);
         if (!nb) continue;
-        if (nb == 1 && can_speculate(S.batch_seq[0])) {
-            seq_spec_step(S.batch_seq[0]);
-            continue;
+        for (int i = 0; i < nb; i++) {
+            S.batch_sess[i] = S.sessions[S.batch_seq[i]->slot];
+            S.batch_tok[i] = S.batch_seq[i]->last;
         }
         q35_error err;
         if (q35_batch_decode(S.batch_sess, S.batch_tok, nb, S.logits, &err)) {
@@ -692,14 +708,16 @@ int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, cons
             snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
             return -1;
         }
-    size_t rows = ns > Q35_SPEC_K_MAX + 1 ? ns : Q35_SPEC_K_MAX + 1;
-    S.logits = malloc(sizeof *S.logits * rows * (size_t)S.V);
+    S.logits = malloc(sizeof *S.logits * ns * (size_t)S.V);
     S.spec_k = cfg->spec_k;
     S.raw = malloc(sizeof *S.raw * (size_t)S.V);
     S.batch_sess = calloc(ns, sizeof *S.batch_sess);
     S.batch_tok = calloc(ns, sizeof *S.batch_tok);
     S.batch_seq = calloc(ns, sizeof *S.batch_seq);
-    if (!S.sessions || !S.slots || !S.warm || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq) {
+    S.spec_seq = calloc(ns, sizeof *S.spec_seq);
+    S.spec_out = calloc(ns * (Q35_SPEC_K_MAX + 1), sizeof *S.spec_out);
+    S.spec_n = calloc(ns, sizeof *S.spec_n);
+    if (!S.sessions || !S.slots || !S.warm || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq || !S.spec_seq || !S.spec_out || !S.spec_n) {
         snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
         return -1;
     }
@@ -735,6 +753,7 @@ void sched_stop(void) {
     free(S.warm);
     free(S.sessions); free(S.slots); free(S.logits); free(S.raw);
     free(S.batch_sess); free(S.batch_tok); free(S.batch_seq);
+    free(S.spec_seq); free(S.spec_out); free(S.spec_n);
 }
 
 void sched_set_token_bytes(const char *const *bytes, const size_t *lens) {
