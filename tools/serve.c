@@ -1065,9 +1065,10 @@ static int read_eos(const char *dir, int32_t *eos, int max) {
 }
 
 static const char serve_usage[] =
-    "usage: qwen35 serve -m MODEL_DIR [options]\n"
+    "usage: qwen35 serve [-m MODEL_DIR] [options]\n"
     "  OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
     "  /health, /metrics, /tokenize, /detokenize, /version.\n"
+    "  Without -m it serves the embedded demo model ($QWEN35_MODEL, else models/qwen35-demo).\n"
     "options:\n"
     "  --host ADDR              listen address (default 127.0.0.1)\n"
     "  --port N                 port (default 8000; 0 picks a free one)\n"
@@ -1137,7 +1138,8 @@ int cmd_serve(int argc, char **argv) {
         if (bad) { fprintf(stderr, "qwen35 serve: bad value '%s' for %s\n", v, k); return 2; }
         i++;
     }
-    if (!C.model_path) { fprintf(stderr, "qwen35 serve: -m MODEL_DIR is required\n%s", serve_usage); return 2; }
+    static char *default_model; /* kept for the life of the process */
+    if (!C.model_path) C.model_path = default_model = cli_default_model(); /* the embedded demo model */
     if (C.api_key && !*C.api_key) { fprintf(stderr, "qwen35 serve: the API key is empty\n"); return 2; }
 
     /* signals go to the main thread only, which waits for them below */
