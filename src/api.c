@@ -344,7 +344,7 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
     if ((rc = get_num(root, "presence_penalty", -2, 2, &sp->presence_penalty, e))) return rc;
     if ((rc = get_num(root, "frequency_penalty", -2, 2, &sp->frequency_penalty, e))) return rc;
     if ((rc = get_num(root, "repetition_penalty", 1e-6, 100, &sp->repetition_penalty, e))) return rc;
-    x = 0;
+    x = sp->top_k;
     if ((rc = get_int(root, "top_k", -1, INT32_MAX, &x, e))) return rc;
     sp->top_k = x < 0 ? 0 : (int32_t)x;
     json_t *seed = json_object_get(root, "seed");
@@ -454,6 +454,10 @@ int q35_api_parse(const char *body, size_t len, q35_api_kind kind, const q35_api
     r->cache_prompt = true;
     r->add_special_tokens = kind == Q35_API_COMPLETION;
     r->sampling = (q35_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    if (lim->defaults) {
+        r->sampling = *lim->defaults;
+        r->sampling.seed = 0;
+    }
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return fail(&e, 400, NULL, "malformed JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);

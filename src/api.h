@@ -39,6 +39,9 @@ typedef struct q35_api_limits {
     int32_t max_stop;          /* stop strings */
     int32_t max_stop_len;      /* bytes per stop string */
     int32_t max_prompts;       /* prompts in one completion request */
+    /* sampling for fields a request leaves out (the model's
+     * generation_config, as vLLM does); NULL: temperature 1, no cuts */
+    const q35_sampler_params *defaults;
 } q35_api_limits;
 
 /* One prompt of a completion request: token ids, or text to tokenize. */

@@ -201,6 +201,21 @@ TEST(api, parse_completion_fields) {
     q35_api_request_free(&r);
 }
 
+TEST(api, generation_config_defaults_fill_missing_fields) {
+    q35_sampler_params d = {.temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .repetition_penalty = 1.05f};
+    q35_api_limits l = lim;
+    l.defaults = &d;
+    q35_api_request r;
+    char msg[256], param[64];
+    const char *body = "{\"prompt\":[1],\"top_p\":0.5}";
+    REQUIRE(q35_api_parse(body, strlen(body), Q35_API_COMPLETION, &l, &r, msg, sizeof msg, param, sizeof param) == 0);
+    CHECK_NEAR(r.sampling.temperature, 0.7, 1e-6);
+    CHECK_EQ_INT(r.sampling.top_k, 20);
+    CHECK_NEAR(r.sampling.top_p, 0.5, 1e-6); /* what the request says wins */
+    CHECK_NEAR(r.sampling.repetition_penalty, 1.05, 1e-6);
+    q35_api_request_free(&r);
+}
+
 TEST(api, parse_rejects_by_name) {
     static const struct { const char *body; int kind, status; const char *param; } cases[] = {
         {"{\"prompt\":[1],\"logit_bias\":{}}", Q35_API_COMPLETION, 400, "logit_bias"},

@@ -1064,6 +1064,35 @@ static int read_eos(const char *dir, int32_t *eos, int max) {
     return n;
 }
 
+/* The sampling defaults of generation_config.json (temperature, top_k,
+ * top_p, min_p, repetition_penalty), as vLLM applies them; false when the
+ * file names none. */
+static bool read_sampling_defaults(const char *dir, q35_sampler_params *p) {
+    *p = (q35_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    char *path = q35_path_join(dir, "generation_config.json");
+    json_t *g = path ? json_load_file(path, 0, NULL) : NULL;
+    free(path);
+    bool any = false;
+    json_t *v;
+#define GEN_NUM(key, field, ok)                                                   \
+    if ((v = json_object_get(g, key)) && json_is_number(v) && (ok)) {             \
+        p->field = (float)json_number_value(v);                                   \
+        any = true;                                                               \
+    }
+    GEN_NUM("temperature", temperature, json_number_value(v) >= 0)
+    GEN_NUM("top_p", top_p, json_number_value(v) > 0 && json_number_value(v) <= 1)
+    GEN_NUM("min_p", min_p, json_number_value(v) >= 0 && json_number_value(v) <= 1)
+    GEN_NUM("repetition_penalty", repetition_penalty, json_number_value(v) > 0)
+#undef GEN_NUM
+    if ((v = json_object_get(g, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= INT32_MAX) {
+        p->top_k = (int32_t)json_integer_value(v);
+        any = true;
+    }
+    json_decref(g);
+    return any;
+}
+
 static const char serve_usage[] =
     "usage: qwen35 serve [-m MODEL_DIR] [options]\n"
     "  OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
@@ -1253,6 +1282,13 @@ int cmd_serve(int argc, char **argv) {
     g_limits = (q35_api_limits){.served_model_name = C.served_name, .max_model_len = len, .vocab_size = g_info->vocab_size,
                                 .max_n = 16, .max_logprobs = 20, .max_total_tokens = 8 * (int64_t)len, .max_stop = 16,
                                 .max_stop_len = 256, .max_prompts = 64};
+    static q35_sampler_params gen_defaults;
+    if (read_sampling_defaults(C.model_path, &gen_defaults)) {
+        g_limits.defaults = &gen_defaults;
+        fprintf(stderr, "qwen35 serve: sampling defaults from generation_config.json: temperature %g, top_k %d, top_p %g, "
+                        "min_p %g, repetition_penalty %g\n", gen_defaults.temperature, gen_defaults.top_k, gen_defaults.top_p,
+                gen_defaults.min_p, gen_defaults.repetition_penalty);
+    }
     char msg[1200];
     if (sched_start(g_engine, &C, len, eos, n_eos, msg, sizeof msg)) {
         fprintf(stderr, "qwen35 serve: %s\n", msg);
