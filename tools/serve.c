@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 static serve_config C;
+static long g_cache_mb = -1, g_spec_k = -1; /* -1: the defaults */
 static q35_engine *g_engine;
 static const q35_model_info *g_info;
 static q35_api_limits g_limits;
@@ -984,7 +985,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         MHD_destroy_response(r);
         return ret;
     }
-    if (!atomic_load(&g_ready) && rt->id != R_VERSION && rt->id != R_METRICS)
+    if (!atomic_load(&g_ready) && rt->id != R_VERSION)
         return send_error(c, 503, "Loading model", NULL);
     switch (rt->id) {
     case R_HEALTH: return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
@@ -1124,6 +1125,106 @@ static int parse_long(const char *v, long lo, long hi, long *out) {
     return 0;
 }
 
+/* Loads the model and starts the scheduler; the exit status (0: ready). */
+static int load_and_start(void) {
+    q35_error err = {0};
+    q35_engine_params ep = {.n_threads = C.threads};
+    if (q35_engine_load(C.model_path, &ep, &g_engine, &err)) {
+        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
+        return 1;
+    }
+    g_info = q35_engine_info(g_engine);
+    char *tj = q35_path_join(C.model_path, "tokenizer.json"), *vj = q35_path_join(C.model_path, "vocab.json");
+    bool has_tok_files = (tj && q35_file_exists(tj)) || (vj && q35_file_exists(vj));
+    free(tj);
+    free(vj);
+    if (has_tok_files && q35_tokenizer_load(C.model_path, &g_tok, &err)) {
+        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
+        q35_engine_free(g_engine);
+        return 1;
+    }
+    size_t per_pos = bytes_per_position(g_engine), avail = mem_available();
+    int32_t model_max = g_info->max_position > 0 ? g_info->max_position : 262144;
+    int32_t len = model_max < 262144 ? model_max : 262144;
+    const char *why = model_max < 262144 ? "the model's maximum" : "the default";
+    if (per_pos && avail) {
+        /* every slot holds a whole context; leave half the free memory for the rest */
+        size_t cap = avail / 2 / per_pos / (size_t)C.parallel;
+        if (cap < (size_t)len) { len = (int32_t)(cap > 16 ? cap : 16); why = "capped by free memory"; }
+    }
+    if (C.max_model_len) {
+        if (C.max_model_len > model_max) {
+            fprintf(stderr, "qwen35 serve: --max-model-len %d is over the model's maximum of %d\n", C.max_model_len, model_max);
+            q35_engine_free(g_engine);
+                return 2;
+        }
+        if (C.max_model_len > len) fprintf(stderr, "qwen35 serve: warning: --max-model-len %d may not fit in memory (%d would)\n", C.max_model_len, len);
+        len = C.max_model_len;
+        why = "--max-model-len";
+    }
+    size_t budget = g_cache_mb >= 0 ? (size_t)g_cache_mb << 20 : (avail / 4 < (4096ul << 20) ? avail / 4 : (4096ul << 20));
+    C.cache_bytes = budget;
+    C.spec_k = g_spec_k >= 0 ? (int32_t)g_spec_k : g_info->has_mtp ? 1 : 0;
+    if (C.spec_k > 0 && !g_info->has_mtp) {
+        fprintf(stderr, "qwen35 serve: --spec-k needs an MTP head, which %s lacks\n", C.model_path);
+        q35_engine_free(g_engine);
+        return 2;
+    }
+    int32_t eos[8];
+    int n_eos = read_eos(C.model_path, eos, 8);
+    if (g_tok) { /* the bytes of every token, for json_object */
+        static const char **bytes;
+        static size_t *lens;
+        bytes = calloc((size_t)g_info->vocab_size, sizeof *bytes);
+        lens = calloc((size_t)g_info->vocab_size, sizeof *lens);
+        for (int32_t t = 0; bytes && lens && t < g_info->vocab_size; t++)
+            if (t < q35_tokenizer_n_ids(g_tok) && !q35_token_is_special(g_tok, t)) bytes[t] = q35_token_bytes(g_tok, t, &lens[t]);
+        if (bytes && lens) sched_set_token_bytes(bytes, lens);
+    }
+    /* a chat turn ends with <|im_end|> whatever generation_config says */
+    static const char *const ends[] = {"<|im_end|>", "<|endoftext|>"};
+    for (int i = 0; g_tok && i < 2 && n_eos < 8; i++) {
+        int32_t id = q35_token_id(g_tok, ends[i], strlen(ends[i]));
+        bool dup = id < 0 || id >= g_info->vocab_size;
+        for (int k = 0; k < n_eos; k++) dup |= eos[k] == id;
+        if (!dup) eos[n_eos++] = id;
+    }
+    g_limits = (q35_api_limits){.served_model_name = C.served_name, .max_model_len = len, .vocab_size = g_info->vocab_size,
+                                .max_n = 16, .max_logprobs = 20, .max_total_tokens = 8 * (int64_t)len, .max_stop = 16,
+                                .max_stop_len = 256, .max_prompts = 64};
+    static q35_sampler_params gen_defaults;
+    if (read_sampling_defaults(C.model_path, &gen_defaults)) {
+        g_limits.defaults = &gen_defaults;
+        fprintf(stderr, "qwen35 serve: sampling defaults from generation_config.json: temperature %g, top_k %d, top_p %g, "
+                        "min_p %g, repetition_penalty %g\n", gen_defaults.temperature, gen_defaults.top_k, gen_defaults.top_p,
+                gen_defaults.min_p, gen_defaults.repetition_penalty);
+    }
+    char msg[1200];
+    if (sched_start(g_engine, &C, len, eos, n_eos, msg, sizeof msg)) {
+        fprintf(stderr, "qwen35 serve: %s\n", msg);
+        q35_engine_free(g_engine);
+        return 1;
+    }
+    fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position); parallel %d; "
+                    "prefix cache %zu MiB; speculation k=%d; tokenizer: %s\n",
+            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, C.spec_k, have_tokenizer() ? "yes" : "none (token ids only)");
+    atomic_store(&g_ready, 1);
+    fprintf(stderr, "qwen35 serve: ready\n");
+
+    return 0;
+}
+
+static atomic_int g_load_status = -1; /* the loader's result, -1 while it runs */
+static pthread_t g_main_thread;
+
+static void *loader_main(void *arg) {
+    (void)arg;
+    int rc = load_and_start();
+    atomic_store(&g_load_status, rc);
+    if (rc) pthread_kill(g_main_thread, SIGTERM); /* wake the main thread's sigwait */
+    return NULL;
+}
+
 int cmd_serve(int argc, char **argv) {
     memset(&C, 0, sizeof C);
     C.host = "127.0.0.1";
@@ -1134,7 +1235,6 @@ int cmd_serve(int argc, char **argv) {
     C.max_body = 8u << 20;
     C.timeout_s = 60;
     C.prefill_chunk = 512;
-    long cache_mb = -1, spec_k = -1;
     static char keybuf[4096];
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -1159,9 +1259,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--max-queue")) { bad = parse_long(v, 0, 100000, &x); C.max_queue = (int)x; }
         else if (!strcmp(k, "--max-body")) { bad = parse_long(v, 1024, 1L << 30, &x); C.max_body = (size_t)x; }
         else if (!strcmp(k, "--timeout")) { bad = parse_long(v, 1, 86400, &x); C.timeout_s = (double)x; }
-        else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &cache_mb); }
+        else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &g_cache_mb); }
         else if (!strcmp(k, "--prefill-chunk")) { bad = parse_long(v, 1, 1 << 20, &x); C.prefill_chunk = (int32_t)x; }
-        else if (!strcmp(k, "--spec-k")) { bad = parse_long(v, 0, Q35_SPEC_K_MAX, &spec_k); }
+        else if (!strcmp(k, "--spec-k")) { bad = parse_long(v, 0, Q35_SPEC_K_MAX, &g_spec_k); }
         else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) { bad = parse_long(v, 0, 1024, &x); C.threads = (int)x; }
         else { fprintf(stderr, "qwen35 serve: unknown option '%s'\n%s", k, serve_usage); return 2; }
         if (bad) { fprintf(stderr, "qwen35 serve: bad value '%s' for %s\n", v, k); return 2; }
@@ -1213,97 +1313,27 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "qwen35 serve: listening on http://%s:%d (loading %s)%s\n", C.host, port, C.model_path,
             C.api_key ? "" : "; no API key: every local client may use it");
 
-    q35_error err = {0};
-    q35_engine_params ep = {.n_threads = C.threads};
-    if (q35_engine_load(C.model_path, &ep, &g_engine, &err)) {
-        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
+    /* the model loads on its own thread, so that /health answers 503 and a
+     * signal ends the process even in the middle of a long load */
+    g_main_thread = pthread_self();
+    pthread_t loader;
+    if (pthread_create(&loader, NULL, loader_main, NULL)) {
+        fprintf(stderr, "qwen35 serve: cannot start the loader thread\n");
         MHD_stop_daemon(d);
         return 1;
     }
-    g_info = q35_engine_info(g_engine);
-    char *tj = q35_path_join(C.model_path, "tokenizer.json"), *vj = q35_path_join(C.model_path, "vocab.json");
-    bool has_tok_files = (tj && q35_file_exists(tj)) || (vj && q35_file_exists(vj));
-    free(tj);
-    free(vj);
-    if (has_tok_files && q35_tokenizer_load(C.model_path, &g_tok, &err)) {
-        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
-        q35_engine_free(g_engine);
-        MHD_stop_daemon(d);
-        return 1;
-    }
-    size_t per_pos = bytes_per_position(g_engine), avail = mem_available();
-    int32_t model_max = g_info->max_position > 0 ? g_info->max_position : 262144;
-    int32_t len = model_max < 262144 ? model_max : 262144;
-    const char *why = model_max < 262144 ? "the model's maximum" : "the default";
-    if (per_pos && avail) {
-        /* every slot holds a whole context; leave half the free memory for the rest */
-        size_t cap = avail / 2 / per_pos / (size_t)C.parallel;
-        if (cap < (size_t)len) { len = (int32_t)(cap > 16 ? cap : 16); why = "capped by free memory"; }
-    }
-    if (C.max_model_len) {
-        if (C.max_model_len > model_max) {
-            fprintf(stderr, "qwen35 serve: --max-model-len %d is over the model's maximum of %d\n", C.max_model_len, model_max);
-            q35_engine_free(g_engine);
-            MHD_stop_daemon(d);
-            return 2;
-        }
-        if (C.max_model_len > len) fprintf(stderr, "qwen35 serve: warning: --max-model-len %d may not fit in memory (%d would)\n", C.max_model_len, len);
-        len = C.max_model_len;
-        why = "--max-model-len";
-    }
-    size_t budget = cache_mb >= 0 ? (size_t)cache_mb << 20 : (avail / 4 < (4096ul << 20) ? avail / 4 : (4096ul << 20));
-    C.cache_bytes = budget;
-    C.spec_k = spec_k >= 0 ? (int32_t)spec_k : g_info->has_mtp ? 1 : 0;
-    if (C.spec_k > 0 && !g_info->has_mtp) {
-        fprintf(stderr, "qwen35 serve: --spec-k needs an MTP head, which %s lacks\n", C.model_path);
-        q35_engine_free(g_engine);
-        MHD_stop_daemon(d);
-        return 2;
-    }
-    int32_t eos[8];
-    int n_eos = read_eos(C.model_path, eos, 8);
-    if (g_tok) { /* the bytes of every token, for json_object */
-        static const char **bytes;
-        static size_t *lens;
-        bytes = calloc((size_t)g_info->vocab_size, sizeof *bytes);
-        lens = calloc((size_t)g_info->vocab_size, sizeof *lens);
-        for (int32_t t = 0; bytes && lens && t < g_info->vocab_size; t++)
-            if (t < q35_tokenizer_n_ids(g_tok) && !q35_token_is_special(g_tok, t)) bytes[t] = q35_token_bytes(g_tok, t, &lens[t]);
-        if (bytes && lens) sched_set_token_bytes(bytes, lens);
-    }
-    /* a chat turn ends with <|im_end|> whatever generation_config says */
-    static const char *const ends[] = {"<|im_end|>", "<|endoftext|>"};
-    for (int i = 0; g_tok && i < 2 && n_eos < 8; i++) {
-        int32_t id = q35_token_id(g_tok, ends[i], strlen(ends[i]));
-        bool dup = id < 0 || id >= g_info->vocab_size;
-        for (int k = 0; k < n_eos; k++) dup |= eos[k] == id;
-        if (!dup) eos[n_eos++] = id;
-    }
-    g_limits = (q35_api_limits){.served_model_name = C.served_name, .max_model_len = len, .vocab_size = g_info->vocab_size,
-                                .max_n = 16, .max_logprobs = 20, .max_total_tokens = 8 * (int64_t)len, .max_stop = 16,
-                                .max_stop_len = 256, .max_prompts = 64};
-    static q35_sampler_params gen_defaults;
-    if (read_sampling_defaults(C.model_path, &gen_defaults)) {
-        g_limits.defaults = &gen_defaults;
-        fprintf(stderr, "qwen35 serve: sampling defaults from generation_config.json: temperature %g, top_k %d, top_p %g, "
-                        "min_p %g, repetition_penalty %g\n", gen_defaults.temperature, gen_defaults.top_k, gen_defaults.top_p,
-                gen_defaults.min_p, gen_defaults.repetition_penalty);
-    }
-    char msg[1200];
-    if (sched_start(g_engine, &C, len, eos, n_eos, msg, sizeof msg)) {
-        fprintf(stderr, "qwen35 serve: %s\n", msg);
-        q35_engine_free(g_engine);
-        MHD_stop_daemon(d);
-        return 1;
-    }
-    fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position); parallel %d; "
-                    "prefix cache %zu MiB; speculation k=%d; tokenizer: %s\n",
-            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, C.spec_k, have_tokenizer() ? "yes" : "none (token ids only)");
-    atomic_store(&g_ready, 1);
-    fprintf(stderr, "qwen35 serve: ready\n");
-
     int sig;
     sigwait(&set, &sig);
+    int rc = atomic_load(&g_load_status);
+    if (rc < 0) {
+        fprintf(stderr, "qwen35 serve: signal %d while loading the model, exiting\n", sig);
+        _exit(1);
+    }
+    pthread_join(loader, NULL);
+    if (rc) {
+        MHD_stop_daemon(d);
+        return rc;
+    }
     fprintf(stderr, "qwen35 serve: signal %d, shutting down\n", sig);
     atomic_store(&g_stopping, 1);
     sched_stop();

@@ -495,3 +495,28 @@ def test_queued_stream_outlives_idle_timeout_and_shutdown_ends_streams():
         text = raw.decode(errors="replace")
         assert '"error"' in text and "shutting down" in text
         assert "data: [DONE]" in text.split('"error"')[-1]
+
+
+def test_health_is_503_while_loading_and_a_signal_ends_the_load(tmp_path):
+    """config.json is a FIFO nobody writes: loading blocks on it."""
+    model = tmp_path / "m"
+    model.mkdir()
+    os.mkfifo(model / "config.json")
+    from serve_util import BIN
+    proc = subprocess.Popen([BIN, "serve", "-m", str(model), "--port", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        import http.client
+        for path in ("/health", "/v1/models", "/metrics"):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("GET", path)
+            r = c.getresponse()
+            assert r.status == 503 and json.loads(r.read())["error"]["message"] == "Loading model"
+        proc.send_signal(15)
+        assert proc.wait(timeout=10) != 0
+        assert "while loading" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
