@@ -275,6 +275,44 @@ const char *q35_output_parser_reasoning(const q35_output_parser *p);
  * "arguments":".."}}...], or NULL when there are none; malloc'd. */
 char *q35_output_parser_tool_calls_json(const q35_output_parser *p);
 
+/* ---- sampling ---- */
+
+/* Per-request token sampling. The pipeline, in order: repetition penalty
+ * (prompt and output tokens), presence and frequency penalties (output
+ * tokens), then top-k, top-p and min-p on the penalised distribution, then
+ * temperature, then one draw from the sampler's own RNG. temperature 0 is a
+ * greedy argmax of the penalised logits. Each sampler owns its RNG, seeded
+ * from params.seed, so a request's tokens depend only on its own logits and
+ * seed, never on what else is being served. */
+typedef struct q35_sampler_params {
+    float temperature;        /* 0: greedy */
+    int32_t top_k;            /* 0 or -1: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off */
+    float presence_penalty;   /* 0: off; subtracted once per seen output token */
+    float frequency_penalty;  /* 0: off; subtracted per occurrence in the output */
+    float repetition_penalty; /* 1: off; divides positive, multiplies negative logits */
+    uint64_t seed;
+} q35_sampler_params;
+
+typedef struct q35_sampler q35_sampler;
+
+/* Scratch for vocab_size candidates is allocated here, never while sampling. */
+q35_status q35_sampler_new(const q35_sampler_params *params, int32_t vocab_size, q35_sampler **out,
+                           q35_error *err);
+void q35_sampler_free(q35_sampler *s);
+/* The prompt tokens, for the repetition penalty (out-of-range ids are skipped). */
+void q35_sampler_set_prompt(q35_sampler *s, const int32_t *ids, int32_t n);
+/* Records a generated token, for the penalties. */
+void q35_sampler_accept(q35_sampler *s, int32_t token);
+/* Picks the next token; logits (vocab_size floats) are overwritten. */
+int32_t q35_sampler_sample(q35_sampler *s, float *logits);
+
+/* Log-probability of token under log_softmax(logits), and, when k > 0, the k
+ * most likely tokens (ties: lower id first) into top_ids / top_logprobs. */
+float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int32_t *top_ids,
+                   float *top_logprobs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@ static const command commands[] = {
     {"run", cmd_run, "greedy generation from prompt token ids; prints ids and tok/s"},
     {"logits", cmd_logits, "write float32 logits for every prompt position"},
     {"speed", cmd_speed, "engine speed: decode/prompt tok/s, GB/s vs measured bandwidth, spec costs"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)"},
     {"bench", cmd_bench, "speed benchmark against an OpenAI-compatible server"},
     {"tokenize", cmd_tokenize, "text or a chat request to token ids (and pieces)"},
     {"version", cmd_version, "print the version"},

@@ -1,0 +1,336 @@
+/* test_api.c: the sampler and the server's protocol logic (src/sampler.c,
+ * src/api.c) on synthetic inputs: no model, no sockets. */
+#include "api.h"
+#include "test.h"
+
+#include <float.h>
+
+/* ---- sampler ---- */
+
+static q35_sampler *new_sampler(q35_sampler_params p, int32_t V) {
+    q35_sampler *s = NULL;
+    q35_error err;
+    if (q35_sampler_new(&p, V, &s, &err)) return NULL;
+    return s;
+}
+
+static const q35_sampler_params plain = {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed = 42};
+
+TEST(sampler, greedy_and_top_k_one_pick_the_argmax) {
+    float l[6] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f, 1.9f};
+    float c[6];
+    q35_sampler_params p = plain;
+    p.temperature = 0;
+    q35_sampler *s = new_sampler(p, 6);
+    REQUIRE(s);
+    memcpy(c, l, sizeof l);
+    CHECK_EQ_INT(q35_sampler_sample(s, c), 1); /* the lowest index among ties */
+    q35_sampler_free(s);
+    p = plain;
+    p.top_k = 1;
+    s = new_sampler(p, 6);
+    for (int i = 0; i < 20; i++) {
+        memcpy(c, l, sizeof l);
+        CHECK_EQ_INT(q35_sampler_sample(s, c), 1);
+    }
+    q35_sampler_free(s);
+}
+
+TEST(sampler, same_seed_same_tokens_and_frequencies_follow_softmax) {
+    enum { V = 5, N = 20000 };
+    float l[V] = {0.0f, 1.0f, 2.0f, -1.0f, 0.5f}, c[V];
+    q35_sampler *a = new_sampler(plain, V), *b = new_sampler(plain, V);
+    REQUIRE(a && b);
+    int count[V] = {0};
+    for (int i = 0; i < N; i++) {
+        memcpy(c, l, sizeof l);
+        int32_t ta = q35_sampler_sample(a, c);
+        memcpy(c, l, sizeof l);
+        int32_t tb = q35_sampler_sample(b, c);
+        CHECK(ta == tb);
+        count[ta]++;
+    }
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(l[i]);
+    for (int i = 0; i < V; i++) CHECK_NEAR(count[i] / (double)N, exp(l[i]) / z, 0.015);
+    q35_sampler_free(a);
+    q35_sampler_free(b);
+}
+
+TEST(sampler, top_p_and_min_p_cut_the_tail) {
+    enum { V = 4 };
+    /* probabilities 0.5, 0.25, 0.125, 0.125 */
+    float l[V] = {(float)log(0.5), (float)log(0.25), (float)log(0.125), (float)log(0.125)}, c[V];
+    q35_sampler_params p = plain;
+    p.top_p = 0.7f; /* keeps the first two */
+    q35_sampler *s = new_sampler(p, V);
+    int seen[V] = {0};
+    for (int i = 0; i < 2000; i++) { memcpy(c, l, sizeof l); seen[q35_sampler_sample(s, c)]++; }
+    CHECK(seen[0] > 0 && seen[1] > 0 && seen[2] == 0 && seen[3] == 0);
+    q35_sampler_free(s);
+    p = plain;
+    p.min_p = 0.3f; /* keeps p >= 0.15: the first two */
+    s = new_sampler(p, V);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 2000; i++) { memcpy(c, l, sizeof l); seen[q35_sampler_sample(s, c)]++; }
+    CHECK(seen[0] > 0 && seen[1] > 0 && seen[2] == 0 && seen[3] == 0);
+    q35_sampler_free(s);
+}
+
+TEST(sampler, penalties_edit_only_seen_tokens) {
+    enum { V = 4 };
+    float c[V] = {2.0f, -2.0f, 1.0f, 1.0f};
+    q35_sampler_params p = plain;
+    p.temperature = 0;
+    p.repetition_penalty = 2.0f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    q35_sampler *s = new_sampler(p, V);
+    int32_t prompt[2] = {0, 1};
+    q35_sampler_set_prompt(s, prompt, 2);
+    q35_sampler_accept(s, 2);
+    q35_sampler_accept(s, 2);
+    q35_sampler_sample(s, c);
+    CHECK_NEAR(c[0], 1.0, 1e-6);                   /* positive: divided */
+    CHECK_NEAR(c[1], -4.0, 1e-6);                  /* negative: multiplied */
+    CHECK_NEAR(c[2], 1.0 / 2 - 0.5 - 0.5, 1e-6);   /* output token: all three */
+    CHECK_NEAR(c[3], 1.0, 1e-6);                   /* unseen */
+    q35_sampler_free(s);
+}
+
+TEST(sampler, logprobs_are_a_log_softmax_with_sorted_top) {
+    float l[5] = {1.0f, 3.0f, 2.0f, 3.0f, -INFINITY};
+    int32_t ids[5];
+    float lp[5];
+    float x = q35_logprobs(l, 5, 2, 3, ids, lp);
+    double z = exp(1.0) + 2 * exp(3.0) + exp(2.0);
+    CHECK_NEAR(x, 2.0 - log(z), 1e-5);
+    CHECK_EQ_INT(ids[0], 1);
+    CHECK_EQ_INT(ids[1], 3);
+    CHECK_EQ_INT(ids[2], 2);
+    CHECK_NEAR(lp[0], 3.0 - log(z), 1e-5);
+    q35_error err;
+    q35_sampler *s;
+    q35_sampler_params bad = plain;
+    bad.top_p = 0;
+    CHECK(q35_sampler_new(&bad, 5, &s, &err) == Q35_ERR_ARG);
+}
+
+/* ---- stop strings ---- */
+
+/* Feeds pieces; returns everything released, and whether a stop matched. */
+static void run_stop(char **stops, int n, const char *const *pieces, char *out, int *matched) {
+    q35_stop_matcher m;
+    q35_stop_init(&m, stops, n);
+    out[0] = 0;
+    for (int i = 0; pieces[i]; i++) {
+        long r = q35_stop_feed(&m, pieces[i], strlen(pieces[i]));
+        strncat(out, q35_stop_text(&m), (size_t)r);
+        q35_stop_consume(&m, (size_t)r);
+        if (m.matched >= 0) break;
+    }
+    if (m.matched < 0) {
+        size_t r = q35_stop_finish(&m);
+        strncat(out, q35_stop_text(&m), r);
+    }
+    *matched = m.matched;
+    q35_stop_free(&m);
+}
+
+TEST(api, stop_strings_across_pieces_never_leak) {
+    char *stops[2] = {"END", "\n\nUser:"};
+    char out[256];
+    int matched;
+    const char *p1[] = {"Hello E", "N", "D and more", NULL};
+    run_stop(stops, 2, p1, out, &matched);
+    CHECK_STR_EQ(out, "Hello ");
+    CHECK_EQ_INT(matched, 0);
+    const char *p2[] = {"a\n", "\nUs", "e", "r: x", NULL};
+    run_stop(stops, 2, p2, out, &matched);
+    CHECK_STR_EQ(out, "a");
+    CHECK_EQ_INT(matched, 1);
+    const char *p3[] = {"EN", "x E", NULL}; /* held prefixes that never complete come out at the end */
+    run_stop(stops, 2, p3, out, &matched);
+    CHECK_STR_EQ(out, "ENx E");
+    CHECK_EQ_INT(matched, -1);
+    /* the held text is released as soon as it cannot start a stop string */
+    q35_stop_matcher m;
+    q35_stop_init(&m, stops, 2);
+    CHECK_EQ_INT(q35_stop_feed(&m, "xxE", 3), 2);
+    q35_stop_consume(&m, 2);
+    CHECK_EQ_INT(q35_stop_feed(&m, "Z", 1), 2);
+    q35_stop_free(&m);
+}
+
+/* ---- requests ---- */
+
+static const q35_api_limits lim = {.served_model_name = "m", .max_model_len = 100, .vocab_size = 50, .max_n = 4,
+                                   .max_logprobs = 5, .max_total_tokens = 200, .max_stop = 4, .max_stop_len = 16,
+                                   .max_prompts = 4};
+
+static int parse(const char *body, q35_api_kind kind, q35_api_request *r, char *param) {
+    char msg[512];
+    return q35_api_parse(body, strlen(body), kind, &lim, r, msg, sizeof msg, param, 64);
+}
+
+TEST(api, parse_completion_fields) {
+    q35_api_request r;
+    char param[64];
+    REQUIRE(parse("{\"model\":\"m\",\"prompt\":[1,2,3],\"max_tokens\":5,\"temperature\":0.5,\"top_k\":-1,\"stop\":\"x\","
+                  "\"n\":2,\"logprobs\":3,\"seed\":9,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+                  Q35_API_COMPLETION, &r, param) == 0);
+    CHECK_EQ_INT(r.n_prompts, 1);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 3);
+    CHECK_EQ_INT(r.max_tokens, 5);
+    CHECK_NEAR(r.sampling.temperature, 0.5, 1e-7);
+    CHECK_EQ_INT(r.sampling.top_k, 0);
+    CHECK_EQ_INT(r.n_stop, 1);
+    CHECK_EQ_INT(r.n, 2);
+    CHECK_EQ_INT(r.logprobs, 3);
+    CHECK(r.has_seed && r.sampling.seed == 9 && r.stream && r.include_usage);
+    int32_t mt;
+    char msg[512];
+    CHECK_EQ_INT(q35_api_check_length(&r, 3, &lim, &mt, msg, sizeof msg), 0);
+    CHECK_EQ_INT(mt, 5);
+    CHECK_EQ_INT(q35_api_check_length(&r, 96, &lim, &mt, msg, sizeof msg), 400);
+    CHECK(strstr(msg, "maximum context length is 100 tokens") != NULL);
+    q35_api_request_free(&r);
+    REQUIRE(parse("{\"prompt\":[\"a\",\"b\"]}", Q35_API_COMPLETION, &r, param) == 0);
+    CHECK_EQ_INT(r.n_prompts, 2);
+    CHECK_STR_EQ(r.prompts[1].text, "b");
+    q35_api_request_free(&r);
+}
+
+TEST(api, generation_config_defaults_fill_missing_fields) {
+    q35_sampler_params d = {.temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .repetition_penalty = 1.05f};
+    q35_api_limits l = lim;
+    l.defaults = &d;
+    q35_api_request r;
+    char msg[256], param[64];
+    const char *body = "{\"prompt\":[1],\"top_p\":0.5}";
+    REQUIRE(q35_api_parse(body, strlen(body), Q35_API_COMPLETION, &l, &r, msg, sizeof msg, param, sizeof param) == 0);
+    CHECK_NEAR(r.sampling.temperature, 0.7, 1e-6);
+    CHECK_EQ_INT(r.sampling.top_k, 20);
+    CHECK_NEAR(r.sampling.top_p, 0.5, 1e-6); /* what the request says wins */
+    CHECK_NEAR(r.sampling.repetition_penalty, 1.05, 1e-6);
+    q35_api_request_free(&r);
+}
+
+TEST(api, parse_rejects_by_name) {
+    static const struct { const char *body; int kind, status; const char *param; } cases[] = {
+        {"{\"prompt\":[1],\"logit_bias\":{}}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"model\":\"other\"}", Q35_API_COMPLETION, 404, "model"},
+        {"{\"prompt\":[1,50]}", Q35_API_COMPLETION, 400, "prompt"},
+        {"{\"prompt\":[1],\"n\":5}", Q35_API_COMPLETION, 400, "n"},
+        {"{\"prompt\":[1],\"n\":4,\"max_tokens\":60}", Q35_API_COMPLETION, 400, "n"},
+        {"{\"prompt\":[1],\"logprobs\":6}", Q35_API_COMPLETION, 400, "logprobs"},
+        {"{\"prompt\":[1],\"top_p\":0}", Q35_API_COMPLETION, 400, "top_p"},
+        {"{\"prompt\":[1],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", Q35_API_COMPLETION, 400, "stop"},
+        {"{\"prompt\":[1],\"echo\":true}", Q35_API_CHAT, 400, "prompt"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":true}", Q35_API_CHAT, 400, "echo"},
+        {"{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}", Q35_API_CHAT, 400, "messages"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}", Q35_API_CHAT, 400, "top_logprobs"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\"}", Q35_API_CHAT, 400, "tool_choice"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":{\"x\":1}}", Q35_API_CHAT, 400, "chat_template_kwargs"},
+        {"{\"prompt\":[1],\"prompt\":[2]}", Q35_API_COMPLETION, 400, ""},
+        {"{\"prompt\":[1]", Q35_API_COMPLETION, 400, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        q35_api_request r;
+        char param[64];
+        int st = parse(cases[i].body, (q35_api_kind)cases[i].kind, &r, param);
+        CHECK_MSG(st == cases[i].status, "case %zu (%s): status %d", i, cases[i].body, st);
+        CHECK_MSG(!strcmp(param, cases[i].param), "case %zu: param '%s'", i, param);
+        if (!st) q35_api_request_free(&r);
+    }
+}
+
+TEST(api, parse_chat_request) {
+    q35_api_request r;
+    char param[64];
+    REQUIRE(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
+                  "\"max_completion_tokens\":7,\"logprobs\":true,\"top_logprobs\":2,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],"
+                  "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+                  Q35_API_CHAT, &r, param) == 0);
+    CHECK_EQ_INT(r.max_tokens, 7);
+    CHECK_EQ_INT(r.logprobs, 2);
+    CHECK_EQ_INT(r.enable_thinking, 0);
+    CHECK(r.tools && r.tool_choice_named && !strcmp(r.tool_choice, "f"));
+    CHECK_EQ_INT((int)json_array_size(r.messages), 2);
+    q35_api_request_free(&r);
+}
+
+TEST(api, error_body_sse_and_metrics_text) {
+    char *e = q35_api_error_json(404, "no \"such\" model", "model");
+    CHECK_STR_EQ(e, "{\"error\":{\"message\":\"no \\\"such\\\" model\",\"type\":\"NotFoundError\",\"param\":\"model\",\"code\":404}}");
+    free(e);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    json_t *j = json_pack("{s:s}", "a", "x\ny");
+    CHECK(q35_sse_append_json(&buf, &len, &cap, j) == 0);
+    CHECK(q35_sse_append_raw(&buf, &len, &cap, "[DONE]") == 0);
+    CHECK_STR_EQ(buf, "data: {\"a\":\"x\\ny\"}\n\ndata: [DONE]\n\n");
+    json_decref(j);
+    free(buf);
+    q35_hist h;
+    const double b[] = {0.1, 1.0};
+    q35_hist_init(&h, b, 2);
+    q35_hist_observe(&h, 0.05);
+    q35_hist_observe(&h, 0.5);
+    q35_hist_observe(&h, 5.0);
+    buf = NULL; len = cap = 0;
+    CHECK(q35_prom_hist(&buf, &len, &cap, "t_seconds", "T.", "m=\"x\"", &h) == 0);
+    CHECK(strstr(buf, "t_seconds_bucket{m=\"x\",le=\"0.1\"} 1\n") != NULL);
+    CHECK(strstr(buf, "t_seconds_bucket{m=\"x\",le=\"1\"} 2\n") != NULL);
+    CHECK(strstr(buf, "t_seconds_bucket{m=\"x\",le=\"+Inf\"} 3\n") != NULL);
+    CHECK(strstr(buf, "t_seconds_count{m=\"x\"} 3\n") != NULL);
+    free(buf);
+}
+
+TEST(api, bearer_keys) {
+    CHECK(q35_bearer_ok("Bearer k3y", "k3y"));
+    CHECK(q35_bearer_ok("bearer  k3y ", "k3y"));
+    CHECK(!q35_bearer_ok("Bearer k3", "k3y"));
+    CHECK(!q35_bearer_ok("Bearer k3yy", "k3y"));
+    CHECK(!q35_bearer_ok("Basic k3y", "k3y"));
+    CHECK(!q35_bearer_ok(NULL, "k3y"));
+    CHECK(q35_secret_equal("a", 1, "a", 1) && !q35_secret_equal("a", 1, "b", 1));
+}
+
+/* ---- json_object ---- */
+
+static int json_ok(const char *s, bool *complete) {
+    q35_json_prefix p;
+    q35_json_prefix_init(&p);
+    bool ok = q35_json_prefix_feed(&p, s, strlen(s));
+    *complete = ok && q35_json_prefix_complete(&p);
+    return ok;
+}
+
+TEST(api, json_prefix_accepts_objects_and_their_prefixes) {
+    static const char *const whole[] = {
+        "{}", " {\"a\": 1}", "{\"a\":[1,-2.5e+3,0,true,false,null,{}],\"b\":{\"c\":\"x\\n\\u00e9\\\"\"}}",
+        "{\"k\": [ ] }", "{\"\xc3\xa9\": \"\xe4\xb8\xad\"}", "{\"n\":0.5E-2}",
+    };
+    for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
+        bool complete;
+        CHECK_MSG(json_ok(whole[i], &complete) && complete, "whole %zu: %s", i, whole[i]);
+        for (size_t k = 0; k < strlen(whole[i]); k++) { /* every proper prefix is a live prefix */
+            char pre[256];
+            snprintf(pre, sizeof pre, "%.*s", (int)k, whole[i]);
+            CHECK_MSG(json_ok(pre, &complete) && !complete, "prefix %zu of %zu: %s", k, i, pre);
+        }
+    }
+    static const char *const bad[] = {
+        "[]", "\"x\"", "1", "{a", "{\"a\" 1}", "{\"a\":01}", "{\"a\":1,}", "{\"a\":[1,]}", "{\"a\":tru e}",
+        "{\"a\":\"x\ny\"}", "{\"a\":\"\\q\"}", "{\"a\":\"\\u12g4\"}", "{}x", "{}{}", "{\"a\":-}", "{\"a\":1.}",
+        "{\"a\":1e}", "{         \"a\":1}", "{\"a\":]", "{\"a\":[}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        bool complete;
+        CHECK_MSG(!json_ok(bad[i], &complete), "accepted %zu: %s", i, bad[i]);
+    }
+    bool complete;
+    CHECK(json_ok("{}\n ", &complete) && complete); /* trailing blanks are fine */
+}
