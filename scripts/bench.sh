@@ -24,5 +24,5 @@ if [ ! -f "$CACHE/manifest.json" ]; then
 fi
 "$BIN" speed -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --prompt "${Q35_BENCH_PROMPTS:-254,512,2048}" --json bench.json
 
-if [ -x "$BUILD/bench_kernels" ]; then "$BUILD/bench_kernels"; fi
+make -s "$BUILD/bench_kernels" BUILD="$BUILD" && "$BUILD/bench_kernels" --quick --json bench-data/kernels.json
 if [ -x scripts/bench-tokenizer.sh ]; then scripts/bench-tokenizer.sh "$BUILD"; fi
