@@ -60,7 +60,9 @@ typedef struct q35_engine_params {
 } q35_engine_params;
 
 /* Loads a Hugging Face checkpoint directory (config.json plus
- * model.safetensors or model.safetensors.index.json). */
+ * model.safetensors or model.safetensors.index.json), or a weight cache
+ * directory written by `qwen35 prepare` (config.json plus model.q35, mapped
+ * as it is). */
 q35_status q35_engine_load(const char *path, const q35_engine_params *params,
                            q35_engine **out, q35_error *err);
 void q35_engine_free(q35_engine *engine);

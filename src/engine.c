@@ -11,6 +11,7 @@
  *              mixer = Gated DeltaNet (gdn.c) or gated attention (attention.c)
  *   hidden = rmsnorm1p(x, final norm); logits = lm_head hidden */
 #include "attention.h"
+#include "cache.h"
 #include "gdn.h"
 #include "compute.h"
 #include "kernels/kernels.h"
@@ -63,13 +64,13 @@ static void fill_info(q35_engine *e) {
 q35_status q35_engine_load(const char *path, const q35_engine_params *params, q35_engine **out, q35_error *err) {
     *out = NULL;
     if (!path || !*path) return q35_fail(err, Q35_ERR_ARG, "no model path given");
-    if (!q35_is_dir(path)) return q35_fail(err, Q35_ERR_IO, "%s: not a directory (expected a checkpoint directory)", path);
+    if (!q35_is_dir(path)) return q35_fail(err, Q35_ERR_IO, "%s: not a directory (expected a checkpoint directory or a weight cache)", path);
     q35_engine *e = calloc(1, sizeof *e);
     if (!e) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     char *cfg_path = q35_path_join(path, "config.json");
     q35_status st = q35_config_load(cfg_path, &e->cfg, err);
     free(cfg_path);
-    if (!st) st = q35_checkpoint_open(path, &e->ck, err);
+    if (!st) st = q35_cache_present(path) ? q35_cache_open(path, &e->ck, err) : q35_checkpoint_open(path, &e->ck, err);
     if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
     const q35_kernels *kern = NULL;
     if (!st) st = q35_kernels_init(&kern, err); /* Q35_KERNELS may force a table */

@@ -8,6 +8,10 @@ int cmd_run(int argc, char **argv);    /* tools/run.c */
 int cmd_logits(int argc, char **argv); /* tools/run.c */
 int cmd_speed(int argc, char **argv);  /* tools/speed.c */
 int cmd_serve(int argc, char **argv);  /* tools/serve.c */
+int cmd_prepare(int argc, char **argv); /* tools/prepare.c */
+int cmd_verify(int argc, char **argv);  /* tools/prepare.c */
+int cmd_info(int argc, char **argv);    /* tools/prepare.c */
+int cmd_eval(int argc, char **argv);    /* tools/eval.c */
 int cmd_bench(int argc, char **argv);  /* tools/bench.c */
 int cmd_tokenize(int argc, char **argv); /* tools/tokenize.c */
 int cmd_chat(int argc, char **argv);   /* tools/chat.c */

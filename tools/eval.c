@@ -1,0 +1,193 @@
+/* eval.c: `qwen35 eval`: the quality of a model (checkpoint or weight
+ * cache) on a token sequence, measured rather than assumed.
+ *
+ * The sequence is cut into windows of --ctx tokens, each evaluated from an
+ * empty session; within a window every position but the last predicts the
+ * next token. Reported: perplexity exp(mean NLL); with --kld-base, the same
+ * windows through the base model give the mean KL(base || model) per
+ * position and how often both models' top-1 tokens agree. Logits are
+ * computed in slices of 64 rows, so memory does not grow with the text. */
+#include "cli.h"
+#include "qwen35.h"
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLICE 64
+
+static const char eval_usage[] =
+    "usage: qwen35 eval -m MODEL --ids FILE [--kld-base BASE_MODEL] [--ctx N] [-t THREADS] [--json]\n"
+    "  Perplexity of MODEL (a checkpoint or a weight cache) on the token ids in FILE\n"
+    "  (integers separated by commas or white space). With --kld-base, also the mean\n"
+    "  KL divergence from BASE_MODEL's next-token distribution and the top-1 agreement.\n"
+    "  --ctx N: window length in tokens (default 512).\n";
+
+static int read_ids(const char *path, int32_t **out, int32_t *n_out) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) { fprintf(stderr, "qwen35 eval: %s: %s\n", path, strerror(errno)); return -1; }
+    size_t cap = 1024, n = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    int c, rc = 0;
+    long long cur = -1;
+    while (v && (c = fgetc(fp)) != EOF) {
+        if (c >= '0' && c <= '9') {
+            cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
+            if (cur > INT32_MAX) { rc = -1; break; }
+        } else if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+            if (cur >= 0) {
+                if (n == cap) { cap *= 2; int32_t *nv = realloc(v, cap * sizeof *v); if (!nv) { rc = -1; break; } v = nv; }
+                v[n++] = (int32_t)cur;
+                cur = -1;
+            }
+        } else { rc = -1; break; }
+    }
+    if (!rc && cur >= 0) {
+        if (n == cap) { int32_t *nv = realloc(v, (cap + 1) * sizeof *v); if (nv) v = nv; else rc = -1; }
+        if (!rc) v[n++] = (int32_t)cur;
+    }
+    fclose(fp);
+    if (rc || !v || n < 2) {
+        fprintf(stderr, "qwen35 eval: %s: %s\n", path, rc || !v ? "not a list of token ids" : "needs at least 2 token ids");
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n_out = (int32_t)n;
+    return 0;
+}
+
+/* log-softmax of one row into out; returns the argmax. */
+static int32_t log_softmax(const float *x, int32_t V, double *out) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; i++) if (x[i] > x[best]) best = i;
+    double m = x[best], s = 0;
+    for (int32_t i = 0; i < V; i++) s += exp((double)x[i] - m);
+    double lse = m + log(s);
+    for (int32_t i = 0; i < V; i++) out[i] = (double)x[i] - lse;
+    return best;
+}
+
+typedef struct {
+    q35_engine *e;
+    q35_session *s;
+    float *logits;
+} model;
+
+static int open_model(const char *path, long threads, int32_t ctx, model *m) {
+    q35_error err = {0};
+    q35_engine_params p = {.n_threads = (int32_t)threads};
+    if (q35_engine_load(path, &p, &m->e, &err) || q35_session_new(m->e, ctx, &m->s, &err)) {
+        fprintf(stderr, "qwen35 eval: %s\n", err.msg);
+        return -1;
+    }
+    m->logits = malloc((size_t)SLICE * (size_t)q35_engine_info(m->e)->vocab_size * sizeof(float));
+    return m->logits ? 0 : -1;
+}
+
+static void close_model(model *m) {
+    free(m->logits);
+    q35_session_free(m->s);
+    q35_engine_free(m->e);
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *model_path = NULL, *ids_path = NULL, *base_path = NULL;
+    long ctx = 512, threads = 0;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(eval_usage, stdout); return 0; }
+        if (!strcmp(k, "--json")) { json = 1; continue; }
+        if (!v) { fprintf(stderr, "qwen35 eval: option %s needs a value\n%s", k, eval_usage); return 2; }
+        char *end;
+        if (!strcmp(k, "-m") || !strcmp(k, "--model")) model_path = v;
+        else if (!strcmp(k, "--ids")) ids_path = v;
+        else if (!strcmp(k, "--kld-base")) base_path = v;
+        else if (!strcmp(k, "--ctx")) {
+            ctx = strtol(v, &end, 10);
+            if (*end || ctx < 2 || ctx > (1 << 24)) { fprintf(stderr, "qwen35 eval: bad --ctx '%s'\n", v); return 2; }
+        } else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) {
+            threads = strtol(v, &end, 10);
+            if (*end || threads < 0 || threads > 1024) { fprintf(stderr, "qwen35 eval: bad -t '%s'\n", v); return 2; }
+        } else { fprintf(stderr, "qwen35 eval: unknown option '%s'\n%s", k, eval_usage); return 2; }
+        i++;
+    }
+    if (!model_path || !ids_path) { fprintf(stderr, "qwen35 eval: need -m and --ids\n%s", eval_usage); return 2; }
+    int32_t *ids, n;
+    if (read_ids(ids_path, &ids, &n)) return 2;
+    int32_t win = (int32_t)(ctx < n ? ctx : n);
+    model m = {0}, b = {0};
+    int rc = 0;
+    if (open_model(model_path, threads, win, &m) || (base_path && open_model(base_path, threads, win, &b))) rc = 1;
+    int32_t V = rc ? 0 : q35_engine_info(m.e)->vocab_size;
+    if (!rc && base_path && q35_engine_info(b.e)->vocab_size != V) {
+        fprintf(stderr, "qwen35 eval: %s has %d logits per position, %s has %d\n", model_path, V, base_path,
+                q35_engine_info(b.e)->vocab_size);
+        rc = 1;
+    }
+    double *lp = rc ? NULL : malloc((size_t)V * sizeof(double)), *lq = rc ? NULL : malloc((size_t)V * sizeof(double));
+    double nll = 0, nll_base = 0, kld = 0, kld_max = 0;
+    long scored = 0, agree = 0;
+    q35_error err = {0};
+    double t0 = q35_now_seconds();
+    for (int32_t w0 = 0; !rc && w0 + 1 < n; w0 += win) {
+        int32_t len = n - w0 < win ? n - w0 : win;
+        q35_session_reset(m.s);
+        if (base_path) q35_session_reset(b.s);
+        for (int32_t s0 = 0; !rc && s0 < len; s0 += SLICE) {
+            int32_t k = len - s0 < SLICE ? len - s0 : SLICE;
+            const int32_t *tok = ids + w0 + s0;
+            if (q35_session_eval(m.s, tok, k, m.logits, Q35_EVAL_ALL_LOGITS, &err) ||
+                (base_path && q35_session_eval(b.s, tok, k, b.logits, Q35_EVAL_ALL_LOGITS, &err))) {
+                fprintf(stderr, "qwen35 eval: %s\n", err.msg);
+                rc = 1;
+                break;
+            }
+            for (int32_t r = 0; r < k && s0 + r + 1 < len; r++) {
+                int32_t next = tok[r + 1];
+                int32_t top_q = log_softmax(m.logits + (size_t)r * V, V, lq);
+                nll -= lq[next];
+                if (base_path) {
+                    int32_t top_p = log_softmax(b.logits + (size_t)r * V, V, lp);
+                    nll_base -= lp[next];
+                    double kl = 0;
+                    for (int32_t i = 0; i < V; i++) kl += exp(lp[i]) * (lp[i] - lq[i]);
+                    kld += kl;
+                    if (kl > kld_max) kld_max = kl;
+                    agree += top_p == top_q;
+                }
+                scored++;
+            }
+        }
+    }
+    double secs = q35_now_seconds() - t0;
+    if (!rc) {
+        double ppl = exp(nll / (double)scored);
+        if (json) {
+            printf("{\"model\": \"%s\", \"tokens\": %d, \"scored\": %ld, \"ctx\": %d, \"perplexity\": %.6f", model_path, n,
+                   scored, win, ppl);
+            if (base_path)
+                printf(", \"base\": \"%s\", \"base_perplexity\": %.6f, \"kld_mean\": %.8f, \"kld_max\": %.8f, "
+                       "\"top1_agreement\": %.6f", base_path, exp(nll_base / (double)scored), kld / (double)scored,
+                       kld_max, (double)agree / (double)scored);
+            printf("}\n");
+        } else {
+            printf("model: %s\ntokens: %d (%ld scored, windows of %d)\nperplexity: %.4f\n", model_path, n, scored, win, ppl);
+            if (base_path)
+                printf("base: %s\nbase perplexity: %.4f\nKL divergence (base || model): mean %.6f, max %.6f\n"
+                       "top-1 agreement: %.2f%% (%ld of %ld)\n", base_path, exp(nll_base / (double)scored),
+                       kld / (double)scored, kld_max, 100.0 * (double)agree / (double)scored, agree, scored);
+        }
+        fprintf(stderr, "eval: %ld positions in %.2f s\n", scored, secs);
+    }
+    free(lp);
+    free(lq);
+    free(ids);
+    if (m.e) close_model(&m);
+    if (b.e) close_model(&b);
+    return rc;
+}
