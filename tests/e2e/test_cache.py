@@ -1,0 +1,239 @@
+"""End-to-end tests of the weight cache commands: `qwen35 prepare` (with a
+full disk, and with --download against a fake Hugging Face Hub on
+127.0.0.1 that breaks transfers and serves a corrupted file), `verify`,
+`info`, `eval`, and `-m CACHE_DIR` in the other commands."""
+
+import hashlib
+import http.server
+import json
+import os
+import pathlib
+import resource
+import signal
+import subprocess
+import threading
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = os.environ.get("Q35_BIN", str(ROOT / "build" / "qwen35"))
+MODELS = ROOT / "tests" / "data" / "models"
+GOLDEN = ROOT / "tests" / "data" / "golden"
+
+
+def q35(*args, timeout=120, **kw):
+    return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def prompt_ids(name):
+    return ",".join(map(str, json.loads((GOLDEN / (name + ".json")).read_text())["prompt_ids"]))
+
+
+def test_prepare_verify_info_and_load(tmp_path):
+    out = tmp_path / "cache"
+    p = q35("prepare", "--checkpoint", MODELS / "tiny-b", "--out", out, "--policy", "bf16")
+    assert p.returncode == 0, p.stderr
+    for f in ["model.q35", "config.json", "manifest.json", "model-spec.json"]:
+        assert (out / f).is_file(), f
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["policy"] == "bf16" and man["qwen35_version"]
+    for name, f in man["files"].items():
+        data = (MODELS / "tiny-b" / name).read_bytes()
+        assert f["size"] == len(data) and f["sha256"] == hashlib.sha256(data).hexdigest()
+    assert man["config"]["text_config"]["vocab_size"] == 384
+    spec = json.loads((out / "model-spec.json").read_text())
+    assert spec["mtp"]["enabled"] and spec["concurrency"] == 1 and spec["max_context"] > 0
+
+    ids = prompt_ids("tiny-b")
+    a = q35("logits", "-m", MODELS / "tiny-b", "--prompt-ids", ids, "-o", tmp_path / "a.f32")
+    b = q35("logits", "-m", out, "--prompt-ids", ids, "-o", tmp_path / "b.f32")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert (tmp_path / "a.f32").read_bytes() == (tmp_path / "b.f32").read_bytes()
+
+    v = q35("verify", out)
+    assert v.returncode == 0 and "ok" in v.stdout, v.stderr
+    i = q35("info", out)
+    assert i.returncode == 0, i.stderr
+    assert "policy bf16" in i.stdout and "bytes read per generated token" in i.stdout
+    assert "Qwen3.5-9B" in i.stdout and "bfp4-all" in i.stdout
+
+    # a flipped byte in a tensor: verify names it
+    raw = bytearray((out / "model.q35").read_bytes())
+    name = raw[128:256].split(b"\0")[0].decode()
+    off = int.from_bytes(raw[128 + 208:128 + 216], "little")
+    raw[off] ^= 0x40
+    (out / "model.q35").write_bytes(raw)
+    v = q35("verify", out)
+    assert v.returncode == 1 and name in v.stderr and "SHA-256" in v.stderr
+
+
+def test_unknown_policy_and_missing_options(tmp_path):
+    p = q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", tmp_path / "c", "--policy", "int3")
+    assert p.returncode == 2 and "int3" in p.stderr
+    p = q35("prepare", "--out", tmp_path / "c")
+    assert p.returncode == 2 and "--checkpoint" in p.stderr
+
+
+def _no_big_files(limit):
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+def test_full_disk_leaves_no_complete_looking_file(tmp_path):
+    out = tmp_path / "cache"
+    p = q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", out, preexec_fn=_no_big_files(64 * 1024))
+    assert p.returncode == 1
+    assert "model.q35.partial" in p.stderr and "disk full" in p.stderr
+    assert not (out / "model.q35").exists() and not (out / "manifest.json").exists()
+    assert not (out / "model.q35.partial").exists()
+    r = q35("run", "-m", out, "--prompt-ids", "1,2", "-n", "1")
+    assert r.returncode == 1 and str(out) in r.stderr
+    p = q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", out)
+    assert p.returncode == 0, p.stderr
+
+
+def test_eval_perplexity_and_kld(tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(str((i * 37 + 11) % 320) for i in range(150)) + "\n")
+    for policy in ["bf16", "bfp4-all"]:
+        assert q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", tmp_path / policy, "--policy", policy).returncode == 0
+    r = q35("eval", "-m", MODELS / "tiny-a", "--ids", ids, "--ctx", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    base = json.loads(r.stdout)
+    assert base["scored"] == 150 - 3 and base["perplexity"] > 1  # windows of 64, 64, 22 tokens
+    r = q35("eval", "-m", tmp_path / "bf16", "--ids", ids, "--ctx", "64", "--kld-base", MODELS / "tiny-a", "--json")
+    same = json.loads(r.stdout)
+    assert same["kld_mean"] == 0 and same["top1_agreement"] == 1 and same["perplexity"] == base["perplexity"]
+    r = q35("eval", "-m", tmp_path / "bfp4-all", "--ids", ids, "--ctx", "64", "--kld-base", MODELS / "tiny-a")
+    assert r.returncode == 0, r.stderr
+    assert "perplexity" in r.stdout and "KL divergence" in r.stdout and "top-1 agreement" in r.stdout
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1, 2, x\n")
+    r = q35("eval", "-m", MODELS / "tiny-a", "--ids", bad)
+    assert r.returncode == 2 and "bad.txt" in r.stderr
+
+
+# ---- a fake Hugging Face Hub ----
+
+class FakeHub(http.server.ThreadingHTTPServer):
+    def __init__(self, files, rev):
+        super().__init__(("127.0.0.1", 0), HubHandler)
+        self.files, self.rev = files, rev
+        self.corrupt = set()      # names served with one byte flipped
+        self.cut_once = set()     # names whose first full transfer breaks halfway
+        self.ranges = []          # (name, Range header) of each request
+
+
+class HubHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        hub = self.server
+        prefix = "/org/tiny/resolve/%s/" % hub.rev
+        if self.path == "/api/models/org/tiny/tree/%s?recursive=true" % hub.rev:
+            listing = []
+            for name, data in hub.files.items():
+                e = {"type": "file", "path": name, "size": len(data),
+                     "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+                if name.endswith(".safetensors"):
+                    e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                listing.append(e)
+            listing.append({"type": "file", "path": "README.md", "size": 3, "oid": "0" * 40})
+            return self._send(200, json.dumps(listing).encode())
+        if not self.path.startswith(prefix) or self.path[len(prefix):] not in hub.files:
+            return self._send(404, b"not found")
+        name = self.path[len(prefix):]
+        data = bytearray(hub.files[name])
+        if name in hub.corrupt:
+            data[len(data) // 3] ^= 1
+        rng = self.headers.get("Range")
+        hub.ranges.append((name, rng))
+        start = int(rng[len("bytes="):].split("-")[0]) if rng else 0
+        body = bytes(data[start:])
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(len(body)))
+        if rng:
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, len(data) - 1, len(data)))
+        self.end_headers()
+        if name in hub.cut_once and not rng:
+            hub.cut_once.discard(name)
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+    def _send(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def start_hub(model="tiny-b", rev="0123abcd"):
+    files = {p.name: p.read_bytes() for p in (MODELS / model).iterdir()}
+    hub = FakeHub(files, rev)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    return hub, "http://127.0.0.1:%d" % hub.server_address[1]
+
+
+def download(url, dest, out, rev="0123abcd"):
+    return q35("prepare", "--download", "org/tiny", "--revision", rev, "--hub-url", url, "--checkpoint", dest,
+               "--out", out)
+
+
+def test_download_resumes_an_interrupted_transfer(tmp_path):
+    hub, url = start_hub()
+    shard = "model.safetensors-00002-of-00003.safetensors"
+    hub.cut_once.add(shard)
+    # and a transfer broken in an earlier run, left as .partial
+    other = "model.safetensors-00001-of-00003.safetensors"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / (other + ".partial")).write_bytes(hub.files[other][:1000])
+    try:
+        p = download(url, tmp_path / "src", tmp_path / "cache")
+        assert p.returncode == 0, p.stderr
+        for name, data in hub.files.items():
+            assert (tmp_path / "src" / name).read_bytes() == data
+        assert (shard, None) in hub.ranges and any(n == shard and r for n, r in hub.ranges)
+        assert (other, "bytes=1000-") in hub.ranges
+        assert not any(n == "README.md" for n, _ in hub.ranges)
+        assert q35("verify", tmp_path / "cache").returncode == 0
+        # a second run finds everything in place and the same cache: nothing fetched
+        n = len(hub.ranges)
+        p = download(url, tmp_path / "src", tmp_path / "cache")
+        assert p.returncode == 0, p.stderr
+        assert len(hub.ranges) == n
+    finally:
+        hub.shutdown()
+
+
+def test_download_refuses_a_corrupted_file(tmp_path):
+    hub, url = start_hub()
+    shard = "model.safetensors-00003-of-00003.safetensors"
+    hub.corrupt.add(shard)
+    try:
+        p = download(url, tmp_path / "src", tmp_path / "cache")
+        assert p.returncode == 1
+        assert shard in p.stderr and "SHA-256" in p.stderr
+        assert not (tmp_path / "src" / shard).exists() and not (tmp_path / "src" / (shard + ".partial")).exists()
+        assert not (tmp_path / "cache" / "model.q35").exists()
+        p = download(url.replace("http://127.0.0.1", "http://example.com"), tmp_path / "src", tmp_path / "cache")
+        assert p.returncode == 1 and "https" in p.stderr
+    finally:
+        hub.shutdown()
+
+
+def test_expect_refuses_a_source_with_the_wrong_hash(tmp_path):
+    expect = tmp_path / "expect.json"
+    data = (MODELS / "tiny-a" / "model.safetensors").read_bytes()
+    expect.write_text(json.dumps({"files": {"model.safetensors": {"size": len(data), "sha256": "ab" * 32}}}))
+    p = q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", tmp_path / "c", "--expect", expect)
+    assert p.returncode == 1 and "model.safetensors" in p.stderr and "SHA-256" in p.stderr
+    expect.write_text(json.dumps({"files": {"model.safetensors": {"size": len(data),
+                                                                  "sha256": hashlib.sha256(data).hexdigest()}}}))
+    p = q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", tmp_path / "c", "--expect", expect)
+    assert p.returncode == 0, p.stderr

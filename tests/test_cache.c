@@ -1,0 +1,337 @@
+/* Weight cache tests: prepare the tiny checkpoints under every policy, load
+ * the caches, compare logits with the checkpoint (bf16: bit-identical;
+ * block formats: every weight within its block's quantization step), and
+ * break caches and sources in the ways the issue lists: each must fail
+ * with an error naming the file or tensor. */
+#include "bfp.h"
+#include "cache.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *model_dir(const char *name) { return q35_test_path(name); }
+
+static const char *tmp_path(const char *name) {
+    static char bufs[8][1200];
+    static int next;
+    char *b = bufs[next++ & 7];
+    snprintf(b, sizeof bufs[0], "%s/%s", q35_test_tmpdir(), name);
+    return b;
+}
+
+static q35_status prepare(const char *src, const char *out, q35_policy_id policy, q35_error *err) {
+    q35_prepare_params p = {.checkpoint = src, .out_dir = out, .policy = policy};
+    memset(err, 0, sizeof *err);
+    return q35_prepare(&p, err);
+}
+
+static float *all_logits(const char *dir, const int32_t *ids, int32_t n, int32_t *V) {
+    q35_engine *e = NULL;
+    q35_session *s = NULL;
+    q35_error err = {0};
+    if (q35_engine_load(dir, NULL, &e, &err) || q35_session_new(e, n, &s, &err)) {
+        q35_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+        q35_engine_free(e);
+        return NULL;
+    }
+    *V = q35_engine_info(e)->vocab_size;
+    float *l = malloc(sizeof(float) * (size_t)n * (size_t)*V);
+    if (q35_session_eval(s, ids, n, l, Q35_EVAL_ALL_LOGITS, &err)) {
+        q35_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+        free(l);
+        l = NULL;
+    }
+    q35_session_free(s);
+    q35_engine_free(e);
+    return l;
+}
+
+static const int32_t k_ids[] = {11, 200, 3, 57, 99, 140, 7, 250, 31, 64, 128, 5, 77, 190, 42, 300};
+#define N_IDS ((int32_t)(sizeof k_ids / sizeof k_ids[0]))
+
+TEST(cache, bf16_policy_matches_the_checkpoint_exactly) {
+    const char *models[] = {"models/tiny-a", "models/tiny-b", "models/tiny-c"};
+    for (int m = 0; m < 3; m++) {
+        q35_error err;
+        const char *out = tmp_path(models[m] + 7);
+        REQUIRE_MSG(!prepare(model_dir(models[m]), out, Q35_POLICY_BF16, &err), "%s", err.msg);
+        int32_t V1, V2;
+        float *a = all_logits(model_dir(models[m]), k_ids, N_IDS, &V1), *b = all_logits(out, k_ids, N_IDS, &V2);
+        REQUIRE(a && b && V1 == V2);
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)N_IDS * (size_t)V1), "%s: cache logits differ", models[m]);
+        free(a);
+        free(b);
+    }
+}
+
+/* Every weight of a block-format cache decodes to the source value within
+ * one quantization step of its block (2^(E - 127 - (w - 1))), and bf16 /
+ * as-stored tensors are byte-identical. */
+static void check_weights(const char *src_dir, const char *cache_dir) {
+    q35_checkpoint src, c;
+    q35_error err;
+    REQUIRE_MSG(!q35_checkpoint_open(src_dir, &src, &err), "%s", err.msg);
+    if (q35_cache_open(cache_dir, &c, &err)) {
+        q35_test_fail(__FILE__, __LINE__, "%s", err.msg);
+        q35_checkpoint_close(&src);
+        return;
+    }
+    for (int32_t i = 0; i < c.n_index; i++) {
+        const q35_tensor *t = &c.index[i]->tensor;
+        const q35_st_entry *s = q35_checkpoint_find(&src, t->name);
+        CHECK_MSG(s != NULL, "%s not in the source", t->name);
+        if (!s) continue;
+        if (t->dtype == s->tensor.dtype) {
+            CHECK_MSG(t->nbytes == s->tensor.nbytes && !memcmp(t->data, s->tensor.data, t->nbytes), "%s changed", t->name);
+            continue;
+        }
+        int w = q35_bfp_mant_bits(t->dtype);
+        CHECK_MSG(w > 0 && t->ndim == 2, "%s: unexpected dtype %s", t->name, q35_dtype_name(t->dtype));
+        if (w == 0) continue;
+        int64_t R = t->shape[0], C = t->shape[1];
+        float x[1024], y[1024];
+        REQUIRE(C <= 1024);
+        for (int64_t r = 0; r < R; r++) {
+            q35_get_row_ref(x, &s->tensor, r);
+            q35_get_row_ref(y, t, r);
+            for (int64_t b = 0; b < C / 16; b++) {
+                uint8_t codes[16];
+                uint8_t E = q35_bfp_get_block(t->dtype, t->data, C, r, b, codes);
+                double step = ldexp(1.0, E - 127 - (w - 1));
+                for (int k = 0; k < 16; k++) {
+                    double d = fabs((double)x[b * 16 + k] - (double)y[b * 16 + k]);
+                    if (d > step) {
+                        q35_test_fail(__FILE__, __LINE__, "%s[%lld, %lld]: %g vs %g (step %g)", t->name, (long long)r,
+                                      (long long)(b * 16 + k), x[b * 16 + k], y[b * 16 + k], step);
+                        r = R, b = C; /* one report per tensor */
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    q35_checkpoint_close(&c);
+    q35_checkpoint_close(&src);
+}
+
+TEST(cache, block_policies_stay_within_the_quantization_step) {
+    const q35_policy_id pol[] = {Q35_POLICY_DEFAULT, Q35_POLICY_BFP8, Q35_POLICY_BFP4_ALL};
+    for (int p = 0; p < 3; p++) {
+        q35_error err;
+        const char *out = tmp_path(q35_policy_name(pol[p]));
+        REQUIRE_MSG(!prepare(model_dir("models/tiny-c"), out, pol[p], &err), "%s", err.msg);
+        check_weights(model_dir("models/tiny-c"), out);
+        int32_t V;
+        float *l = all_logits(out, k_ids, N_IDS, &V); /* it loads and runs */
+        REQUIRE(l);
+        for (int32_t i = 0; i < N_IDS * V; i++) CHECK(isfinite(l[i]));
+        free(l);
+    }
+}
+
+TEST(cache, policies_choose_dtypes) {
+    int64_t proj[2] = {128, 64}, ab[2] = {6, 64}, odd[2] = {8, 24}, vec[1] = {64};
+    const char *q = "model.language_model.layers.0.linear_attn.in_proj_qkv.weight";
+    const char *a = "model.language_model.layers.0.linear_attn.in_proj_a.weight";
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, q, Q35_DT_BF16, 2, proj), Q35_DT_BFP4);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, a, Q35_DT_BF16, 2, ab), Q35_DT_BF16);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, "lm_head.weight", Q35_DT_BF16, 2, proj), Q35_DT_BFP8);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, "model.language_model.embed_tokens.weight", Q35_DT_BF16, 2, proj),
+                 Q35_DT_BF16);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, "mtp.fc.weight", Q35_DT_BF16, 2, proj), Q35_DT_BFP4);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP8, a, Q35_DT_BF16, 2, ab), Q35_DT_BFP8);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP4_ALL, "lm_head.weight", Q35_DT_BF16, 2, proj), Q35_DT_BFP4);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP4_ALL, q, Q35_DT_BF16, 2, odd), Q35_DT_BF16); /* 24 % 16 != 0 */
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP4_ALL, "x.norm.weight", Q35_DT_F32, 1, vec), Q35_DT_F32);
+    CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BF16, q, Q35_DT_F32, 2, proj), Q35_DT_BF16);
+    q35_policy_id id;
+    q35_error err = {0};
+    CHECK(q35_policy_parse("bfp4-all", &id, &err) == Q35_OK && id == Q35_POLICY_BFP4_ALL);
+    CHECK(q35_policy_parse("int4", &id, &err) == Q35_ERR_ARG);
+    CHECK(strstr(err.msg, "int4") != NULL);
+}
+
+/* ---- bad input ---- */
+
+static char *slurp(const char *path, size_t *len) {
+    char *buf = NULL;
+    return q35_read_file(path, &buf, len, NULL) ? NULL : buf;
+}
+
+static int spit(const char *path, const void *data, size_t len) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return -1;
+    size_t w = fwrite(data, 1, len, fp);
+    return (fclose(fp) == 0 && w == len) ? 0 : -1;
+}
+
+static q35_status try_load(const char *dir, q35_error *err) {
+    q35_engine *e = NULL;
+    memset(err, 0, sizeof *err);
+    q35_status st = q35_engine_load(dir, NULL, &e, err);
+    q35_engine_free(e);
+    return st;
+}
+
+#define EXPECT_ERR(call, status, s1, s2)                                                                   \
+    do {                                                                                                 \
+        q35_error e_ = {0};                                                                              \
+        q35_status st_ = (call);                                                                         \
+        CHECK_MSG(st_ == (status), "status %s, expected %s (%s)", q35_status_name(st_), q35_status_name(status), \
+                  e_.msg);                                                                               \
+        CHECK_MSG(strstr(e_.msg, s1) != NULL, "message '%s' does not mention '%s'", e_.msg, s1);         \
+        CHECK_MSG(strstr(e_.msg, s2) != NULL, "message '%s' does not mention '%s'", e_.msg, s2);         \
+    } while (0)
+
+TEST(cache, corrupt_truncated_and_mismatched_caches_are_refused) {
+    q35_error err;
+    const char *out = tmp_path("c");
+    REQUIRE_MSG(!prepare(model_dir("models/tiny-a"), out, Q35_POLICY_DEFAULT, &err), "%s", err.msg);
+    char path[1300], cfg[1300];
+    snprintf(path, sizeof path, "%s/model.q35", out);
+    snprintf(cfg, sizeof cfg, "%s/config.json", out);
+    size_t len, cfg_len;
+    char *orig = slurp(path, &len), *orig_cfg = slurp(cfg, &cfg_len);
+    REQUIRE(orig && orig_cfg && len > 8192);
+    EXPECT_ERR(try_load(out, &e_), Q35_OK, "", "");
+    EXPECT_ERR(q35_cache_verify(out, NULL, NULL, NULL, NULL, &e_), Q35_OK, "", "");
+
+    REQUIRE(spit(path, orig, len - 100) == 0); /* truncated */
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "truncated");
+    REQUIRE(spit(path, orig, 60) == 0);
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "truncated");
+
+    char *bad = malloc(len);
+    memcpy(bad, orig, len);
+    bad[0] = 'X';
+    REQUIRE(spit(path, bad, len) == 0);
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "magic");
+    memcpy(bad, orig, len);
+    bad[8] = 9; /* version */
+    REQUIRE(spit(path, bad, len) == 0);
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_UNSUPPORTED, "model.q35", "version");
+    memcpy(bad, orig, len);
+    bad[Q35_CACHE_HEADER_BYTES + 5] ^= 1; /* a byte of the first tensor's name */
+    REQUIRE(spit(path, bad, len) == 0);
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "table");
+
+    /* a flipped data byte: loading does not hash, verify names the tensor */
+    memcpy(bad, orig, len);
+    uint64_t off = 0;
+    for (int k = 7; k >= 0; k--) off = off << 8 | (uint8_t)orig[Q35_CACHE_HEADER_BYTES + 208 + k];
+    bad[off + 3] ^= 0x10;
+    REQUIRE(spit(path, bad, len) == 0);
+    char first[Q35_CACHE_NAME_MAX];
+    snprintf(first, sizeof first, "%s", orig + Q35_CACHE_HEADER_BYTES);
+    EXPECT_ERR(q35_cache_verify(out, NULL, NULL, NULL, NULL, &e_), Q35_ERR_FORMAT, first, "failed verification");
+    free(bad);
+
+    /* the config beside the cache must be the one it was prepared from */
+    REQUIRE(spit(path, orig, len) == 0);
+    char *cfg2 = strdup(orig_cfg);
+    char *at = strstr(cfg2, "\"rms_norm_eps\": 1e-06");
+    REQUIRE(at);
+    at[strlen("\"rms_norm_eps\": 1e-0")] = '5';
+    REQUIRE(spit(cfg, cfg2, strlen(cfg2)) == 0);
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "config.json", "different");
+    free(cfg2);
+
+    /* a cache of another model under a right config: shapes are checked */
+    const char *other = tmp_path("other");
+    REQUIRE_MSG(!prepare(model_dir("models/tiny-c"), other, Q35_POLICY_DEFAULT, &err), "%s", err.msg);
+    char other_q35[1300];
+    snprintf(other_q35, sizeof other_q35, "%s/model.q35", other);
+    size_t olen;
+    char *o = slurp(other_q35, &olen);
+    REQUIRE(o);
+    memcpy(o + 80, orig + 80, 32); /* claim tiny-a's config, so the table hash stays valid */
+    REQUIRE(spit(path, o, olen) == 0 && spit(cfg, orig_cfg, cfg_len) == 0);
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "shape");
+    free(o);
+    free(orig);
+    free(orig_cfg);
+}
+
+TEST(cache, bad_sources_and_output_directories) {
+    q35_error err;
+    /* a truncated shard is named */
+    char src[1200], cmd[3000];
+    snprintf(src, sizeof src, "%s/src", q35_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", model_dir("models/tiny-b"), src);
+    REQUIRE(system(cmd) == 0);
+    char shard[1300];
+    snprintf(shard, sizeof shard, "%s/model.safetensors-00002-of-00003.safetensors", src);
+    size_t len;
+    char *orig = slurp(shard, &len);
+    REQUIRE(orig);
+    REQUIRE(spit(shard, orig, len / 2) == 0);
+    EXPECT_ERR(prepare(src, tmp_path("o1"), Q35_POLICY_DEFAULT, &e_), Q35_ERR_FORMAT, "00002-of-00003", "truncated");
+    REQUIRE(spit(shard, orig, len) == 0);
+
+    /* --expect: a wrong SHA-256 is refused, naming the file */
+    const char *out = tmp_path("o2");
+    REQUIRE_MSG(!prepare(src, out, Q35_POLICY_DEFAULT, &err), "%s", err.msg);
+    char man[1300];
+    snprintf(man, sizeof man, "%s/manifest.json", out);
+    q35_prepare_params p = {.checkpoint = src, .out_dir = tmp_path("o3"), .expect = man};
+    EXPECT_ERR(q35_prepare(&p, &e_), Q35_OK, "", ""); /* the manifest of a good prepare is a good --expect */
+    orig[len - 1] ^= 1; /* a flipped byte in the last tensor */
+    REQUIRE(spit(shard, orig, len) == 0);
+    p.out_dir = tmp_path("o4");
+    EXPECT_ERR(q35_prepare(&p, &e_), Q35_ERR_FORMAT, "00002-of-00003", "SHA-256");
+    struct stat sb;
+    CHECK(stat(tmp_path("o4/model.q35"), &sb) != 0);
+
+    /* the output directory holds a different cache: refused, unless --force */
+    EXPECT_ERR(prepare(src, out, Q35_POLICY_DEFAULT, &e_), Q35_ERR_ARG, out, "different");
+    p.out_dir = out;
+    p.expect = NULL;
+    p.force = 1;
+    EXPECT_ERR(q35_prepare(&p, &e_), Q35_OK, "", "");
+    /* the same cache again: nothing to do */
+    EXPECT_ERR(prepare(src, out, Q35_POLICY_DEFAULT, &e_), Q35_OK, "", "");
+    EXPECT_ERR(prepare(src, out, Q35_POLICY_BF16, &e_), Q35_ERR_ARG, out, "different");
+    free(orig);
+
+    q35_prepare_params bad = {.checkpoint = src, .out_dir = tmp_path("o5"), .policy = Q35_POLICY_COUNT};
+    EXPECT_ERR(q35_prepare(&bad, &e_), Q35_ERR_ARG, "policy", "");
+}
+
+TEST(cache, an_interrupted_prepare_leaves_nothing_that_looks_complete) {
+    q35_error err;
+    const char *out = tmp_path("i");
+    REQUIRE_MSG(!prepare(model_dir("models/tiny-a"), out, Q35_POLICY_DEFAULT, &err), "%s", err.msg);
+    /* what a crash mid-write leaves: only the .partial files */
+    char a[1300], b[1300];
+    snprintf(a, sizeof a, "%s/model.q35", out);
+    snprintf(b, sizeof b, "%s/model.q35.partial", out);
+    REQUIRE(rename(a, b) == 0);
+    snprintf(a, sizeof a, "%s/manifest.json", out);
+    REQUIRE(remove(a) == 0);
+    EXPECT_ERR(try_load(out, &e_), Q35_ERR_IO, out, "model.safetensors");
+    EXPECT_ERR(q35_cache_verify(out, NULL, NULL, NULL, NULL, &e_), Q35_ERR_IO, "model.q35", "cannot open");
+    /* and the next prepare completes over them */
+    EXPECT_ERR(prepare(model_dir("models/tiny-a"), out, Q35_POLICY_DEFAULT, &e_), Q35_OK, "", "");
+    EXPECT_ERR(try_load(out, &e_), Q35_OK, "", "");
+}
+
+TEST(cache, synthetic_9b_tensor_list) {
+    char *cfg = q35_config_json_9b();
+    q35_cache_item *items;
+    int32_t n;
+    q35_error err;
+    REQUIRE_MSG(!q35_model_tensors(cfg, &items, &n, &err), "%s", err.msg);
+    CHECK_EQ_INT(n, 427 + 15);
+    int64_t params = 0, mtp = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int64_t e = 1;
+        for (int d = 0; d < items[i].ndim; d++) e *= items[i].shape[d];
+        if (!strncmp(items[i].name, "mtp.", 4)) mtp += e; else params += e;
+    }
+    CHECK_EQ_INT(params, 8953803264LL); /* spec qwen35-model.md 2.1 */
+    CHECK_EQ_INT(mtp, 243290624LL);     /* spec 2.2 */
+    free(items);
+    free(cfg);
+}
