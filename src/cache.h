@@ -74,7 +74,7 @@ q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err);
 
 /* ---- policies: which dtype each tensor gets ---- */
 typedef enum q35_policy_id {
-    Q35_POLICY_DEFAULT = 0, /* projections BFP4; lm_head BFP8, embedding BF16; small tensors as stored */
+    Q35_POLICY_DEFAULT = 0, /* projections BFP4; embedding and lm_head BFP8; small tensors as stored */
     Q35_POLICY_BF16,        /* every tensor as stored (F32 matrices rounded to BF16) */
     Q35_POLICY_BFP8,        /* every matrix BFP8 */
     Q35_POLICY_BFP4_ALL,    /* every matrix BFP4, embedding and lm_head included */
@@ -121,8 +121,10 @@ typedef struct q35_prepare_params {
     const char *out_dir;      /* cache directory to create */
     q35_policy_id policy;
     const char *expect;       /* NULL, or a JSON file of expected source files (size, sha256) */
-    const char *synthetic;    /* NULL, or "qwen3.5-9b": exact shapes, pseudo-random weights */
+    const char *synthetic;    /* NULL, "qwen3.5-9b" (exact shapes), or a config.json path: pseudo-random weights */
     int force;                /* replace a different cache in out_dir */
+    const char *const *overrides; /* "TENSOR=DTYPE" (bf16, bfp8, bfp4, stored): exceptions to the policy */
+    int32_t n_overrides;
     q35_progress_fn progress;
     void *progress_ctx;
 } q35_prepare_params;

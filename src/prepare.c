@@ -8,6 +8,7 @@
  * model-spec.json -> write manifest.json last. Source tensors are read
  * from the mapping one chunk at a time and their pages dropped afterwards,
  * so memory stays bounded by the chunk size, not by the checkpoint. */
+#include "bfp.h"
 #include "cache.h"
 #include "model.h"
 
@@ -17,6 +18,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -248,8 +250,75 @@ static float synthetic_value(const char *name, uint64_t r) {
     return 0.02f * approx_normal(r);
 }
 
+/* Block-format tensors are generated as codes directly (the float path
+ * would spend minutes encoding 9 billion values): each block gets an
+ * exponent near that of N(0, 0.02)'s block maximum and independent codes
+ * whose magnitudes follow a half-normal of the same scale, so decoded
+ * weights have the intended distribution. Codes are i.i.d., so filling
+ * the panel sections byte by byte is as good as placing them one by one. */
+static struct {
+    uint8_t mag4[256], mag8[256]; /* uniform byte -> magnitude: inverse CDF of |N(0, scale)|, clamped */
+} code_tables;
+static pthread_once_t code_tables_once = PTHREAD_ONCE_INIT;
+
+static void make_code_table(uint8_t *t, double scale, int mag_max) {
+    for (int u = 0; u < 256; u++) {
+        double p = (u + 0.5) / 256.0, lo = 0, hi = 10;
+        for (int k = 0; k < 60; k++) { /* solve erf(x / sqrt 2) = p */
+            double mid = 0.5 * (lo + hi);
+            if (erf(mid / sqrt(2.0)) < p) lo = mid; else hi = mid;
+        }
+        long m = lround(lo * scale);
+        t[u] = (uint8_t)(m > mag_max ? mag_max : m);
+    }
+}
+
+#define SYNTH_EXP 122 /* 2^-5: the exponent of a typical block maximum of N(0, 0.02) */
+
+static void make_code_tables(void) { /* one step is 2^(E-129) (bfp4) or 2^(E-133) (bfp8) */
+    make_code_table(code_tables.mag4, 0.02 * 128.0, 7);
+    make_code_table(code_tables.mag8, 0.02 * 2048.0, 127);
+}
+
+static void fill_bfp_codes(const q35_cache_item *it, int64_t r0, int64_t n, uint8_t *buf) {
+    const int E = SYNTH_EXP;
+    pthread_once(&code_tables_once, make_code_tables);
+    int bfp4 = it->src_dtype == Q35_DT_BFP4;
+    int64_t n_in = it->shape[1], n_blk = n_in / 16;
+    size_t panel = q35_bfp_panel_bytes(it->src_dtype, n_in), codes = panel - (size_t)n_blk * 16;
+    uint64_t h = name_hash(it->name);
+    for (int64_t p = 0; p < (n + 15) / 16; p++) {
+        uint64_t s = h ^ ((uint64_t)(r0 / 16 + p) * 0x2545f4914f6cdd1dull);
+        uint8_t *ex = buf + (size_t)p * panel, *c = ex + (size_t)n_blk * 16;
+        for (int64_t k = 0; k < n_blk * 16; k += 8) {
+            uint64_t r = splitmix(&s);
+            for (int j = 0; j < 8; j++, r >>= 8) ex[k + j] = (uint8_t)(E + ((r & 0xff) < 40) - ((r & 0xff) > 235));
+        }
+        for (size_t k = 0; k < codes; k += 2) { /* 32 random bits give two bytes of codes */
+            uint64_t r = splitmix(&s);
+            for (int j = 0; j < 2; j++, r >>= 32) {
+                uint8_t v;
+                if (bfp4) {
+                    uint8_t lo = code_tables.mag4[r & 0xff], hi = code_tables.mag4[(r >> 8) & 0xff];
+                    lo = lo ? (uint8_t)(lo | ((r >> 16) & 1) << 3) : 0;
+                    hi = hi ? (uint8_t)(hi | ((r >> 17) & 1) << 3) : 0;
+                    v = (uint8_t)(lo | hi << 4);
+                } else {
+                    uint8_t m = code_tables.mag8[r & 0xff];
+                    v = m ? (uint8_t)(m | ((r >> 16) & 1) << 7) : 0;
+                }
+                c[k + (size_t)j] = v;
+            }
+        }
+    }
+}
+
 static q35_status fill_synthetic(void *ctx, const q35_cache_item *it, int32_t i, int64_t r0, int64_t n, void *buf,
                                  q35_error *err) {
+    if (it->src_dtype == Q35_DT_BFP4 || it->src_dtype == Q35_DT_BFP8) {
+        fill_bfp_codes(it, r0, n, buf);
+        return Q35_OK;
+    }
     int64_t row = 1;
     for (int d = 1; d < it->ndim; d++) row *= it->shape[d];
     if (it->ndim == 1) row = it->shape[0];
@@ -268,6 +337,28 @@ static q35_status fill_synthetic(void *ctx, const q35_cache_item *it, int32_t i,
             else
                 for (int64_t k = 0; k < row; k++) o[k] = q35_f32_to_bf16(synthetic_value(it->name, splitmix(&s)));
         }
+    }
+    return Q35_OK;
+}
+
+/* --set TENSOR=DTYPE: one tensor stored otherwise than the policy says
+ * (how the default policy's embedding and lm_head choices were measured). */
+static q35_status apply_overrides(const q35_prepare_params *p, q35_cache_item *items, int32_t n, q35_error *err) {
+    for (int32_t k = 0; k < p->n_overrides; k++) {
+        const char *o = p->overrides[k], *eq = strchr(o, '=');
+        if (!eq) return q35_fail(err, Q35_ERR_ARG, "--set '%s': expected TENSOR=DTYPE", o);
+        const char *dt = eq + 1;
+        q35_cache_item *it = NULL;
+        for (int32_t i = 0; i < n && !it; i++)
+            if (strlen(items[i].name) == (size_t)(eq - o) && !strncmp(items[i].name, o, (size_t)(eq - o))) it = &items[i];
+        if (!it) return q35_fail(err, Q35_ERR_ARG, "--set '%s': no tensor of that name", o);
+        if (!strcmp(dt, "bf16")) it->dtype = Q35_DT_BF16;
+        else if (!strcmp(dt, "bfp8")) it->dtype = Q35_DT_BFP8;
+        else if (!strcmp(dt, "bfp4")) it->dtype = Q35_DT_BFP4;
+        else if (!strcmp(dt, "stored")) it->dtype = it->src_dtype;
+        else return q35_fail(err, Q35_ERR_ARG, "--set '%s': dtype must be bf16, bfp8, bfp4 or stored", o);
+        if (!q35_cache_tensor_bytes(it->dtype, it->ndim, it->shape))
+            return q35_fail(err, Q35_ERR_ARG, "--set '%s': tensor '%s' cannot be stored as %s", o, it->name, dt);
     }
     return Q35_OK;
 }
@@ -355,13 +446,17 @@ static q35_status check_expect(const char *expect, const char *dir, const src_fi
 
 /* The identity of a cache: what was read and how it was converted. Two
  * prepares with the same identity give the same model.q35. */
-static void cache_identity(const src_file *v, int32_t n, const char *policy, const char *synthetic, char hex[65]) {
+static void cache_identity(const src_file *v, int32_t n, const q35_prepare_params *p, char hex[65]) {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     EVP_DigestInit_ex(md, EVP_sha256(), NULL);
     char line[400];
-    snprintf(line, sizeof line, "q35cache v%u policy=%s synthetic=%s\n", Q35_CACHE_VERSION, policy,
-             synthetic ? synthetic : "");
+    snprintf(line, sizeof line, "q35cache v%u policy=%s synthetic=%s\n", Q35_CACHE_VERSION, q35_policy_name(p->policy),
+             p->synthetic ? p->synthetic : "");
     EVP_DigestUpdate(md, line, strlen(line));
+    for (int32_t i = 0; i < p->n_overrides; i++) {
+        EVP_DigestUpdate(md, p->overrides[i], strlen(p->overrides[i]));
+        EVP_DigestUpdate(md, "\n", 1);
+    }
     for (int32_t i = 0; i < n; i++) {
         snprintf(line, sizeof line, "%s %llu %s\n", v[i].name, (unsigned long long)v[i].size, hex_of(v[i].sha));
         EVP_DigestUpdate(md, line, strlen(line));
@@ -423,8 +518,11 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
     if (!p->out_dir || !*p->out_dir) return q35_fail(err, Q35_ERR_ARG, "no output directory given");
     if (!p->checkpoint == !p->synthetic)
         return q35_fail(err, Q35_ERR_ARG, "give either a source checkpoint or --synthetic");
-    if (p->synthetic && strcmp(p->synthetic, "qwen3.5-9b"))
-        return q35_fail(err, Q35_ERR_ARG, "unknown synthetic model '%s' (known: qwen3.5-9b)", p->synthetic);
+    size_t sl = p->synthetic ? strlen(p->synthetic) : 0;
+    int synth_file = sl > 5 && !strcmp(p->synthetic + sl - 5, ".json");
+    if (p->synthetic && strcmp(p->synthetic, "qwen3.5-9b") && !synth_file)
+        return q35_fail(err, Q35_ERR_ARG, "unknown synthetic model '%s' (qwen3.5-9b, or a config.json path)",
+                        p->synthetic);
     if (p->policy >= Q35_POLICY_COUNT) return q35_fail(err, Q35_ERR_ARG, "unknown policy");
     q35_checkpoint ck = {0};
     char *config_text = NULL;
@@ -447,14 +545,18 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
         if (!st && p->expect) st = check_expect(p->expect, p->checkpoint, sources, n_sources, err);
     } else {
         if (p->expect) st = q35_fail(err, Q35_ERR_ARG, "--expect checks source files; --synthetic has none");
-        config_text = q35_config_json_9b();
-        config_len = config_text ? strlen(config_text) : 0;
-        if (!st && !config_text) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+        if (synth_file) {
+            if (!st) st = q35_read_file(p->synthetic, &config_text, &config_len, err);
+        } else {
+            config_text = q35_config_json_9b();
+            config_len = config_text ? strlen(config_text) : 0;
+            if (!st && !config_text) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+        }
     }
     char identity[65];
     int up_to_date = 0;
     if (!st) {
-        cache_identity(sources, n_sources, q35_policy_name(p->policy), p->synthetic, identity);
+        cache_identity(sources, n_sources, p, identity);
         st = mkdir_p(p->out_dir, err);
     }
     if (!st) st = check_out_dir(p->out_dir, identity, p->force, &up_to_date, err);
@@ -489,6 +591,10 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
     }
     for (int32_t i = 0; !st && i < n_items; i++)
         items[i].dtype = q35_policy_dtype(p->policy, items[i].name, items[i].src_dtype, items[i].ndim, items[i].shape);
+    if (!st) st = apply_overrides(p, items, n_items, err);
+    for (int32_t i = 0; !st && p->synthetic && i < n_items; i++) /* whole panels: generate the codes themselves */
+        if (items[i].dtype != items[i].src_dtype && q35_bfp_mant_bits(items[i].dtype) && items[i].shape[0] % 16 == 0)
+            items[i].src_dtype = items[i].dtype;
 
     /* the cache file; a config hash ties it to the config.json beside it */
     if (!st) {
@@ -517,7 +623,7 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
     if (!st) st = q35_config_parse(config_text, config_len, "config.json", &cfg, err);
     if (!st) {
         int64_t ctx = cfg.max_position_embeddings < 8192 ? cfg.max_position_embeddings : 8192;
-        json_t *spec = json_pack("{s:s, s:I, s:{s:b, s:i}, s:i, s:s}", "model", p->synthetic ? "synthetic qwen3.5-9b" : "Qwen3.5",
+        json_t *spec = json_pack("{s:s, s:I, s:{s:b, s:i}, s:i, s:s}", "model", p->synthetic ? "synthetic (pseudo-random weights)" : "Qwen3.5",
                                  "max_context", (json_int_t)ctx, "mtp", "enabled", cfg.mtp_num_hidden_layers > 0,
                                  "draft_tokens", cfg.mtp_num_hidden_layers > 0 ? 1 : 0, "concurrency", 1, "policy",
                                  q35_policy_name(p->policy));
@@ -556,6 +662,11 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
                              (json_int_t)fsize, "tensor_bytes", (json_int_t)total, "tensor_count", n_items);
         if (p->synthetic) json_object_set_new(manifest, "synthetic", json_string(p->synthetic));
         if (p->checkpoint) json_object_set_new(manifest, "source", json_string(p->checkpoint));
+        if (p->n_overrides) {
+            json_t *ov = json_array();
+            for (int32_t i = 0; i < p->n_overrides; i++) json_array_append_new(ov, json_string(p->overrides[i]));
+            json_object_set_new(manifest, "overrides", ov);
+        }
         json_object_set_new(manifest, "skipped", json_string("model.visual.* (the vision tower; text only)"));
         st = write_json(p->out_dir, "manifest.json", manifest, err);
     }

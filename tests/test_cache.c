@@ -139,7 +139,7 @@ TEST(cache, policies_choose_dtypes) {
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, a, Q35_DT_BF16, 2, ab), Q35_DT_BF16);
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, "lm_head.weight", Q35_DT_BF16, 2, proj), Q35_DT_BFP8);
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, "model.language_model.embed_tokens.weight", Q35_DT_BF16, 2, proj),
-                 Q35_DT_BF16);
+                 Q35_DT_BFP8);
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_DEFAULT, "mtp.fc.weight", Q35_DT_BF16, 2, proj), Q35_DT_BFP4);
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP8, a, Q35_DT_BF16, 2, ab), Q35_DT_BFP8);
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP4_ALL, "lm_head.weight", Q35_DT_BF16, 2, proj), Q35_DT_BFP4);
@@ -334,4 +334,43 @@ TEST(cache, synthetic_9b_tensor_list) {
     CHECK_EQ_INT(mtp, 243290624LL);     /* spec 2.2 */
     free(items);
     free(cfg);
+}
+
+TEST(cache, synthetic_weights_are_deterministic_and_load) {
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", model_dir("models/tiny-c"));
+    q35_error err = {0};
+    for (int k = 0; k < 2; k++) {
+        q35_prepare_params p = {.synthetic = cfg, .out_dir = tmp_path(k ? "s2" : "s1")};
+        REQUIRE_MSG(!q35_prepare(&p, &err), "%s", err.msg);
+    }
+    size_t a_len, b_len;
+    char a_path[1300], b_path[1300];
+    snprintf(a_path, sizeof a_path, "%s/model.q35", tmp_path("s1"));
+    snprintf(b_path, sizeof b_path, "%s/model.q35", tmp_path("s2"));
+    char *a = slurp(a_path, &a_len), *b = slurp(b_path, &b_len);
+    REQUIRE(a && b);
+    CHECK(a_len == b_len && !memcmp(a, b, a_len));
+    free(a);
+    free(b);
+    CHECK_MSG(!q35_cache_verify(tmp_path("s1"), NULL, NULL, NULL, NULL, &err), "%s", err.msg);
+    int32_t V;
+    float *l = all_logits(tmp_path("s1"), k_ids, N_IDS, &V);
+    REQUIRE(l);
+    for (int32_t i = 0; i < N_IDS * V; i++) CHECK(isfinite(l[i]));
+    free(l);
+    /* the generated matrices have the intended scale, N(0, 0.02) */
+    q35_checkpoint ck;
+    REQUIRE_MSG(!q35_cache_open(tmp_path("s1"), &ck, &err), "%s", err.msg);
+    const q35_st_entry *e = q35_checkpoint_find(&ck, "model.language_model.layers.0.mlp.up_proj.weight");
+    REQUIRE(e && e->tensor.dtype == Q35_DT_BFP4);
+    double s2 = 0;
+    int64_t n = 0;
+    float row[64];
+    for (int64_t r = 0; r < e->tensor.shape[0]; r++, n += 64) {
+        q35_get_row_ref(row, &e->tensor, r);
+        for (int c = 0; c < 64; c++) s2 += (double)row[c] * row[c];
+    }
+    CHECK_NEAR(sqrt(s2 / (double)n), 0.02, 0.006);
+    q35_checkpoint_close(&ck);
 }

@@ -42,22 +42,25 @@ static void progress_bar(void *ctx, uint64_t done, uint64_t total, const char *w
 static const char prepare_usage[] =
     "usage: qwen35 prepare --checkpoint DIR --out CACHE_DIR [--policy NAME] [--expect FILE] [--force]\n"
     "       qwen35 prepare --download REPO --revision REV --checkpoint DIR --out CACHE_DIR [--hub-url URL] ...\n"
-    "       qwen35 prepare --synthetic qwen3.5-9b --out CACHE_DIR [--policy NAME]\n"
+    "       qwen35 prepare --synthetic qwen3.5-9b|CONFIG.json --out CACHE_DIR [--policy NAME]\n"
     "  Converts a checkpoint into a weight cache directory (model.q35, config.json,\n"
     "  manifest.json, model-spec.json) that `-m CACHE_DIR` loads by mmap.\n"
-    "  --policy      default (projections BFP4, lm_head BFP8, the rest as stored),\n"
+    "  --policy      default (projections BFP4, embedding and lm_head BFP8, the rest as stored),\n"
     "                bf16 (as stored), bfp8 (every matrix BFP8), bfp4-all (every matrix BFP4)\n"
     "  --expect FILE refuse source files whose SHA-256 differs from FILE\n"
     "                ({\"files\": {NAME: {\"size\", \"sha256\"}}}; an earlier manifest.json works)\n"
     "  --download    fetch REPO at REV from the Hugging Face Hub into --checkpoint DIR first\n"
     "                (resumable; each file checked against the Hub's SHA-256). --hub-url or\n"
     "                HF_ENDPOINT changes the server (https, or http on 127.0.0.1 only)\n"
-    "  --synthetic   pseudo-random weights with the exact Qwen3.5-9B shapes (for benchmarks)\n"
+    "  --synthetic   pseudo-random weights with the exact Qwen3.5-9B shapes, or those of a\n"
+    "                config.json (for benchmarks and tests)\n"
+    "  --set T=DTYPE store tensor T as bf16, bfp8, bfp4 or stored instead (repeatable)\n"
     "  --force       replace a different cache already in CACHE_DIR\n";
 
 int cmd_prepare(int argc, char **argv) {
     q35_prepare_params p = {0};
     const char *policy = "default", *download = NULL, *revision = NULL, *hub = getenv("HF_ENDPOINT");
+    const char *sets[64];
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(prepare_usage, stdout); return 0; }
@@ -71,9 +74,11 @@ int cmd_prepare(int argc, char **argv) {
         else if (!strcmp(k, "--download")) download = v;
         else if (!strcmp(k, "--revision")) revision = v;
         else if (!strcmp(k, "--hub-url")) hub = v;
+        else if (!strcmp(k, "--set") && p.n_overrides < 64) sets[p.n_overrides++] = v;
         else { fprintf(stderr, "qwen35 prepare: unknown option '%s'\n%s", k, prepare_usage); return 2; }
         i++;
     }
+    p.overrides = sets;
     q35_error err = {0};
     if (q35_policy_parse(policy, &p.policy, &err)) { fprintf(stderr, "qwen35 prepare: %s\n", err.msg); return 2; }
     if (!p.out_dir || (!p.checkpoint && !p.synthetic)) {
