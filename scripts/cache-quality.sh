@@ -18,7 +18,7 @@ VARIANTS=(
   "bfp4-all|--policy bfp4-all"
   "default, lm_head bf16|--policy default --set lm_head.weight=bf16"
   "default, lm_head bfp4|--policy default --set lm_head.weight=bfp4"
-  "default, embed bfp8|--policy default --set $E=bfp8"
+  "default, embed bf16|--policy default --set $E=bf16"
   "default, embed bfp4|--policy default --set $E=bfp4"
 )
 echo "| model | cache | PPL (base) | PPL | KLD mean | KLD max | top-1 | weight bytes | bytes/token |"
