@@ -1,5 +1,5 @@
 /* eval.c: `qwen35 eval`: the quality of a model (checkpoint or weight
- * cache) on a token sequence, measured rather than assumed.
+ * cache) on a text or a token sequence, measured rather than assumed.
  *
  * The sequence is cut into windows of --ctx tokens, each evaluated from an
  * empty session; within a window every position but the last predicts the
@@ -12,6 +12,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +21,36 @@
 #define SLICE 64
 
 static const char eval_usage[] =
-    "usage: qwen35 eval -m MODEL --ids FILE [--kld-base BASE_MODEL] [--ctx N] [-t THREADS] [--json]\n"
-    "  Perplexity of MODEL (a checkpoint or a weight cache) on the token ids in FILE\n"
-    "  (integers separated by commas or white space). With --kld-base, also the mean\n"
-    "  KL divergence from BASE_MODEL's next-token distribution and the top-1 agreement.\n"
+    "usage: qwen35 eval -m MODEL (--text FILE [--tokenizer DIR] | --ids FILE) [--kld-base BASE_MODEL]\n"
+    "                   [--ctx N] [-t THREADS] [--json]\n"
+    "  Perplexity of MODEL (a checkpoint or a weight cache) on a text, tokenized with the\n"
+    "  tokenizer in DIR (default: MODEL's directory), or on token ids (integers separated\n"
+    "  by commas or white space). With --kld-base, also the mean KL divergence from\n"
+    "  BASE_MODEL's next-token distribution and the top-1 agreement.\n"
     "  --ctx N: window length in tokens (default 512).\n";
+
+/* The text of `path` as token ids, with the tokenizer in `dir`. */
+static int tokenize_file(const char *path, const char *dir, int32_t **out, int32_t *n_out) {
+    char *text = NULL;
+    size_t len = 0;
+    q35_error err = {0};
+    q35_tokenizer *tok = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (q35_read_file(path, &text, &len, &err) || q35_tokenizer_load(dir, &tok, &err) ||
+        q35_tokenize(tok, text, len, 0, out, &n, &err)) {
+        fprintf(stderr, "qwen35 eval: %s\n", err.msg);
+        rc = -1;
+    } else if (n < 2 || n > INT32_MAX) {
+        fprintf(stderr, "qwen35 eval: %s: %zu tokens (at least 2 needed)\n", path, n);
+        free(*out);
+        rc = -1;
+    }
+    *n_out = (int32_t)n;
+    q35_tokenizer_free(tok);
+    free(text);
+    return rc;
+}
 
 static int read_ids(const char *path, int32_t **out, int32_t *n_out) {
     FILE *fp = fopen(path, "r");
@@ -95,7 +121,7 @@ static void close_model(model *m) {
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *model_path = NULL, *ids_path = NULL, *base_path = NULL;
+    const char *model_path = NULL, *ids_path = NULL, *base_path = NULL, *text_path = NULL, *tok_dir = NULL;
     long ctx = 512, threads = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
@@ -106,6 +132,8 @@ int cmd_eval(int argc, char **argv) {
         char *end;
         if (!strcmp(k, "-m") || !strcmp(k, "--model")) model_path = v;
         else if (!strcmp(k, "--ids")) ids_path = v;
+        else if (!strcmp(k, "--text")) text_path = v;
+        else if (!strcmp(k, "--tokenizer")) tok_dir = v;
         else if (!strcmp(k, "--kld-base")) base_path = v;
         else if (!strcmp(k, "--ctx")) {
             ctx = strtol(v, &end, 10);
@@ -116,9 +144,13 @@ int cmd_eval(int argc, char **argv) {
         } else { fprintf(stderr, "qwen35 eval: unknown option '%s'\n%s", k, eval_usage); return 2; }
         i++;
     }
-    if (!model_path || !ids_path) { fprintf(stderr, "qwen35 eval: need -m and --ids\n%s", eval_usage); return 2; }
+    if (!model_path || !ids_path == !text_path) {
+        fprintf(stderr, "qwen35 eval: need -m and one of --text or --ids\n%s", eval_usage);
+        return 2;
+    }
     int32_t *ids, n;
-    if (read_ids(ids_path, &ids, &n)) return 2;
+    if (ids_path ? read_ids(ids_path, &ids, &n) : tokenize_file(text_path, tok_dir ? tok_dir : model_path, &ids, &n))
+        return 2;
     int32_t win = (int32_t)(ctx < n ? ctx : n);
     model m = {0}, b = {0};
     int rc = 0;

@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import resource
+import shutil
 import signal
 import subprocess
 import threading
@@ -237,3 +238,24 @@ def test_expect_refuses_a_source_with_the_wrong_hash(tmp_path):
                                                                   "sha256": hashlib.sha256(data).hexdigest()}}}))
     p = q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", tmp_path / "c", "--expect", expect)
     assert p.returncode == 0, p.stderr
+
+
+def test_eval_text_uses_the_tokenizer_copied_into_the_cache(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(MODELS / "tiny-a", src)
+    for f in (ROOT / "tests" / "data" / "tokenizer" / "toy35").iterdir():
+        shutil.copy(f, src / f.name)
+    assert q35("prepare", "--checkpoint", src, "--out", tmp_path / "cache").returncode == 0
+    assert (tmp_path / "cache" / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+    text = tmp_path / "digits.txt"  # digits and spaces: toy35 ids below tiny-a's vocabulary of 320
+    text.write_text(" ".join(str((i * 7919) % 100000) for i in range(60)) + "\n")
+    t = q35("tokenize", "-m", tmp_path / "cache", "--file", text, "--ids-only")
+    assert t.returncode == 0, t.stderr
+    ids = tmp_path / "ids.txt"
+    ids.write_text(t.stdout)
+    by_text = q35("eval", "-m", tmp_path / "cache", "--text", text, "--kld-base", src, "--json")
+    by_ids = q35("eval", "-m", tmp_path / "cache", "--ids", ids, "--kld-base", src, "--json")
+    assert by_text.returncode == 0 and by_ids.returncode == 0, by_text.stderr + by_ids.stderr
+    assert json.loads(by_text.stdout)["perplexity"] == json.loads(by_ids.stdout)["perplexity"]
+    r = q35("eval", "-m", MODELS / "tiny-a", "--text", text)  # no tokenizer there
+    assert r.returncode == 2 and "tiny-a" in r.stderr and "tokenizer.json" in r.stderr
