@@ -3,13 +3,16 @@
 # of the default policy) against the BF16 checkpoint with `qwen35 eval
 # --kld-base`, on each test model, and prints one markdown table.
 #   scripts/cache-quality.sh [BUILD_DIR] [MODEL_DIR...]
-# Token ids: 1024 pseudo-random ids (fixed LCG), windows of 256 tokens.
+# Input: with TEXT=FILE, that text through each model's tokenizer; otherwise
+# 1024 pseudo-random token ids (fixed LCG). Windows of 256 tokens.
+#   TEXT=<(head -c 16000 models/qwen35-demo-eval.txt) scripts/cache-quality.sh build models/qwen35-demo
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; shift || true
 MODELS=("$@"); [ ${#MODELS[@]} -gt 0 ] || MODELS=(tests/data/models/tiny-a tests/data/models/tiny-b tests/data/models/tiny-c)
 Q=$BUILD/qwen35
 WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT
+if [ -n "${TEXT:-}" ]; then cat "$TEXT" > "$WORK/text.txt"; fi
 E=model.language_model.embed_tokens.weight
 VARIANTS=(
   "bf16|--policy bf16"
@@ -36,7 +39,8 @@ print(' '.join(out))" "$V" > "$WORK/ids.txt"
     out="$WORK/c"; rm -rf "$out"
     # shellcheck disable=SC2086
     "$Q" prepare --checkpoint "$m" --out "$out" $args 2>/dev/null
-    j=$("$Q" eval -m "$out" --ids "$WORK/ids.txt" --ctx 256 --kld-base "$m" --json 2>/dev/null)
+    if [ -n "${TEXT:-}" ]; then input=(--text "$WORK/text.txt"); else input=(--ids "$WORK/ids.txt"); fi
+    j=$("$Q" eval -m "$out" "${input[@]}" --ctx 256 --kld-base "$m" --json 2>/dev/null)
     info=$("$Q" info "$out")
     total=$(sed -n 's/^total bytes: \([0-9]*\).*/\1/p' <<<"$info")
     per=$(sed -n 's/^bytes read per generated token: \([0-9]*\).*/\1/p' <<<"$info")
