@@ -22,7 +22,7 @@ static const command commands[] = {
     {"prepare", cmd_prepare, "convert a checkpoint into a weight cache (BFP4/BFP8/BF16), or download one first"},
     {"verify", cmd_verify, "re-hash every tensor of a weight cache and name each mismatch"},
     {"info", cmd_info, "tensor counts by dtype, bytes, bytes per token, and the 9B cache size per policy"},
-    {"eval", cmd_eval, "perplexity of a model on token ids; KL divergence and top-1 agreement against a base"},
+    {"eval", cmd_eval, "perplexity on a text or token ids; KL divergence and top-1 agreement against a base"},
     {"bench", cmd_bench, "speed benchmark against an OpenAI-compatible server"},
     {"tokenize", cmd_tokenize, "text or a chat request to token ids (and pieces)"},
     {"version", cmd_version, "print the version"},
