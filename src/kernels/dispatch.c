@@ -4,14 +4,22 @@
 #include "kernels.h"
 #include "util.h"
 
+#include <cpuid.h>
 #include <pthread.h>
 #include <stdlib.h>
 
 static const q35_kernels *g_chosen;
 static const char *g_note;
 
+/* F16C straight from cpuid (leaf 1, ECX bit 29): not every compiler's
+ * __builtin_cpu_supports knows its name. */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
 static int cpu_has_avx2(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 static int cpu_has_avx512(void) {
