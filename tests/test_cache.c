@@ -6,6 +6,7 @@
 #include "bfp.h"
 #include "cache.h"
 #include "kernels/kernels.h"
+#include "helpers.h"
 #include "test.h"
 
 #include <sys/stat.h>
@@ -155,26 +156,6 @@ TEST(cache, policies_choose_dtypes) {
 
 /* ---- bad input ---- */
 
-static char *slurp(const char *path, size_t *len) {
-    char *buf = NULL;
-    return q35_read_file(path, &buf, len, NULL) ? NULL : buf;
-}
-
-static int spit(const char *path, const void *data, size_t len) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return -1;
-    size_t w = fwrite(data, 1, len, fp);
-    return (fclose(fp) == 0 && w == len) ? 0 : -1;
-}
-
-static q35_status try_load(const char *dir, q35_error *err) {
-    q35_engine *e = NULL;
-    memset(err, 0, sizeof *err);
-    q35_status st = q35_engine_load(dir, NULL, &e, err);
-    q35_engine_free(e);
-    return st;
-}
-
 #define EXPECT_ERR(call, status, s1, s2)                                                                   \
     do {                                                                                                 \
         q35_error e_ = {0};                                                                              \
@@ -193,49 +174,49 @@ TEST(cache, corrupt_truncated_and_mismatched_caches_are_refused) {
     snprintf(path, sizeof path, "%s/model.q35", out);
     snprintf(cfg, sizeof cfg, "%s/config.json", out);
     size_t len, cfg_len;
-    char *orig = slurp(path, &len), *orig_cfg = slurp(cfg, &cfg_len);
+    char *orig = test_slurp(path, &len), *orig_cfg = test_slurp(cfg, &cfg_len);
     REQUIRE(orig && orig_cfg && len > 8192);
-    EXPECT_ERR(try_load(out, &e_), Q35_OK, "", "");
+    EXPECT_ERR(test_try_load(out, &e_), Q35_OK, "", "");
     EXPECT_ERR(q35_cache_verify(out, NULL, NULL, NULL, NULL, &e_), Q35_OK, "", "");
 
-    REQUIRE(spit(path, orig, len - 100) == 0); /* truncated */
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "truncated");
-    REQUIRE(spit(path, orig, 60) == 0);
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "truncated");
+    REQUIRE(test_spit(path, orig, len - 100) == 0); /* truncated */
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "truncated");
+    REQUIRE(test_spit(path, orig, 60) == 0);
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "truncated");
 
     char *bad = malloc(len);
     memcpy(bad, orig, len);
     bad[0] = 'X';
-    REQUIRE(spit(path, bad, len) == 0);
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "magic");
+    REQUIRE(test_spit(path, bad, len) == 0);
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "magic");
     memcpy(bad, orig, len);
     bad[8] = 9; /* version */
-    REQUIRE(spit(path, bad, len) == 0);
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_UNSUPPORTED, "model.q35", "version");
+    REQUIRE(test_spit(path, bad, len) == 0);
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_UNSUPPORTED, "model.q35", "version");
     memcpy(bad, orig, len);
     bad[Q35_CACHE_HEADER_BYTES + 5] ^= 1; /* a byte of the first tensor's name */
-    REQUIRE(spit(path, bad, len) == 0);
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "table");
+    REQUIRE(test_spit(path, bad, len) == 0);
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "table");
 
     /* a flipped data byte: loading does not hash, verify names the tensor */
     memcpy(bad, orig, len);
     uint64_t off = 0;
     for (int k = 7; k >= 0; k--) off = off << 8 | (uint8_t)orig[Q35_CACHE_HEADER_BYTES + 208 + k];
     bad[off + 3] ^= 0x10;
-    REQUIRE(spit(path, bad, len) == 0);
+    REQUIRE(test_spit(path, bad, len) == 0);
     char first[Q35_CACHE_NAME_MAX];
     snprintf(first, sizeof first, "%s", orig + Q35_CACHE_HEADER_BYTES);
     EXPECT_ERR(q35_cache_verify(out, NULL, NULL, NULL, NULL, &e_), Q35_ERR_FORMAT, first, "failed verification");
     free(bad);
 
     /* the config beside the cache must be the one it was prepared from */
-    REQUIRE(spit(path, orig, len) == 0);
+    REQUIRE(test_spit(path, orig, len) == 0);
     char *cfg2 = strdup(orig_cfg);
     char *at = strstr(cfg2, "\"rms_norm_eps\": 1e-06");
     REQUIRE(at);
     at[strlen("\"rms_norm_eps\": 1e-0")] = '5';
-    REQUIRE(spit(cfg, cfg2, strlen(cfg2)) == 0);
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "config.json", "different");
+    REQUIRE(test_spit(cfg, cfg2, strlen(cfg2)) == 0);
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_FORMAT, "config.json", "different");
     free(cfg2);
 
     /* a cache of another model under a right config: shapes are checked */
@@ -244,11 +225,11 @@ TEST(cache, corrupt_truncated_and_mismatched_caches_are_refused) {
     char other_q35[1300];
     snprintf(other_q35, sizeof other_q35, "%s/model.q35", other);
     size_t olen;
-    char *o = slurp(other_q35, &olen);
+    char *o = test_slurp(other_q35, &olen);
     REQUIRE(o);
     memcpy(o + 80, orig + 80, 32); /* claim tiny-a's config, so the table hash stays valid */
-    REQUIRE(spit(path, o, olen) == 0 && spit(cfg, orig_cfg, cfg_len) == 0);
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "shape");
+    REQUIRE(test_spit(path, o, olen) == 0 && test_spit(cfg, orig_cfg, cfg_len) == 0);
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_FORMAT, "model.q35", "shape");
     free(o);
     free(orig);
     free(orig_cfg);
@@ -264,11 +245,11 @@ TEST(cache, bad_sources_and_output_directories) {
     char shard[1300];
     snprintf(shard, sizeof shard, "%s/model.safetensors-00002-of-00003.safetensors", src);
     size_t len;
-    char *orig = slurp(shard, &len);
+    char *orig = test_slurp(shard, &len);
     REQUIRE(orig);
-    REQUIRE(spit(shard, orig, len / 2) == 0);
+    REQUIRE(test_spit(shard, orig, len / 2) == 0);
     EXPECT_ERR(prepare(src, tmp_path("o1"), Q35_POLICY_DEFAULT, &e_), Q35_ERR_FORMAT, "00002-of-00003", "truncated");
-    REQUIRE(spit(shard, orig, len) == 0);
+    REQUIRE(test_spit(shard, orig, len) == 0);
 
     /* --expect: a wrong SHA-256 is refused, naming the file */
     const char *out = tmp_path("o2");
@@ -278,7 +259,7 @@ TEST(cache, bad_sources_and_output_directories) {
     q35_prepare_params p = {.checkpoint = src, .out_dir = tmp_path("o3"), .expect = man};
     EXPECT_ERR(q35_prepare(&p, &e_), Q35_OK, "", ""); /* the manifest of a good prepare is a good --expect */
     orig[len - 1] ^= 1; /* a flipped byte in the last tensor */
-    REQUIRE(spit(shard, orig, len) == 0);
+    REQUIRE(test_spit(shard, orig, len) == 0);
     p.out_dir = tmp_path("o4");
     EXPECT_ERR(q35_prepare(&p, &e_), Q35_ERR_FORMAT, "00002-of-00003", "SHA-256");
     struct stat sb;
@@ -310,11 +291,11 @@ TEST(cache, an_interrupted_prepare_leaves_nothing_that_looks_complete) {
     REQUIRE(rename(a, b) == 0);
     snprintf(a, sizeof a, "%s/manifest.json", out);
     REQUIRE(remove(a) == 0);
-    EXPECT_ERR(try_load(out, &e_), Q35_ERR_IO, out, "model.safetensors");
+    EXPECT_ERR(test_try_load(out, &e_), Q35_ERR_IO, out, "model.safetensors");
     EXPECT_ERR(q35_cache_verify(out, NULL, NULL, NULL, NULL, &e_), Q35_ERR_IO, "model.q35", "cannot open");
     /* and the next prepare completes over them */
     EXPECT_ERR(prepare(model_dir("models/tiny-a"), out, Q35_POLICY_DEFAULT, &e_), Q35_OK, "", "");
-    EXPECT_ERR(try_load(out, &e_), Q35_OK, "", "");
+    EXPECT_ERR(test_try_load(out, &e_), Q35_OK, "", "");
 }
 
 TEST(cache, synthetic_9b_tensor_list) {
@@ -348,7 +329,7 @@ TEST(cache, synthetic_weights_are_deterministic_and_load) {
     char a_path[1300], b_path[1300];
     snprintf(a_path, sizeof a_path, "%s/model.q35", tmp_path("s1"));
     snprintf(b_path, sizeof b_path, "%s/model.q35", tmp_path("s2"));
-    char *a = slurp(a_path, &a_len), *b = slurp(b_path, &b_len);
+    char *a = test_slurp(a_path, &a_len), *b = test_slurp(b_path, &b_len);
     REQUIRE(a && b);
     CHECK(a_len == b_len && !memcmp(a, b, a_len));
     free(a);

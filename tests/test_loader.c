@@ -3,24 +3,11 @@
  * tests/data/models/tiny-a (a single-file checkpoint) or tiny-b (sharded)
  * into a temporary directory and breaks one thing. */
 #include "qwen35.h"
+#include "helpers.h"
 #include "test.h"
 #include "util.h"
 
 #include <jansson.h>
-
-static char *slurp(const char *path, size_t *len) {
-    char *buf = NULL;
-    q35_error err;
-    if (q35_read_file(path, &buf, len, &err)) return NULL;
-    return buf;
-}
-
-static int spit(const char *path, const void *data, size_t len) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return -1;
-    size_t w = fwrite(data, 1, len, fp);
-    return (fclose(fp) == 0 && w == len) ? 0 : -1;
-}
 
 /* Copies every file of tests/data/models/NAME into a fresh directory. */
 static const char *copy_model(const char *name) {
@@ -31,18 +18,10 @@ static const char *copy_model(const char *name) {
     return system(cmd) == 0 ? dst : NULL;
 }
 
-static q35_status try_load(const char *dir, q35_error *err) {
-    q35_engine *e = NULL;
-    memset(err, 0, sizeof *err);
-    q35_status st = q35_engine_load(dir, NULL, &e, err);
-    q35_engine_free(e);
-    return st;
-}
-
 #define EXPECT_LOAD_ERROR(dir, status, s1, s2)                                                        \
     do {                                                                                             \
         q35_error e_;                                                                                \
-        q35_status st_ = try_load(dir, &e_);                                                         \
+        q35_status st_ = test_try_load(dir, &e_);                                                         \
         CHECK_MSG(st_ == (status), "status %s, expected %s (%s)", q35_status_name(st_),              \
                   q35_status_name(status), e_.msg);                                                  \
         CHECK_MSG(strstr(e_.msg, s1) != NULL, "message '%s' does not mention '%s'", e_.msg, s1);     \
@@ -52,7 +31,7 @@ static q35_status try_load(const char *dir, q35_error *err) {
 /* Rewrites the JSON header of a safetensors file through `edit`, keeping the data. */
 static int edit_header(const char *path, void (*edit)(json_t *hdr)) {
     size_t len;
-    char *buf = slurp(path, &len);
+    char *buf = test_slurp(path, &len);
     if (!buf) return -1;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | (unsigned char)buf[i];
@@ -66,7 +45,7 @@ static int edit_header(const char *path, void (*edit)(json_t *hdr)) {
     for (int i = 0; i < 8; i++) out[i] = (char)((uint64_t)nh >> (8 * i));
     memcpy(out + 8, text, nh);
     memcpy(out + 8 + nh, buf + 8 + hlen, data_len);
-    int rc = spit(path, out, 8 + nh + data_len);
+    int rc = test_spit(path, out, 8 + nh + data_len);
     free(text); free(out); free(buf);
     return rc;
 }
@@ -110,9 +89,9 @@ TEST(loader, bad_config_values) {
     char p[1200];
     snprintf(p, sizeof p, "%s/config.json", d);
     size_t len;
-    char *orig = slurp(p, &len);
+    char *orig = test_slurp(p, &len);
     REQUIRE(orig);
-    REQUIRE(spit(p, "{\"text_config\": {", 17) == 0);
+    REQUIRE(test_spit(p, "{\"text_config\": {", 17) == 0);
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "config.json", "not valid JSON");
 
     json_t *root = json_loads(orig, 0, NULL);
@@ -130,7 +109,7 @@ TEST(loader, bad_config_values) {
         json_t *copy = json_deep_copy(root);
         json_object_set_new(json_object_get(copy, "text_config"), cases[i].key, cases[i].val);
         char *text = json_dumps(copy, 0);
-        REQUIRE(spit(p, text, strlen(text)) == 0);
+        REQUIRE(test_spit(p, text, strlen(text)) == 0);
         EXPECT_LOAD_ERROR(d, cases[i].st, "config.json", cases[i].word);
         free(text);
         json_decref(copy);
@@ -145,28 +124,28 @@ TEST(loader, truncated_and_corrupt_safetensors) {
     char p[1200];
     snprintf(p, sizeof p, "%s/model.safetensors", d);
     size_t len;
-    char *orig = slurp(p, &len);
+    char *orig = test_slurp(p, &len);
     REQUIRE(orig && len > 4096);
 
-    REQUIRE(spit(p, orig, len / 2) == 0); /* cut in the middle of the data */
+    REQUIRE(test_spit(p, orig, len / 2) == 0); /* cut in the middle of the data */
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "model.safetensors", "past the end");
-    REQUIRE(spit(p, orig, 5) == 0); /* shorter than the length prefix */
+    REQUIRE(test_spit(p, orig, 5) == 0); /* shorter than the length prefix */
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "model.safetensors", "truncated");
-    REQUIRE(spit(p, orig, 100) == 0); /* inside the header */
+    REQUIRE(test_spit(p, orig, 100) == 0); /* inside the header */
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "model.safetensors", "header length");
 
     char *bad = malloc(len);
     memcpy(bad, orig, len);
     bad[8] = 'X'; /* the header's opening brace */
-    REQUIRE(spit(p, bad, len) == 0);
+    REQUIRE(test_spit(p, bad, len) == 0);
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "model.safetensors", "JSON");
     memcpy(bad, orig, len);
     bad[7] = 0x40; /* an absurd header length */
-    REQUIRE(spit(p, bad, len) == 0);
+    REQUIRE(test_spit(p, bad, len) == 0);
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "model.safetensors", "header length");
     free(bad);
 
-    REQUIRE(spit(p, orig, len) == 0);
+    REQUIRE(test_spit(p, orig, len) == 0);
     REQUIRE(edit_header(p, gate_offsets_past_end) == 0);
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "model.safetensors", GATE);
     free(orig);
@@ -178,15 +157,15 @@ TEST(loader, wrong_shape_dtype_or_missing_tensor) {
     char p[1200];
     snprintf(p, sizeof p, "%s/model.safetensors", d);
     size_t len;
-    char *orig = slurp(p, &len);
+    char *orig = test_slurp(p, &len);
     REQUIRE(orig);
     REQUIRE(edit_header(p, swap_gate_shape) == 0);
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, GATE, "expected");
-    REQUIRE(spit(p, orig, len) == 0 && edit_header(p, gate_dtype_i16) == 0);
+    REQUIRE(test_spit(p, orig, len) == 0 && edit_header(p, gate_dtype_i16) == 0);
     EXPECT_LOAD_ERROR(d, Q35_ERR_UNSUPPORTED, GATE, "I16");
-    REQUIRE(spit(p, orig, len) == 0 && edit_header(p, rename_gate) == 0);
+    REQUIRE(test_spit(p, orig, len) == 0 && edit_header(p, rename_gate) == 0);
     EXPECT_LOAD_ERROR(d, Q35_ERR_FORMAT, "missing tensor", GATE);
-    REQUIRE(spit(p, orig, len) == 0);
+    REQUIRE(test_spit(p, orig, len) == 0);
     EXPECT_LOAD_ERROR(d, Q35_OK, "", ""); /* restored: loads again */
     free(orig);
 }
