@@ -248,6 +248,25 @@ static void forward_rows(q35_session *own, const seq_rows *seqs, int32_t n_seqs,
     for (int32_t i = 0; i < n_seqs; i++) seqs[i].s->pos += seqs[i].n_rows;
 }
 
+/* After a forward pass over T rows of session s (post-norm hidden states in
+ * hidden, input tokens in tokens, first at pos0): rows whose next token is
+ * known go through the MTP now, filling its KV cache, and the rest wait for
+ * it. A checkpointed (verify) batch keeps all rows pending, and its rows
+ * become rewindable, until the caller knows which survive. */
+static void commit_rows(q35_session *s, const float *hidden, const int32_t *tokens, int32_t T, int32_t pos0,
+                        int checkpoint) {
+    const size_t H = (size_t)s->engine->cfg.hidden_size;
+    s->ckpt_rows = checkpoint ? T : 0;
+    s->ckpt_pos0 = pos0;
+    if (!s->mtp_on) return;
+    int32_t n_now = checkpoint ? 0 : T - 1;
+    if (n_now > 0) q35_mtp_rows(s, hidden, tokens + 1, n_now, pos0, NULL);
+    s->n_pending = T - n_now;
+    s->pending_pos0 = pos0 + n_now;
+    memcpy(s->pending_hidden, hidden + (size_t)n_now * H, sizeof(float) * H * (size_t)s->n_pending);
+    memcpy(s->pending_tok, tokens + n_now, sizeof(int32_t) * (size_t)s->n_pending);
+}
+
 q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, float *logits, int flags, q35_error *err) {
     const q35_config *c = &s->engine->cfg;
     if (n <= 0 || !tokens) return q35_fail(err, Q35_ERR_ARG, "no tokens to evaluate");
@@ -263,7 +282,6 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
         return q35_fail(err, Q35_ERR_ARG, "a checkpointed eval takes at most spec_k+1 = %d tokens (got %d)",
                         s->spec_k + 1, n);
     const int32_t H = c->hidden_size, V = c->vocab_size;
-    s->ckpt_rows = 0;
     for (int32_t done = 0; done < n;) {
         int32_t T = n - done < Q35_UBATCH ? n - done : Q35_UBATCH;
         int32_t pos0 = s->pos;
@@ -275,21 +293,7 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
             q35_matmul(s->engine->pool, logits + (size_t)done * V, &s->engine->w.lm_head, s->xn, T);
         else if (logits && done + T == n)
             q35_matmul(s->engine->pool, logits, &s->engine->w.lm_head, s->xn + (size_t)(T - 1) * H, 1);
-        if (s->mtp_on) {
-            /* rows whose next token is known go through the MTP now (filling
-             * its KV cache); the rest wait. A checkpointed (verify) batch
-             * keeps all rows pending until the caller knows which survive. */
-            int32_t n_now = checkpoint ? 0 : T - 1;
-            if (n_now > 0) q35_mtp_rows(s, s->xn, tokens + done + 1, n_now, pos0, NULL);
-            s->n_pending = T - n_now;
-            s->pending_pos0 = pos0 + n_now;
-            memcpy(s->pending_hidden, s->xn + (size_t)n_now * H, sizeof(float) * (size_t)H * (size_t)s->n_pending);
-            memcpy(s->pending_tok, tokens + done + n_now, sizeof(int32_t) * (size_t)s->n_pending);
-        }
-        if (checkpoint) {
-            s->ckpt_pos0 = pos0;
-            s->ckpt_rows = T;
-        }
+        commit_rows(s, s->xn, tokens + done, T, pos0, checkpoint);
         done += T;
     }
     return Q35_OK;
@@ -345,21 +349,8 @@ q35_status q35_forward_sessions(q35_session *const *ss, const int32_t *const *to
     }
     forward_rows(own, seqs, n, flat, total);
     if (logits) q35_matmul(e->pool, logits, &e->w.lm_head, own->xn, total);
-    for (int32_t i = 0; i < n; i++) {
-        q35_session *s = ss[i];
-        const int32_t T = counts[i], r0 = seqs[i].row0;
-        s->ckpt_rows = checkpoint[i] ? T : 0;
-        s->ckpt_pos0 = pos0[i];
-        if (!s->mtp_on) continue;
-        /* as in q35_session_eval: known next tokens go through the MTP now,
-         * the rest (all rows of a checkpointed batch) wait */
-        int32_t n_now = checkpoint[i] ? 0 : T - 1;
-        if (n_now > 0) q35_mtp_rows(s, own->xn + (size_t)r0 * H, tokens[i] + 1, n_now, pos0[i], NULL);
-        s->n_pending = T - n_now;
-        s->pending_pos0 = pos0[i] + n_now;
-        memcpy(s->pending_hidden, own->xn + (size_t)(r0 + n_now) * H, sizeof(float) * H * (size_t)s->n_pending);
-        memcpy(s->pending_tok, tokens[i] + n_now, sizeof(int32_t) * (size_t)s->n_pending);
-    }
+    for (int32_t i = 0; i < n; i++)
+        commit_rows(ss[i], own->xn + (size_t)seqs[i].row0 * H, tokens[i], counts[i], pos0[i], checkpoint[i]);
     return Q35_OK;
 }
 
