@@ -22,18 +22,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-typedef struct { float temp; int32_t vocab; } temp_policy;
-
-static void temp_probs(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
-    (void)prev; (void)n_prev;
-    const temp_policy *tp = ctx;
-    float mx = logits[0];
-    for (int32_t i = 1; i < tp->vocab; i++) if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int32_t i = 0; i < tp->vocab; i++) { probs[i] = expf((logits[i] - mx) / tp->temp); sum += probs[i]; }
-    for (int32_t i = 0; i < tp->vocab; i++) probs[i] = (float)(probs[i] / sum);
-}
-
 /* The reply being streamed: stops at an end token or the token limit. */
 typedef struct {
     q35_detokenizer *dt;
@@ -105,6 +93,7 @@ int cmd_chat(int argc, char **argv) {
     q35_tokenizer *tok = NULL;
     q35_session *s = NULL;
     q35_detokenizer *dt = NULL;
+    q35_sampler *sampler = NULL;
     int rc = 1;
     if (q35_engine_load(model, &ep, &e, &err) || q35_tokenizer_load(model, &tok, &err) ||
         q35_session_new(e, ctx, &s, &err) || q35_detokenizer_new(tok, 1, &dt, &err)) {
@@ -115,10 +104,13 @@ int cmd_chat(int argc, char **argv) {
     if (spec_k < 0) spec_k = info->has_mtp ? 1 : 0;
     if (spec_k > 0 && q35_session_set_spec(s, spec_k, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
     int32_t im_end = q35_token_id(tok, "<|im_end|>", 10), eot = q35_token_id(tok, "<|endoftext|>", 13);
-    temp_policy tp = {temp, info->vocab_size};
-    uint64_t rng = seed ? seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    q35_policy pol = {temp_probs, &tp, &rng};
-    const q35_policy *policy = temp > 0 ? &pol : NULL;
+    /* Sampled replies go through the library's sampler one token at a time
+     * (as the server's sampled requests do); greedy ones take speculative steps. */
+    if (temp > 0) {
+        q35_sampler_params sp = {temp, 0, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f,
+                                 seed ? seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32)};
+        if (q35_sampler_new(&sp, info->vocab_size, &sampler, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
+    }
 
     json_t *messages = json_array();
     if (system_msg) json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
@@ -174,25 +166,24 @@ int cmd_chat(int argc, char **argv) {
         memcpy(seen, ids, sizeof(int32_t) * n_ids);
         n_seen = (int32_t)n_ids;
         free(ids);
-        /* the first token from the prompt's logits, then steps */
-        int32_t next;
-        if (policy) {
-            float *pr = malloc(sizeof(float) * (size_t)info->vocab_size);
-            temp_probs(&tp, logits, NULL, 0, pr);
-            double u = (double)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 11) / 9007199254740992.0, acc = 0;
-            next = info->vocab_size - 1;
-            for (int32_t i = 0; i < info->vocab_size; i++) { acc += pr[i]; if (u < acc) { next = i; break; } }
-            free(pr);
-        } else {
-            next = q35_argmax(logits, info->vocab_size);
-        }
+        /* the first token from the prompt's logits, then one eval (sampled) or step (greedy) at a time */
+        int32_t next = sampler ? q35_sampler_sample(sampler, logits) : q35_argmax(logits, info->vocab_size);
         double t1 = now_s();
         reply r = {dt, im_end, eot, max_tokens, 0, 0, NULL, 0};
-        /* emit `next`; each step evaluates it and proposes the following
+        while (sampler && !emit(&r, next)) {
+            q35_sampler_accept(sampler, next);
+            seen[n_seen++] = next;
+            if (q35_session_eval(s, &next, 1, logits, 0, &err)) {
+                fprintf(stderr, "\nqwen35 chat: %s\n", err.msg);
+                break;
+            }
+            next = q35_sampler_sample(sampler, logits);
+        }
+        /* greedy: emit `next`; each step evaluates it and proposes the following
          * tokens, all but the last of which are emitted at once */
-        while (!emit(&r, next)) {
+        while (!sampler && !emit(&r, next)) {
             int32_t batch[Q35_SPEC_K_MAX + 1], m;
-            if (q35_session_step(s, next, policy, batch, &m, NULL, &err)) {
+            if (q35_session_step(s, next, NULL, batch, &m, NULL, &err)) {
                 fprintf(stderr, "\nqwen35 chat: %s\n", err.msg);
                 break;
             }
@@ -222,6 +213,7 @@ int cmd_chat(int argc, char **argv) {
     free(logits);
     rc = 0;
 done:
+    q35_sampler_free(sampler);
     q35_detokenizer_free(dt);
     q35_session_free(s);
     q35_tokenizer_free(tok);

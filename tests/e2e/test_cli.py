@@ -145,3 +145,14 @@ def test_run_with_a_text_prompt_prints_text():
     assert any(c.isalpha() for c in outs[0])
     p = q35("run", "-m", str(DEMO), "--prompt", "x", "--prompt-ids", "1")
     assert p.returncode == 2
+
+
+def test_sampled_chat_depends_only_on_the_seed():
+    outs = []
+    for seed in ("5", "5", "6"):
+        p = subprocess.run([BIN, "chat", "-n", "24", "--temp", "1.0", "--seed", seed], input="What is a list?\n",
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        outs.append(p.stdout)
+    assert outs[0] == outs[1]
+    assert outs[0] != outs[2]
