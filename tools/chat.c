@@ -16,12 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The reply being streamed: stops at an end token or the token limit. */
 typedef struct {
     q35_detokenizer *dt;
@@ -157,7 +151,7 @@ int cmd_chat(int argc, char **argv) {
             json_array_remove(messages, json_array_size(messages) - 1);
             continue;
         }
-        double t0 = now_s();
+        double t0 = cli_now();
         if (q35_session_eval(s, ids + common, (int32_t)(n_ids - common), logits, 0, &err)) {
             fprintf(stderr, "qwen35 chat: %s\n", err.msg);
             free(ids);
@@ -168,7 +162,7 @@ int cmd_chat(int argc, char **argv) {
         free(ids);
         /* the first token from the prompt's logits, then one eval (sampled) or step (greedy) at a time */
         int32_t next = sampler ? q35_sampler_sample(sampler, logits) : q35_argmax(logits, info->vocab_size);
-        double t1 = now_s();
+        double t1 = cli_now();
         reply r = {dt, im_end, eot, max_tokens, 0, 0, NULL, 0};
         while (sampler && !emit(&r, next)) {
             q35_sampler_accept(sampler, next);
@@ -203,7 +197,7 @@ int cmd_chat(int argc, char **argv) {
         fwrite(tail, 1, len, stdout);
         fputc('\n', stdout);
         fflush(stdout);
-        double t2 = now_s();
+        double t2 = cli_now();
         if (tty) fprintf(stderr, "[%d tokens, %.1f tok/s, first token %.2f s]\n", n_gen, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, t1 - t0);
         json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "assistant", "content", out_text));
         free(out_text);

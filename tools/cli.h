@@ -18,5 +18,7 @@ int cmd_chat(int argc, char **argv);   /* tools/chat.c */
 
 /* The embedded default model's directory (malloc'd). tools/cli_util.c */
 char *cli_default_model(void);
+/* Seconds on the monotonic clock. tools/cli_util.c */
+double cli_now(void);
 
 #endif

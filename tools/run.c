@@ -10,12 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* "1,2,3" -> ids; rejects empty items, signs, junk and overflow. */
 static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
     size_t cap = 16, n = 0;
@@ -177,12 +171,12 @@ int cmd_run(int argc, char **argv) {
         rc = 1;
     }
     if (!rc && !info->has_mtp) fprintf(stderr, "qwen35 run: the model has no MTP head; decoding without speculation\n");
-    double t0 = now_s();
+    double t0 = cli_now();
     if (!rc && (!logits || q35_session_eval(s, ids, n_ids, logits, 0, &err))) {
         fprintf(stderr, "qwen35 run: %s\n", logits ? err.msg : "out of memory");
         rc = 1;
     }
-    double t1 = now_s(), t2 = t1;
+    double t1 = cli_now(), t2 = t1;
     long n_done = 0;
     int32_t last = rc ? 0 : q35_argmax(logits, info->vocab_size);
     int ended = 0;
@@ -199,7 +193,7 @@ int cmd_run(int argc, char **argv) {
         last = out[m - 1];
         fflush(stdout);
     }
-    t2 = now_s();
+    t2 = cli_now();
     if (out_sink.dt) {
         size_t len;
         const char *tail = q35_detokenizer_flush(out_sink.dt, &len);

@@ -20,12 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -59,14 +53,14 @@ static double measure_bandwidth(int threads) {
     for (int rep = 0; rep < 5; rep++) {
         pthread_t th[64];
         bw_arg args[64];
-        double t0 = now_s();
+        double t0 = cli_now();
         for (int i = 0; i < threads; i++) {
             args[i] = (bw_arg){buf + n / threads * i, n / threads, 0};
             pthread_create(&th[i], NULL, bw_thread, &args[i]);
         }
         uint64_t total = 0;
         for (int i = 0; i < threads; i++) { pthread_join(th[i], NULL); total += args[i].sum; }
-        double dt = now_s() - t0;
+        double dt = cli_now() - t0;
         if (total == 42) fputc(' ', stderr); /* keeps the sums alive */
         if (bytes / dt > best) best = (double)bytes / dt;
     }
@@ -157,9 +151,9 @@ int cmd_speed(int argc, char **argv) {
         double *dt = malloc(sizeof(double) * (size_t)n_decode);
         int32_t last = toks[8], out[Q35_SPEC_K_MAX + 1], m;
         for (int i = 0; i < n_decode && !rc; i++) {
-            double t0 = now_s();
+            double t0 = cli_now();
             if (q35_session_step(s, last, NULL, out, &m, NULL, &err)) rc = 1;
-            dt[i] = now_s() - t0;
+            dt[i] = cli_now() - t0;
             last = out[m - 1];
         }
         decode_s = median(dt, n_decode);
@@ -175,11 +169,11 @@ int cmd_speed(int argc, char **argv) {
         if (last_t && !rc) {
             for (int pi = 0; pi < n_prompts && !rc; pi++) { /* prompt processing from an empty session */
                 q35_session_reset(s);
-                double t0 = now_s();
+                double t0 = cli_now();
                 float *lg = malloc(sizeof(float) * (size_t)info.vocab_size);
                 if (q35_session_eval(s, toks, prompts[pi], lg, 0, &err)) rc = 1;
                 (void)q35_argmax(lg, info.vocab_size);
-                double t = now_s() - t0;
+                double t = cli_now() - t0;
                 free(lg);
                 prompt_tok_s[pi] = prompts[pi] / t;
                 if (prompts[pi] == 254) ttft_254 = t;
@@ -196,9 +190,9 @@ int cmd_speed(int argc, char **argv) {
             for (int bi = 0; bi < 4 && !rc; bi++) {
                 double v[5];
                 for (int r = 0; r < 5 && !rc; r++) {
-                    double t0 = now_s();
+                    double t0 = cli_now();
                     if (q35_batch_decode(bs, toks + 16, batch_sizes[bi], NULL, &err)) rc = 1;
-                    v[r] = now_s() - t0;
+                    v[r] = cli_now() - t0;
                 }
                 double t = median(v, 5);
                 if (bi == 0) base = t;
@@ -212,13 +206,13 @@ int cmd_speed(int argc, char **argv) {
                 if (q35_session_set_spec(s, spec_k, &err) || q35_session_eval(s, toks, 8, NULL, 0, &err)) rc = 1;
                 double v[8], w[8];
                 for (int r = 0; r < 8 && !rc; r++) {
-                    double t0 = now_s();
+                    double t0 = cli_now();
                     if (q35_session_eval(s, toks + 20, spec_k + 1, NULL, Q35_EVAL_CHECKPOINT, &err) ||
                         q35_session_rewind(s, 1, &err)) rc = 1;
-                    v[r] = now_s() - t0;
-                    t0 = now_s();
+                    v[r] = cli_now() - t0;
+                    t0 = cli_now();
                     if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, &err)) rc = 1;
-                    w[r] = now_s() - t0;
+                    w[r] = cli_now() - t0;
                 }
                 if (!rc) {
                     double t_verify = median(v, 8);
