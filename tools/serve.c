@@ -32,6 +32,7 @@ static const q35_model_info *g_info;
 static q35_api_limits g_limits;
 static atomic_int g_ready;
 static atomic_int g_stopping;
+static atomic_int g_live_streams; /* streaming responses MHD still holds */
 static atomic_ullong g_req_counter;
 
 /* ---- text ----
@@ -587,6 +588,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream_state *st = cls;
+    atomic_fetch_sub(&g_live_streams, 1);
     pthread_mutex_lock(&st->r->mu);
     bool done = st->r->n_finished == st->r->n_choices;
     pthread_mutex_unlock(&st->r->mu);
@@ -779,6 +781,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn_ctx *cc, q
         }
         st->r = r;
         st->fd = fd;
+        atomic_fetch_add(&g_live_streams, 1); /* stream_free counts it down, also on failure below */
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, st, stream_free);
         if (!resp) { stream_free(st); return MHD_NO; }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
@@ -1337,6 +1340,10 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "qwen35 serve: signal %d, shutting down\n", sig);
     atomic_store(&g_stopping, 1);
     sched_stop();
+    /* every open stream now has its error to send: let their readers write
+     * the error event and [DONE] before the daemon closes the connections
+     * (bounded, for clients that stopped reading) */
+    for (int i = 0; i < 300 && atomic_load(&g_live_streams) > 0; i++) usleep(10000);
     MHD_stop_daemon(d);
     q35_engine_free(g_engine);
     q35_tokenizer_free(g_tok);
