@@ -34,6 +34,9 @@
  * loops over stack arrays. */
 
 #define ISA_BFP_NT 4
+#ifndef BFP_PREFETCH
+#define BFP_PREFETCH 2048 /* bytes ahead in the panel stream */
+#endif
 
 /* ---- activations quantized per block of 16 ---- */
 
@@ -79,8 +82,20 @@ ALWAYS_INLINE __m256 exp_scale8(const uint8_t *e8, int bias) {
     return _mm256_mul_ps(_mm256_castsi256_ps(p1), _mm256_castsi256_ps(p2));
 }
 
+/* x's four groups of 4 int8 in block b, each broadcast to all lanes (one
+ * load-broadcast each, no ALU work). */
+ALWAYS_INLINE __m256i bcast_x4(const int8_t *xb, int g) {
+    int32_t v;
+    memcpy(&v, xb + 4 * g, 4);
+    return _mm256_set1_epi32(v);
+}
+
 /* y rows [row0, row0 + 16) (those in rows_lo..rows_hi) for tokens
- * [t0, t0 + nt) from one panel; is4 and nt are constants after inlining. */
+ * [t0, t0 + nt) from one panel; is4 and nt are constants after inlining.
+ * Group by group, each token's int16 (bfp4) or int32 (bfp8) block sums of
+ * both 8-row halves are updated, so a group's decoded bytes and x's
+ * broadcast group are live only briefly and, for decode (nt = 1), every
+ * accumulator and constant stays in the 16 ymm registers. */
 ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
                                   int64_t t0, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
     const int64_t n_blk = n_in / 16;
@@ -92,52 +107,59 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     const int8_t *xq = a->q + t0 * n_in;
     const float *xd = a->d + t0 * n_blk;
     const int32_t *xs = a->sum + t0 * n_blk;
-    __m256 acc[4][2];
+    __m256 acc[ISA_BFP_NT][2];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
-        /* w[g][h]: group g, rows 8h..8h+7; bfp8 also keeps the codes for their signs */
-        __m256i w[4][2], sg[4][2];
-        #pragma GCC unroll 8
+        /* The panel is one sequential stream: ask for the bytes a few
+         * blocks ahead (past the panel's end: the next panel's exponents,
+         * the next thing read) so that the decode overlaps the DRAM
+         * latency; the hardware prefetcher alone leaves gaps. */
+        #pragma GCC unroll 4
+        for (int l = 0; l < block_bytes; l += 64) _mm_prefetch((const char *)cb + BFP_PREFETCH + l, _MM_HINT_T0);
+        if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * b + BFP_PREFETCH / 8, _MM_HINT_T0);
+        /* sum[t][h]: token t, rows 8h..8h+7 */
+        __m256i sum[ISA_BFP_NT][2];
+        #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
+            __m256i w[2];
             if (is4) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * g));
-                w[g][0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
-                w[g][1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+                w[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
+                w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
             } else {
-                #pragma GCC unroll 8
+                w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), mag7);
+                w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), mag7);
+            }
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                __m256i xg = bcast_x4(xq + t * n_in + 16 * b, g);
+                #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
-                    sg[g][h] = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
-                    w[g][h] = _mm256_and_si256(sg[g][h], mag7);
+                    if (is4) {
+                        /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
+                        __m256i p = _mm256_maddubs_epi16(w[h], xg);
+                        sum[t][h] = g ? _mm256_add_epi16(sum[t][h], p) : p;
+                    } else {
+                        /* the weight's sign moves onto x (codes reloaded from L1) */
+                        __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
+                        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], _mm256_sign_epi8(xg, sg)), ones);
+                        sum[t][h] = g ? _mm256_add_epi32(sum[t][h], p) : p;
+                    }
                 }
             }
         }
-        __m256 ws[2] = {exp_scale8(exps + 16 * b, is4 ? 129 : 133), exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133)};
-        #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            const int8_t *xb = xq + t * n_in + 16 * b;
-            int32_t x4[4];
-            memcpy(x4, xb, 16);
-            __m256 xscale = _mm256_set1_ps(xd[t * n_blk + b]);
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 ws = exp_scale8(exps + 16 * b + 8 * h, is4 ? 129 : 133);
             #pragma GCC unroll 8
-            for (int h = 0; h < 2; h++) {
-                __m256i dot;
-                if (is4) {
-                    __m256i s16 = _mm256_maddubs_epi16(w[0][h], _mm256_set1_epi32(x4[0]));
-                    #pragma GCC unroll 8
-                    for (int g = 1; g < 4; g++)
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[g][h], _mm256_set1_epi32(x4[g])));
-                    dot = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(xs[t * n_blk + b] * 8));
-                } else {
-                    dot = _mm256_setzero_si256();
-                    #pragma GCC unroll 8
-                    for (int g = 0; g < 4; g++) {
-                        __m256i xg = _mm256_sign_epi8(_mm256_set1_epi32(x4[g]), sg[g][h]);
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(w[g][h], xg), ones));
-                    }
-                }
-                acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[h], xscale), acc[t][h]);
+            for (int t = 0; t < nt; t++) {
+                __m256i dot = is4 ? _mm256_sub_epi32(_mm256_madd_epi16(sum[t][h], ones),
+                                                     _mm256_set1_epi32(xs[t * n_blk + b] * 8))
+                                  : sum[t][h];
+                acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xd[t * n_blk + b])),
+                                            acc[t][h]);
             }
         }
     }
@@ -159,6 +181,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 /* ---- F32 / F16 / BF16 weights ---- */
 
 #define ISA_FLOAT_NR 4
+#define ISA_VEC __m256i
+#define ISA_VEC_ADD64(a, b) _mm256_add_epi64(a, b)
+
 #define ISA_FLOAT_NT 1
 
 /* 8 weights from element i of a row, widened to fp32. */
@@ -225,4 +250,4 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 #include "matmul_driver.h"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
-const q35_kernels q35_kernels_avx2 = {"avx2", matmul_isa, q35_get_row_ref};
+const q35_kernels q35_kernels_avx2 = {"avx2", matmul_isa, q35_get_row_ref, read_stream};

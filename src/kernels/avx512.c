@@ -116,6 +116,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 /* ---- F32 / F16 / BF16 weights ---- */
 
 #define ISA_FLOAT_NR 4
+#define ISA_VEC __m512i
+#define ISA_VEC_ADD64(a, b) _mm512_add_epi64(a, b)
+
 #define ISA_FLOAT_NT 3
 
 /* 16 weights from element i of a row, widened to fp32; lanes outside m read nothing. */
@@ -179,4 +182,4 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 #include "matmul_driver.h"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
-const q35_kernels q35_kernels_avx512 = {"avx512", matmul_isa, q35_get_row_ref};
+const q35_kernels q35_kernels_avx512 = {"avx512", matmul_isa, q35_get_row_ref, read_stream};

@@ -38,6 +38,15 @@ void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
 typedef void (*q35_matmul_fn)(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0,
                               int64_t o1);
 typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
+typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
+
+/* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
+ * fast as the instruction set allows: the widest aligned loads into several
+ * independent accumulators, and returns a checksum of them (so the loads
+ * are not optimized away). It is the "best sequential read" behind
+ * q35_read_bandwidth(), the ceiling the matmul kernels are measured
+ * against. */
+uint64_t q35_read_stream_ref(const void *p, size_t bytes);
 
 /* One instruction set's kernels. Every entry takes every dtype
  * (F32, F16, BF16, BFP8, BFP4) with the semantics of the _ref function of
@@ -48,6 +57,7 @@ typedef struct q35_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     q35_matmul_fn matmul;
     q35_get_row_fn get_row;
+    q35_read_stream_fn read_stream;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;
