@@ -15,7 +15,9 @@
  * One float FMA per block, half-panel and token applies x's block scale
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
  * every exponent byte works. A tile serves up to 4 tokens, so a small
- * batch reads and decodes the weights once.
+ * batch reads and decodes the weights once. For decode (one token) the
+ * whole tile lives in the 16 ymm registers, and it prefetches ahead in the
+ * panel stream (matmul_driver.h), so that its decoding overlaps DRAM reads.
  *
  * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x 1
  * token x 2 halves of k of accumulators, x kept in fp32; each token passes
@@ -34,9 +36,6 @@
  * loops over stack arrays. */
 
 #define ISA_BFP_NT 4
-#ifndef BFP_PREFETCH
-#define BFP_PREFETCH 2048 /* bytes ahead in the panel stream */
-#endif
 
 /* ---- activations quantized per block of 16 ---- */
 
@@ -110,15 +109,10 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     __m256 acc[ISA_BFP_NT][2];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    bfp_prefetch_panel(codes);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
-        /* The panel is one sequential stream: ask for the bytes a few
-         * blocks ahead (past the panel's end: the next panel's exponents,
-         * the next thing read) so that the decode overlaps the DRAM
-         * latency; the hardware prefetcher alone leaves gaps. */
-        #pragma GCC unroll 4
-        for (int l = 0; l < block_bytes; l += 64) _mm_prefetch((const char *)cb + BFP_PREFETCH + l, _MM_HINT_T0);
-        if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * b + BFP_PREFETCH / 8, _MM_HINT_T0);
+        bfp_prefetch_block(exps, cb, b, block_bytes);
         /* sum[t][h]: token t, rows 8h..8h+7 */
         __m256i sum[ISA_BFP_NT][2];
         #pragma GCC unroll 4
@@ -155,8 +149,10 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
             __m256 ws = exp_scale8(exps + 16 * b + 8 * h, is4 ? 129 : 133);
             #pragma GCC unroll 8
             for (int t = 0; t < nt; t++) {
+                /* 8 * sum(q) shifted in the vector unit: a load-broadcast and a
+                 * shift instead of a scalar shift and a move across */
                 __m256i dot = is4 ? _mm256_sub_epi32(_mm256_madd_epi16(sum[t][h], ones),
-                                                     _mm256_set1_epi32(xs[t * n_blk + b] * 8))
+                                                     _mm256_slli_epi32(bcast_x4((const int8_t *)(xs + t * n_blk + b), 0), 3))
                                   : sum[t][h];
                 acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xd[t * n_blk + b])),
                                             acc[t][h]);

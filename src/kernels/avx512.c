@@ -11,7 +11,8 @@
  * (vscalefps handles every E, subnormal results included). A panel tile
  * serves up to 8 tokens, so the weights are read and decoded once for a
  * whole small batch; larger batches walk the same panel (hot in L1/L2) once
- * per 8 tokens.
+ * per 8 tokens. The tile prefetches ahead in the panel stream
+ * (matmul_driver.h).
  *
  * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x up
  * to 3 tokens x 2 halves of k of fp32 accumulators, x kept in fp32. */
@@ -86,8 +87,10 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     __m512 acc[8];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    bfp_prefetch_panel(codes);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
+        bfp_prefetch_block(exps, cb, b, block_bytes);
         __m512i w[4];
         #pragma GCC unroll 8
         for (int g = 0; g < 4; g++) w[g] = is4 ? bfp4_group(cb + g * group_bytes, lut) : bfp8_group(cb + g * group_bytes);

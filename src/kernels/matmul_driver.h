@@ -35,6 +35,26 @@ static inline int act_alloc(act_q8 *a, size_t n_blk) {
     return 1;
 }
 
+/* Software prefetch for the bfp tiles. A panel is one sequential stream;
+ * each block asks for the bytes BFP_PREFETCH ahead (past the panel's end:
+ * the next panel's exponents, the next thing read) so that decoding
+ * overlaps the DRAM latency: with the hardware prefetcher alone a core
+ * reached about 60% of its read bandwidth on bfp4. A panel's first codes
+ * are asked for when it starts, as the previous panel's prefetches only
+ * reached its exponents. 2 KiB measured best of 1-6 KiB. */
+#define BFP_PREFETCH 2048
+
+static inline __attribute__((always_inline)) void bfp_prefetch_panel(const uint8_t *codes) {
+    for (int l = 0; l < BFP_PREFETCH; l += 64) _mm_prefetch((const char *)codes + l, _MM_HINT_T0);
+}
+
+static inline __attribute__((always_inline)) void bfp_prefetch_block(const uint8_t *exps, const uint8_t *block_codes,
+                                                                     int64_t b, int block_bytes) {
+    #pragma GCC unroll 4
+    for (int l = 0; l < block_bytes; l += 64) _mm_prefetch((const char *)block_codes + BFP_PREFETCH + l, _MM_HINT_T0);
+    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * b + BFP_PREFETCH / 8, _MM_HINT_T0);
+}
+
 #endif
 
 #ifdef ISA_BFP_NT
