@@ -35,7 +35,7 @@
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    if (!act_alloc(a, n_blk)) return 0;
+    if (!act_alloc(a, n_blk, 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
     int32_t *sum = a->sum;

@@ -11,6 +11,9 @@
  *   void float_tile(dt, nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o)
  *        rows [o, o + nr), tokens [t0, t0 + nt)
  *   ISA_VEC, ISA_VEC_ADD64(a, b)   the widest integer vector, 64-bit lane add
+ * and optionally ISA_BFP_WIDE with
+ *   void bfp_panel_predecode(is4, panel, n_in, a)   decode a panel into a->dec, a->ws
+ *   void bfp_decoded_tile(...)   bfp_panel_tile's arguments and results, from a->dec
  * The tiles are always_inline and every size reaches them as a literal, so
  * each (dtype, rows, tokens) case compiles to its own fully unrolled loop. */
 #ifndef Q35_MATMUL_DRIVER_H
@@ -22,16 +25,22 @@ typedef struct act_q8 {
     int8_t *q;    /* (n_tok, n_in) */
     float *d;     /* (n_tok, n_in / 16): x ~= q * d */
     int32_t *sum; /* (n_tok, n_in / 16): sum of q over the block */
+    uint8_t *dec; /* (n_in / 16, 256): one panel's decoded weights, for ISA_BFP_WIDE */
+    float *ws;    /* (n_in / 16, 16): that panel's row scales */
 } act_q8;
 
-/* Carves the three arrays for n_blk blocks out of this thread's scratch. */
-static inline int act_alloc(act_q8 *a, size_t n_blk) {
+/* Carves the arrays for n_blk activation blocks and, when n_panel_blk > 0,
+ * one decoded panel of n_panel_blk blocks out of this thread's scratch. */
+static inline int act_alloc(act_q8 *a, size_t n_blk, size_t n_panel_blk) {
     size_t q_bytes = (n_blk * 16 + 63) & ~(size_t)63, d_bytes = (n_blk * 4 + 63) & ~(size_t)63;
-    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes);
+    size_t dec_bytes = n_panel_blk * 256, ws_bytes = n_panel_blk * 64;
+    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes + dec_bytes + ws_bytes);
     if (!s) return 0;
     a->q = (int8_t *)s;
     a->d = (float *)(s + q_bytes);
     a->sum = (int32_t *)(s + q_bytes + d_bytes);
+    a->dec = n_panel_blk ? (uint8_t *)(s + q_bytes + 2 * d_bytes) : NULL;
+    a->ws = n_panel_blk ? (float *)(s + q_bytes + 2 * d_bytes + dec_bytes) : NULL;
     return 1;
 }
 
@@ -77,22 +86,30 @@ static inline __attribute__((always_inline)) void bfp_prefetch_block(const uint8
  * the tiles' accumulators and constants were spilled to the stack. */
 typedef void (*bfp_tile_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0, float *y, int64_t n_out,
                             int64_t row0, int lo, int hi);
-#define DRIVER_BFP_TILE(is4, nt)                                                                                  \
-    static __attribute__((noinline)) void bfp_tile_##is4##_##nt(const uint8_t *panel, int64_t n_in, const act_q8 *a, \
-                                                                 int64_t t0, float *y, int64_t n_out, int64_t row0,  \
-                                                                 int lo, int hi) {                                   \
-        bfp_panel_tile(is4, (nt) <= ISA_BFP_NT ? (nt) : 1, panel, n_in, a, t0, y, n_out, row0, lo, hi);            \
+#define DRIVER_BFP_TILE(tile, is4, nt)                                                                            \
+    static __attribute__((noinline)) void tile##_##is4##_##nt(const uint8_t *panel, int64_t n_in, const act_q8 *a,  \
+                                                               int64_t t0, float *y, int64_t n_out, int64_t row0,    \
+                                                               int lo, int hi) {                                     \
+        tile(is4, (nt) <= ISA_BFP_NT ? (nt) : 1, panel, n_in, a, t0, y, n_out, row0, lo, hi);                      \
     }
-#define DRIVER_BFP_TILES(is4)                                                                                     \
-    DRIVER_BFP_TILE(is4, 1) DRIVER_BFP_TILE(is4, 2) DRIVER_BFP_TILE(is4, 3) DRIVER_BFP_TILE(is4, 4)              \
-    DRIVER_BFP_TILE(is4, 5) DRIVER_BFP_TILE(is4, 6) DRIVER_BFP_TILE(is4, 7) DRIVER_BFP_TILE(is4, 8)
-DRIVER_BFP_TILES(0)
-DRIVER_BFP_TILES(1)
+#define DRIVER_BFP_TILES(tile, is4)                                                                               \
+    DRIVER_BFP_TILE(tile, is4, 1) DRIVER_BFP_TILE(tile, is4, 2) DRIVER_BFP_TILE(tile, is4, 3)                    \
+    DRIVER_BFP_TILE(tile, is4, 4) DRIVER_BFP_TILE(tile, is4, 5) DRIVER_BFP_TILE(tile, is4, 6)                    \
+    DRIVER_BFP_TILE(tile, is4, 7) DRIVER_BFP_TILE(tile, is4, 8)
 /* [is4][tokens]; entries past ISA_BFP_NT are never called */
-static const bfp_tile_fn bfp_tiles[2][9] = {
-    {NULL, bfp_tile_0_1, bfp_tile_0_2, bfp_tile_0_3, bfp_tile_0_4, bfp_tile_0_5, bfp_tile_0_6, bfp_tile_0_7, bfp_tile_0_8},
-    {NULL, bfp_tile_1_1, bfp_tile_1_2, bfp_tile_1_3, bfp_tile_1_4, bfp_tile_1_5, bfp_tile_1_6, bfp_tile_1_7, bfp_tile_1_8},
-};
+#define DRIVER_BFP_TABLE(tile)                                                                                    \
+    DRIVER_BFP_TILES(tile, 0)                                                                                     \
+    DRIVER_BFP_TILES(tile, 1)                                                                                     \
+    static const bfp_tile_fn tile##s[2][9] = {                                                                    \
+        {NULL, tile##_0_1, tile##_0_2, tile##_0_3, tile##_0_4, tile##_0_5, tile##_0_6, tile##_0_7, tile##_0_8},   \
+        {NULL, tile##_1_1, tile##_1_2, tile##_1_3, tile##_1_4, tile##_1_5, tile##_1_6, tile##_1_7, tile##_1_8},   \
+    };
+DRIVER_BFP_TABLE(bfp_panel_tile)
+#ifdef ISA_BFP_WIDE
+DRIVER_BFP_TABLE(bfp_decoded_tile)
+/* Token chunks at least this long decode each panel once up front. */
+#define BFP_WIDE_MIN_TOKENS 8
+#endif
 
 static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
     const int64_t n_out = W->shape[0], n_in = W->shape[W->ndim - 1];
@@ -115,9 +132,16 @@ static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_
         for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
             int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
             const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
+            const bfp_tile_fn *tiles = bfp_panel_tiles[is4];
+#ifdef ISA_BFP_WIDE
+            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && a.dec) {
+                bfp_panel_predecode(is4, panel, n_in, &a);
+                tiles = bfp_decoded_tiles[is4];
+            }
+#endif
             for (int64_t t0 = c0; t0 < c1; t0 += ISA_BFP_NT) {
                 int nt = c1 - t0 < ISA_BFP_NT ? (int)(c1 - t0) : ISA_BFP_NT;
-                bfp_tiles[is4][nt](panel, n_in, &a, t0, y, n_out, row0, lo, hi);
+                tiles[nt](panel, n_in, &a, t0, y, n_out, row0, lo, hi);
             }
         }
     }
