@@ -50,7 +50,8 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t n_panel_blk) {
  * overlaps the DRAM latency: with the hardware prefetcher alone a core
  * reached about 60% of its read bandwidth on bfp4. A panel's first codes
  * are asked for when it starts, as the previous panel's prefetches only
- * reached its exponents. 2 KiB measured best of 1-6 KiB. */
+ * reached its exponents. 2 KiB measured best of 0.5-6 KiB on 4 KiB pages
+ * (1-4 KiB were within the noise of a shared machine). */
 #define BFP_PREFETCH 2048
 
 static inline __attribute__((always_inline)) void bfp_prefetch_panel(const uint8_t *codes) {
@@ -107,7 +108,8 @@ typedef void (*bfp_tile_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a,
 DRIVER_BFP_TABLE(bfp_panel_tile)
 #ifdef ISA_BFP_WIDE
 DRIVER_BFP_TABLE(bfp_decoded_tile)
-/* Token chunks at least this long decode each panel once up front. */
+/* Token chunks at least this long decode each panel once up front (from
+ * 2 tokens on, it measured slower at n_tok = 2 and 4). */
 #define BFP_WIDE_MIN_TOKENS 8
 #endif
 
