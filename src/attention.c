@@ -97,9 +97,9 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, cons
     float *qg = scratch, *k = qg + (size_t)T * QD * 2, *v = k + (size_t)T * KVD, *o = v + (size_t)T * KVD;
     float *inv_freq = o + (size_t)T * QD, *scores = inv_freq + RD;
 
-    q35_matmul(pool, qg, &l->q_proj, xn, T);
-    q35_matmul(pool, k, &l->k_proj, xn, T);
-    q35_matmul(pool, v, &l->v_proj, xn, T);
+    float *ys[3] = {qg, k, v};
+    const q35_tensor *Ws[3] = {&l->q_proj, &l->k_proj, &l->v_proj};
+    q35_matmul_multi(pool, 3, ys, Ws, xn, T);
     for (int32_t i = 0; i < RD / 2; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)RD);
 
     for (int32_t si = 0; si < n_segs; si++) {

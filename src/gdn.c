@@ -208,10 +208,10 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_
     float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
     float *bb = core + (size_t)T * VD, *aa = bb + (size_t)T * HV, *heads = aa + (size_t)T * HV;
 
-    q35_matmul(pool, raw, &l->in_proj_qkv, xn, T);
-    q35_matmul(pool, z, &l->in_proj_z, xn, T);
-    q35_matmul(pool, bb, &l->in_proj_b, xn, T);
-    q35_matmul(pool, aa, &l->in_proj_a, xn, T);
+    /* the four projections of xn in one pass over the pool */
+    float *ys[4] = {raw, z, bb, aa};
+    const q35_tensor *Ws[4] = {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a};
+    q35_matmul_multi(pool, 4, ys, Ws, xn, T);
 
     /* causal depthwise conv per sequence: tap j multiplies the input CK-1-j steps back */
     for (int32_t si = 0; si < n_segs; si++) {
