@@ -75,6 +75,8 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     const q35_kernels *kern = NULL;
     if (!st) st = q35_kernels_init(&kern, err); /* Q35_KERNELS may force a table */
     if (!st) st = q35_pool_new(params ? params->n_threads : 0, &e->pool, err);
+    if (!st && !(e->batch_logits = malloc(sizeof(float) * (size_t)Q35_UBATCH * (size_t)e->cfg.vocab_size)))
+        st = q35_fail(err, Q35_ERR_NOMEM, "out of memory for batch logits");
     if (st) {
         q35_engine_free(e);
         return st;

@@ -22,7 +22,7 @@ struct q35_engine {
     q35_weights w;
     q35_model_info info;
     q35_pool *pool;        /* the workers every session of this engine computes with */
-    float *batch_logits;   /* (UBATCH, V) for multi-session steps; allocated on first use */
+    float *batch_logits;   /* (UBATCH, V) for multi-session steps; its pages are touched on first use */
 };
 
 struct q35_session {
