@@ -73,8 +73,11 @@ q35_status q35_session_set_spec(q35_session *s, int32_t k, q35_error *err) {
     ALLOC(s->draft_probs, Q35_SPEC_MAX * V);
 #undef ALLOC
     if (ok && k != s->spec_k) {
-        float *nc = realloc(s->ckpt, (size_t)k * s->state_floats * sizeof(float));
-        if (nc) s->ckpt = nc; else ok = 0;
+        /* 64-byte aligned, so the GDN update streams the copies past the
+         * cache; touched now, so the first verify takes no page faults */
+        size_t bytes = ((size_t)k * s->state_floats * sizeof(float) + 63) & ~(size_t)63;
+        float *nc = aligned_alloc(64, bytes ? bytes : 64);
+        if (nc) { free(s->ckpt); s->ckpt = nc; memset(nc, 0, bytes); } else ok = 0;
     }
     if (!ok) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for speculative decoding buffers (k = %d)", k);
     s->spec_k = k;

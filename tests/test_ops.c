@@ -97,7 +97,8 @@ TEST(ops, gdn_recurrent_rows_equal_single_steps) {
         const int32_t DK = c.DK, DV = c.DV;
         size_t SN = (size_t)DK * DV, stride = SN + 8;
         float *S = malloc(sizeof(float) * SN), *S1 = malloc(sizeof(float) * SN);
-        float *after = malloc(sizeof(float) * stride * T), *o = malloc(sizeof(float) * T * DV), *o1 = malloc(sizeof(float) * DV);
+        float *after = aligned_alloc(64, sizeof(float) * stride * T); /* aligned: the copies are streamed */
+        float *o = malloc(sizeof(float) * T * DV), *o1 = malloc(sizeof(float) * DV);
         for (int ti = 0; ti < n; ti++) {
             memcpy(S, c.S0, sizeof(float) * SN);
             memcpy(S1, c.S0, sizeof(float) * SN);

@@ -19,6 +19,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -53,11 +54,12 @@ ALWAYS_INLINE void gdn_read_block(const int nv, float *a, float *b, const float 
 }
 
 /* S[i][j] = decay S[i][j] + k[i] delta[j] over one column block, copying the
- * result to after (when given) and, when kn is given, forming the next
+ * result to after (when given; with stream, past the caches: the copies are
+ * read again only if a speculative row is rejected) and, when kn is given, forming the next
  * row's a and b from the new values exactly as gdn_read_block does. */
 ALWAYS_INLINE void gdn_update_block(const int nv, float *S, const float *k, const float *delta, float decay,
-                                    float *after, const float *kn, const float *qn, float *a, float *b, int32_t DK,
-                                    int32_t DV, int32_t j0) {
+                                    float *after, int stream, const float *kn, const float *qn, float *a, float *b,
+                                    int32_t DK, int32_t DV, int32_t j0) {
     __m256 d[4], acc_a[4], acc_b[4];
     const __m256 dec = _mm256_set1_ps(decay);
     #pragma GCC unroll 4
@@ -73,7 +75,8 @@ ALWAYS_INLINE void gdn_update_block(const int nv, float *S, const float *k, cons
         for (int u = 0; u < nv; u++) {
             __m256 s = _mm256_fmadd_ps(ki, d[u], _mm256_mul_ps(dec, _mm256_loadu_ps(row + 8 * u)));
             _mm256_storeu_ps(row + 8 * u, s);
-            if (after) _mm256_storeu_ps(after + (size_t)i * DV + j0 + 8 * u, s);
+            if (after && stream) _mm256_stream_ps(after + (size_t)i * DV + j0 + 8 * u, s);
+            else if (after) _mm256_storeu_ps(after + (size_t)i * DV + j0 + 8 * u, s);
             if (kn) {
                 acc_a[u] = _mm256_fmadd_ps(kni, s, acc_a[u]);
                 acc_b[u] = _mm256_fmadd_ps(qni, s, acc_b[u]);
@@ -97,6 +100,7 @@ void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const floa
         return;
     }
     float a[1024], b[1024], delta[1024];
+    const int stream = S_after && (uintptr_t)S_after % 32 == 0 && after_stride % 8 == 0; /* every row 32-byte aligned */
     int32_t j0 = 0;
     for (; j0 + 32 <= DV; j0 += 32) gdn_read_block(4, a, b, S, k, q, DK, DV, j0);
     for (; j0 < DV; j0 += 8) gdn_read_block(1, a, b, S, k, q, DK, DV, j0);
@@ -115,9 +119,11 @@ void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const floa
         const int next = t + 1 < T;
         float *after = S_after && next ? S_after + (size_t)t * after_stride : NULL;
         const float *kn = next ? kt + DK : NULL, *qn = next ? qt + DK : NULL;
-        for (j0 = 0; j0 + 32 <= DV; j0 += 32) gdn_update_block(4, S, kt, delta, decay, after, kn, qn, a, b, DK, DV, j0);
-        for (; j0 < DV; j0 += 8) gdn_update_block(1, S, kt, delta, decay, after, kn, qn, a, b, DK, DV, j0);
+        for (j0 = 0; j0 + 32 <= DV; j0 += 32)
+            gdn_update_block(4, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0);
+        for (; j0 < DV; j0 += 8) gdn_update_block(1, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0);
     }
+    if (stream) _mm_sfence();
 }
 
 void q35_attend_head_avx2(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
