@@ -27,6 +27,7 @@
 
 static serve_config C;
 static long g_cache_mb = -1, g_spec_k = -1; /* -1: the defaults */
+static const char *g_draft_vocab; /* --draft-vocab FILE */
 static q35_engine *g_engine;
 static const q35_model_info *g_info;
 static q35_api_limits g_limits;
@@ -1115,8 +1116,9 @@ static const char serve_usage[] =
     "  --timeout S              idle connection and request-body time limit (default 60)\n"
     "  --prefix-cache-mb N      prefix cache budget (default min(4096, a quarter of free memory); 0: off)\n"
     "  --prefill-chunk N        prompt tokens per scheduler step (default 512)\n"
-    "  --spec-k K               MTP draft tokens per step for greedy sequences\n"
-    "                           (default 1 with an MTP head; 0: off)\n"
+    "  --spec-k K               MTP draft tokens per step (default 1 with an MTP head; 0: off)\n"
+    "  --draft-vocab FILE       draft only over these token ids (one per line, as written by\n"
+    "                           `qwen35 draft-vocab`): a cheaper draft head, the same output\n"
     "  -t, --threads N          engine threads (default: one per core)\n";
 
 static int parse_long(const char *v, long lo, long hi, long *out) {
@@ -1173,6 +1175,10 @@ static int load_and_start(void) {
         q35_engine_free(g_engine);
         return 2;
     }
+    if (g_draft_vocab && cli_set_draft_vocab(g_engine, g_draft_vocab, "qwen35 serve")) {
+        q35_engine_free(g_engine);
+        return 2;
+    }
     int32_t eos[8];
     int n_eos = read_eos(C.model_path, eos, 8);
     if (g_tok) { /* the bytes of every token, for json_object */
@@ -1209,8 +1215,9 @@ static int load_and_start(void) {
         return 1;
     }
     fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position); parallel %d; "
-                    "prefix cache %zu MiB; speculation k=%d; tokenizer: %s\n",
-            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, C.spec_k, have_tokenizer() ? "yes" : "none (token ids only)");
+                    "prefix cache %zu MiB; speculation k=%d, draft head %d of %d rows; tokenizer: %s\n",
+            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, C.spec_k, q35_engine_draft_vocab(g_engine),
+            g_info->vocab_size, have_tokenizer() ? "yes" : "none (token ids only)");
     atomic_store(&g_ready, 1);
     fprintf(stderr, "qwen35 serve: ready\n");
 
@@ -1265,6 +1272,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &g_cache_mb); }
         else if (!strcmp(k, "--prefill-chunk")) { bad = parse_long(v, 1, 1 << 20, &x); C.prefill_chunk = (int32_t)x; }
         else if (!strcmp(k, "--spec-k")) { bad = parse_long(v, 0, Q35_SPEC_K_MAX, &g_spec_k); }
+        else if (!strcmp(k, "--draft-vocab")) g_draft_vocab = v;
         else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) { bad = parse_long(v, 0, 1024, &x); C.threads = (int)x; }
         else { fprintf(stderr, "qwen35 serve: unknown option '%s'\n%s", k, serve_usage); return 2; }
         if (bad) { fprintf(stderr, "qwen35 serve: bad value '%s' for %s\n", v, k); return 2; }

@@ -6,7 +6,9 @@
  * prompt tok/s at several lengths, time to first token, the cost of
  * batched decode steps relative to one row, the cost of a speculative
  * verify step and of a draft, the tok/s a given acceptance rate would give
- * (labelled synthetic: random weights reject every draft), and peak RSS.
+ * (labelled synthetic: random weights reject every draft), the same with
+ * reduced-vocabulary draft heads (and the acceptance each would need to
+ * match the full head), and peak RSS.
  * It prints a table and writes JSON. Timings are medians of repeats. */
 #include "cli.h"
 #include "qwen35.h"
@@ -89,15 +91,48 @@ static int parse_list(const char *s, int *out, int max) {
 
 static const char usage[] =
     "usage: qwen35 speed -m MODEL [-t 1,2] [--prompt 254,512,2048] [--decode N] [--spec-k K]\n"
-    "                    [--accept 0.83] [--json FILE]\n"
+    "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--json FILE]\n"
     "  Engine speed: decode and prompt tok/s, GB/s against the measured read bandwidth,\n"
-    "  time to first token, batched and speculative step costs, peak RSS.\n";
+    "  time to first token, batched and speculative step costs, peak RSS.\n"
+    "  --draft-rows: also a speculative step with a reduced-vocabulary draft head of\n"
+    "  each many rows (the lowest token ids; default 32768; 0: none).\n";
+
+/* Expected tokens per speculative step with k drafts each accepted with
+ * probability a (given the previous one was): 1 + a + a^2 + ... + a^k. */
+static double tokens_per_step(double a, int k) {
+    double expect = 1, ak = 1;
+    for (int j = 0; j < k; j++) { ak *= a; expect += ak; }
+    return expect;
+}
+
+/* Median seconds of a verify step (k+1 checkpointed rows, rewound) and of a
+ * whole speculative step (draft + verify) on s, which holds a short prompt. */
+static int time_spec_step(q35_session *s, const int32_t *toks, int k, double *t_verify, double *t_step, q35_error *err) {
+    double v[8], w[8];
+    int32_t out[Q35_SPEC_K_MAX + 1], m;
+    for (int r = 0; r < 8; r++) {
+        double t0 = cli_now();
+        if (q35_session_eval(s, toks + 20, k + 1, NULL, Q35_EVAL_CHECKPOINT, err) || q35_session_rewind(s, 1, err)) return -1;
+        v[r] = cli_now() - t0;
+        t0 = cli_now();
+        if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, err)) return -1;
+        w[r] = cli_now() - t0;
+    }
+    *t_verify = median(v, 8);
+    *t_step = median(w, 8);
+    return 0;
+}
+
+typedef struct { int rows; double draft_cost, tok_s, speedup, break_even; } draft_row;
 
 typedef struct { int threads; double tok_s, gb_s, pct, bw; } decode_row;
 
 int cmd_speed(int argc, char **argv) {
     const char *model = NULL, *json_path = NULL;
     int threads[8] = {1, 2}, n_threads = 2, prompts[8] = {254, 512, 2048}, n_prompts = 3, n_decode = 16, spec_k = 1;
+    int draft_rows[8] = {32768}, n_draft_rows = 1;
+    draft_row dr[8] = {{0}};
+    int n_dr = 0;
     double accept = 0.83;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,6 +145,10 @@ int cmd_speed(int argc, char **argv) {
         else if (!strcmp(k, "--decode")) { n_decode = atoi(v); if (n_decode < 2 || n_decode > 10000) goto bad; }
         else if (!strcmp(k, "--spec-k")) { spec_k = atoi(v); if (spec_k < 0 || spec_k > Q35_SPEC_K_MAX) goto bad; }
         else if (!strcmp(k, "--accept")) { accept = atof(v); if (!(accept >= 0 && accept <= 1)) goto bad; }
+        else if (!strcmp(k, "--draft-rows")) {
+            if (!strcmp(v, "0")) n_draft_rows = 0;
+            else if ((n_draft_rows = parse_list(v, draft_rows, 8)) <= 0) goto bad;
+        }
         else { fprintf(stderr, "qwen35 speed: unknown option '%s'\n%s", k, usage); return 2; }
         i++;
         continue;
@@ -203,29 +242,46 @@ int cmd_speed(int argc, char **argv) {
             /* speculation: a verify step of k+1 rows, and a whole step with drafting */
             if (!rc && info.has_mtp && spec_k > 0) {
                 q35_session_reset(s);
-                if (q35_session_set_spec(s, spec_k, &err) || q35_session_eval(s, toks, 8, NULL, 0, &err)) rc = 1;
-                double v[8], w[8];
-                for (int r = 0; r < 8 && !rc; r++) {
-                    double t0 = cli_now();
-                    if (q35_session_eval(s, toks + 20, spec_k + 1, NULL, Q35_EVAL_CHECKPOINT, &err) ||
-                        q35_session_rewind(s, 1, &err)) rc = 1;
-                    v[r] = cli_now() - t0;
-                    t0 = cli_now();
-                    if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, &err)) rc = 1;
-                    w[r] = cli_now() - t0;
-                }
+                double t_verify = 0;
+                if (q35_session_set_spec(s, spec_k, &err) || q35_session_eval(s, toks, 8, NULL, 0, &err) ||
+                    time_spec_step(s, toks, spec_k, &t_verify, &step_spec_s, &err))
+                    rc = 1;
                 if (!rc) {
-                    double t_verify = median(v, 8);
-                    step_spec_s = median(w, 8);
                     verify_ratio = t_verify / decode_s;
                     draft_ratio = (step_spec_s - t_verify) / decode_s;
-                    /* expected tokens per step with per-draft acceptance a: 1 + a + a^2 + ... + a^k */
-                    double expect = 1, ak = 1;
-                    for (int j = 0; j < spec_k; j++) { ak *= accept; expect += ak; }
-                    synthetic_tok_s = expect / step_spec_s;
+                    synthetic_tok_s = tokens_per_step(accept, spec_k) / step_spec_s;
                     fprintf(stderr, "speculation k=%d: verify step %.2fx a decode step, drafting %.2fx; "
-                            "SYNTHETIC acceptance %.2f -> %.2f tok/s\n", spec_k, verify_ratio, draft_ratio, accept,
-                            synthetic_tok_s);
+                            "SYNTHETIC acceptance %.2f -> %.2f tok/s (%.2fx plain decode)\n", spec_k, verify_ratio,
+                            draft_ratio, accept, synthetic_tok_s, synthetic_tok_s * decode_s);
+                }
+                /* reduced-vocabulary draft heads: the verify step is the same, the draft reads fewer rows */
+                for (int di = 0; di < n_draft_rows && !rc; di++) {
+                    int rows_n = draft_rows[di] < info.vocab_size ? draft_rows[di] : info.vocab_size;
+                    int32_t *ids = malloc(sizeof *ids * (size_t)rows_n);
+                    for (int i = 0; ids && i < rows_n; i++) ids[i] = i;
+                    double tv = 0, ts = 0;
+                    if (!ids || q35_engine_set_draft_vocab(e, ids, rows_n, &err) ||
+                        time_spec_step(s, toks, spec_k, &tv, &ts, &err) || q35_engine_set_draft_vocab(e, NULL, 0, &err))
+                        rc = 1;
+                    free(ids);
+                    if (rc) break;
+                    draft_row *d = &dr[n_dr++];
+                    d->rows = rows_n;
+                    /* the same verify cost as the full head (one more measurement of it would only add noise) */
+                    d->draft_cost = (ts - tv) / decode_s;
+                    double t = t_verify + (ts - tv);
+                    d->tok_s = tokens_per_step(accept, spec_k) / t;
+                    d->speedup = d->tok_s * decode_s;
+                    /* the acceptance at which this head only matches the full one */
+                    double want = tokens_per_step(accept, spec_k) * t / step_spec_s, lo = 0, hi = 1;
+                    for (int it = 0; it < 50; it++) {
+                        double mid = 0.5 * (lo + hi);
+                        if (tokens_per_step(mid, spec_k) < want) lo = mid; else hi = mid;
+                    }
+                    d->break_even = want <= 1 ? 0 : want > tokens_per_step(1, spec_k) ? 1 : hi;
+                    fprintf(stderr, "speculation k=%d, draft head of %d rows: drafting %.2fx a decode step; SYNTHETIC "
+                            "acceptance %.2f -> %.2f tok/s (%.2fx plain decode); it matches the full head at acceptance %.3f\n",
+                            spec_k, rows_n, d->draft_cost, accept, d->tok_s, d->speedup, d->break_even);
                 }
             }
         }
@@ -261,6 +317,9 @@ int cmd_speed(int argc, char **argv) {
     if (synthetic_tok_s > 0)
         printf("spec k=%d: verify %.2fx, draft %.2fx of a decode step; %.2f tok/s at SYNTHETIC acceptance %.2f\n", spec_k,
                verify_ratio, draft_ratio, synthetic_tok_s, accept);
+    for (int i = 0; i < n_dr; i++)
+        printf("  draft head %6d rows: draft %.2fx; %.2f tok/s at the same acceptance (%.2fx decode); break-even acceptance %.3f\n",
+               dr[i].rows, dr[i].draft_cost, dr[i].tok_s, dr[i].speedup, dr[i].break_even);
 
     if (json_path) {
         FILE *fp = fopen(json_path, "w");
@@ -278,7 +337,12 @@ int cmd_speed(int argc, char **argv) {
         fprintf(fp, "],\n  \"ttft_254_s\": %.4f,\n  \"batch_cost\": {\"1\": %.4f, \"2\": %.4f, \"4\": %.4f, \"8\": %.4f},\n",
                 ttft_254, batch_ratio[0], batch_ratio[1], batch_ratio[2], batch_ratio[3]);
         fprintf(fp, "  \"spec\": {\"k\": %d, \"verify_cost\": %.4f, \"draft_cost\": %.4f, \"synthetic_acceptance\": %.3f, "
-                "\"synthetic_tok_s\": %.4f}\n}\n", spec_k, verify_ratio, draft_ratio, accept, synthetic_tok_s);
+                "\"synthetic_tok_s\": %.4f, \"draft_heads\": [", spec_k, verify_ratio, draft_ratio, accept, synthetic_tok_s);
+        for (int i = 0; i < n_dr; i++)
+            fprintf(fp, "%s\n    {\"rows\": %d, \"draft_cost\": %.4f, \"synthetic_tok_s\": %.4f, \"speedup\": %.4f, "
+                    "\"break_even_acceptance\": %.4f}", i ? "," : "", dr[i].rows, dr[i].draft_cost, dr[i].tok_s, dr[i].speedup,
+                    dr[i].break_even);
+        fprintf(fp, "%s]}\n}\n", n_dr ? "\n  " : "");
         if (fclose(fp)) { fprintf(stderr, "qwen35 speed: cannot write %s\n", json_path); return 1; }
         printf("wrote %s\n", json_path);
     }

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""MTP acceptance of greedy speculative decoding with full and reduced-vocabulary draft heads.
+
+Usage: scripts/draft-vocab-acceptance.py [--model DIR] [--text FILE] [--spec-k K] [--draft-vocab FILE ...]
+
+Like the "model's own greedy text" measure of models/README.md: prompt k is the first 32 tokens of the
+k-th of 16 equal slices of the held-out text; `qwen35 run` generates 96 tokens from it with speculation,
+once with the full draft head and once per --draft-vocab file, and the speculation counters it prints
+are summed. Every run must give the same tokens (the draft head cannot change greedy output): the
+script fails if one does not.
+"""
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "build" / "qwen35"
+COUNTERS = re.compile(r"speculation: k=\d+, draft head (\d+) of (\d+) rows, (\d+) steps, (\d+) drafts, (\d+) accepted")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(ROOT / "models" / "qwen35-demo"))
+    ap.add_argument("--text", default=str(ROOT / "models" / "qwen35-demo-eval.txt"))
+    ap.add_argument("--spec-k", type=int, default=1)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--new", type=int, default=96)
+    ap.add_argument("--threads", default="1")
+    ap.add_argument("--draft-vocab", nargs="*", default=[])
+    a = ap.parse_args()
+    tok = subprocess.run([str(BIN), "tokenize", "-m", a.model, "--file", a.text, "--ids-only", "--no-special"],
+                         capture_output=True, text=True, check=True)
+    ids = [int(x) for x in tok.stdout.split()]
+    stride = len(ids) // a.prompts
+    prompts = [ids[k * stride:k * stride + a.prompt_len] for k in range(a.prompts)]
+    reference = None
+    print(f"{a.model}: {a.prompts} prompts of {a.prompt_len} held-out tokens, {a.new} greedy tokens each, k={a.spec_k}")
+    for dv in [None] + a.draft_vocab:
+        steps = drafts = accepted = 0
+        outputs = []
+        rows = None
+        for p in prompts:
+            cmd = [str(BIN), "run", "-m", a.model, "-t", a.threads, "--prompt-ids", ",".join(map(str, p)), "-n", str(a.new),
+                   "--spec-k", str(a.spec_k)] + (["--draft-vocab", dv] if dv else [])
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr}")
+            m = COUNTERS.search(r.stderr)
+            if not m:
+                sys.exit(f"no speculation counters in:\n{r.stderr}")
+            rows = f"{m.group(1)} of {m.group(2)}"
+            steps += int(m.group(3))
+            drafts += int(m.group(4))
+            accepted += int(m.group(5))
+            outputs.append(r.stdout.strip())
+        if reference is None:
+            reference = outputs
+        elif outputs != reference:
+            sys.exit(f"draft vocabulary {dv} changed the greedy output")
+        print(f"draft head {rows} rows{' (' + dv + ')' if dv else ''}: {drafts} drafts, {accepted} accepted, "
+              f"acceptance {accepted / drafts:.3f}, {(steps + accepted) / steps:.3f} tokens per step")
+    print("greedy output identical in every run")
+
+
+if __name__ == "__main__":
+    main()
