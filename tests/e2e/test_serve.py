@@ -418,6 +418,42 @@ def test_speculation_gives_the_plain_greedy_tokens():
         assert abs(a - b) < 1e-3
 
 
+def test_sampled_requests_speculate_and_stay_seeded(srv, client):
+    """Sampled requests go through speculative rejection sampling with their own sampler settings: the
+    counters move, and a seeded request gives the same tokens every time."""
+    kw = dict(model=NAME, prompt=PROMPT, max_tokens=24, temperature=0.8, top_p=0.95, seed=4321, presence_penalty=0.3,
+              frequency_penalty=0.2, extra_body={"top_k": 40, "min_p": 0.01, "repetition_penalty": 1.1, "min_tokens": 4})
+    before = srv.metrics()
+    first = client.completions.create(**kw).choices[0].text
+    m = srv.metrics()
+    drafts = m["vllm:spec_decode_num_draft_tokens_total"] - before["vllm:spec_decode_num_draft_tokens_total"]
+    steps = m["vllm:spec_decode_num_drafts_total"] - before["vllm:spec_decode_num_drafts_total"]
+    accepted = m["vllm:spec_decode_num_accepted_tokens_total"] - before["vllm:spec_decode_num_accepted_tokens_total"]
+    assert steps > 0 and drafts >= steps and 0 <= accepted <= drafts
+    assert len(ids_of(first)) == 24
+    for _ in range(2):
+        assert client.completions.create(**kw).choices[0].text == first
+    assert client.completions.create(**{**kw, "seed": 4322}).choices[0].text != first
+
+
+def test_speculation_with_penalties_and_min_tokens_gives_the_plain_greedy_tokens():
+    """Greedy requests with penalties, min_tokens and stop ids speculate through the sampler's (one-hot)
+    distribution: the tokens are exactly those of plain decoding."""
+    body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "return_token_ids": True, "repetition_penalty": 1.4,
+            "presence_penalty": 0.6, "frequency_penalty": 0.3}
+    outs = []
+    for k in ("2", "0"):
+        with Server("tiny-b", "--spec-k", k) as s:
+            first = s.post("/v1/completions", {**body, "max_tokens": 1})[1]["choices"][0]["token_ids"][0]
+            got = [s.post("/v1/completions", body)[1]["choices"][0]["token_ids"],
+                   s.post("/v1/completions", {**body, "min_tokens": 6, "stop_token_ids": [first]})[1]["choices"][0]["token_ids"]]
+            drafts = s.metrics()["vllm:spec_decode_num_draft_tokens_total"]
+            assert (drafts > 0) == (k != "0")
+            outs.append(got)
+    assert outs[0] == outs[1]
+    assert len(outs[0][0]) == 40 and len(outs[0][1]) >= 6
+
+
 def test_bench_runs_against_serve(srv, tmp_path):
     """qwen35 bench reads this server's streams, usage and metrics."""
     prompt = tmp_path / "p.txt"
