@@ -2,17 +2,22 @@
 """MTP acceptance of greedy speculative decoding with full and reduced-vocabulary draft heads.
 
 Usage: scripts/draft-vocab-acceptance.py [--model DIR] [--text FILE] [--spec-k K] [--draft-vocab FILE ...]
+                                         [--sizes 1024,2048 [--corpus DIR]]
 
 Like the "model's own greedy text" measure of models/README.md: prompt k is the first 32 tokens of the
 k-th of 16 equal slices of the held-out text; `qwen35 run` generates 96 tokens from it with speculation,
 once with the full draft head and once per --draft-vocab file, and the speculation counters it prints
 are summed. Every run must give the same tokens (the draft head cannot change greedy output): the
-script fails if one does not.
+script fails if one does not. --sizes first writes draft vocabularies of those sizes with
+`qwen35 draft-vocab` from the demo model's training text (scripts/train_demo_model.py's corpus, the
+held-out files left out), into the system's temporary directory.
 """
 import argparse
 import re
+import importlib.util
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +35,21 @@ def main():
     ap.add_argument("--new", type=int, default=96)
     ap.add_argument("--threads", default="1")
     ap.add_argument("--draft-vocab", nargs="*", default=[])
+    ap.add_argument("--sizes", default="", help="comma-separated draft vocabulary sizes to build from the corpus")
+    ap.add_argument("--corpus", default="/usr/share/doc/python3.11/html/_sources")
     a = ap.parse_args()
+    if a.sizes:
+        spec = importlib.util.spec_from_file_location("train_demo_model", ROOT / "scripts" / "train_demo_model.py")
+        train = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(train)
+        train_texts = train.load_corpus(a.corpus)[0]
+        tmp = Path(tempfile.mkdtemp(prefix="q35-draft-vocab-"))
+        (tmp / "train.txt").write_text("\n\n".join(train_texts))
+        for size in a.sizes.split(","):
+            out = tmp / f"draft-vocab-{size}.txt"
+            subprocess.run([str(BIN), "draft-vocab", "-m", a.model, "--text", str(tmp / "train.txt"), "--size", size,
+                            "-o", str(out), "--check", a.text], check=True)
+            a.draft_vocab.append(str(out))
     tok = subprocess.run([str(BIN), "tokenize", "-m", a.model, "--file", a.text, "--ids-only", "--no-special"],
                          capture_output=True, text=True, check=True)
     ids = [int(x) for x in tok.stdout.split()]

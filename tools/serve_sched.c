@@ -501,12 +501,13 @@ static void seq_probs(void *ctx, const float *logits, const int32_t *prev, int32
  * without penalties or a min_tokens mask take the plain argmax of each
  * verify row (exactly the tokens plain decoding gives), the others go
  * through seq_probs (exactly the distribution plain decoding samples from).
- * Except: json_object, whose mask depends on a JSON prefix state that
- * advances token by token and tries every token of the vocabulary against
- * it: per draft and verify row that would be k+1 more vocabulary-wide
- * passes, and the state cannot be rewound past a rejected draft without a
- * copy per row; those decode one token per step. Near the end of the
- * context too, where a verify batch would not fit. */
+ * Except json_object: its mask (seq_sample) tries every token of the
+ * vocabulary against a JSON prefix state that advances token by token, and
+ * seq_probs does not replay that state over the step's earlier tokens (it
+ * would take 2k+1 vocabulary-wide passes per step), so without it a draft's
+ * distribution would not be the one plain decoding samples from; those
+ * decode one token per step. So does every sequence near the end of the
+ * context, where a verify batch would not fit. */
 static bool can_speculate(const seq *s) {
     return S.spec_k > 0 && !s->json_on && q35_session_pos(S.sessions[s->slot]) + S.spec_k + 1 < S.n_ctx;
 }

@@ -105,21 +105,46 @@ static double tokens_per_step(double a, int k) {
     return expect;
 }
 
-/* Median seconds of a verify step (k+1 checkpointed rows, rewound) and of a
- * whole speculative step (draft + verify) on s, which holds a short prompt. */
-static int time_spec_step(q35_session *s, const int32_t *toks, int k, double *t_verify, double *t_step, q35_error *err) {
-    double v[8], w[8];
-    int32_t out[Q35_SPEC_K_MAX + 1], m;
-    for (int r = 0; r < 8; r++) {
+/* Median seconds of a plain decode step (on the non-speculative session
+ * plain), of a verify step (k+1 checkpointed rows, rewound) and of a whole
+ * speculative step (draft + verify) on s with the full draft head
+ * (t_step[0]) and with a reduced head of rows[h] rows (the lowest ids;
+ * t_step[1 + h]). All of them are interleaved in one loop so that the ratios
+ * do not drift with the machine's load. Both sessions start over from a
+ * short prompt; s needs 8 * (1 + (n_rows + 1) * (k + 1)) more positions. */
+static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, const int32_t *toks, int k, const int *rows,
+                           int n_rows, double *t_decode, double *t_verify, double *t_step, q35_error *err) {
+    enum { REPS = 8 };
+    double d[REPS], v[REPS], w[9][REPS];
+    int32_t out[Q35_SPEC_K_MAX + 1], m, max_rows = 0;
+    for (int h = 0; h < n_rows; h++) max_rows = rows[h] > max_rows ? rows[h] : max_rows;
+    int32_t *ids = malloc(sizeof *ids * (size_t)(max_rows ? max_rows : 1));
+    if (!ids) return -1;
+    for (int32_t i = 0; i < max_rows; i++) ids[i] = i;
+    q35_session_reset(s);
+    q35_session_reset(plain);
+    int rc = q35_session_eval(s, toks, 8, NULL, 0, err) || q35_session_eval(plain, toks, 8, NULL, 0, err) ? -1 : 0;
+    for (int r = 0; r < REPS && !rc; r++) {
         double t0 = cli_now();
-        if (q35_session_eval(s, toks + 20, k + 1, NULL, Q35_EVAL_CHECKPOINT, err) || q35_session_rewind(s, 1, err)) return -1;
-        v[r] = cli_now() - t0;
+        if (q35_session_step(plain, toks[40 + r], NULL, out, &m, NULL, err)) rc = -1;
+        d[r] = cli_now() - t0;
         t0 = cli_now();
-        if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, err)) return -1;
-        w[r] = cli_now() - t0;
+        if (!rc && (q35_session_eval(s, toks + 20, k + 1, NULL, Q35_EVAL_CHECKPOINT, err) || q35_session_rewind(s, 1, err))) rc = -1;
+        v[r] = cli_now() - t0;
+        for (int h = 0; h <= n_rows && !rc; h++) {
+            /* the head is copied outside the timed step */
+            if (q35_engine_set_draft_vocab(e, h ? ids : NULL, h ? rows[h - 1] : 0, err)) { rc = -1; break; }
+            t0 = cli_now();
+            if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, err)) rc = -1;
+            w[h][r] = cli_now() - t0;
+        }
     }
-    *t_verify = median(v, 8);
-    *t_step = median(w, 8);
+    if (q35_engine_set_draft_vocab(e, NULL, 0, rc ? NULL : err)) rc = -1;
+    free(ids);
+    if (rc) return -1;
+    *t_decode = median(d, REPS);
+    *t_verify = median(v, REPS);
+    for (int h = 0; h <= n_rows; h++) t_step[h] = median(w[h], REPS);
     return 0;
 }
 
@@ -161,6 +186,8 @@ int cmd_speed(int argc, char **argv) {
     int max_prompt = 0;
     for (int i = 0; i < n_prompts; i++) if (prompts[i] > max_prompt) max_prompt = prompts[i];
     int32_t n_ctx = max_prompt + n_decode + 64;
+    int32_t spec_ctx = 8 + 8 * (1 + (n_draft_rows + 1) * (spec_k + 1)); /* time_spec_steps */
+    if (n_ctx < spec_ctx) n_ctx = spec_ctx;
     q35_error err = {0};
     decode_row rows[8];
     double prompt_tok_s[8] = {0}, ttft_254 = -1, batch_ratio[4] = {0}, verify_ratio = 0, draft_ratio = 0,
@@ -180,8 +207,9 @@ int cmd_speed(int argc, char **argv) {
         int last_t = ti == n_threads - 1; /* the fuller measurements run once, at the largest thread count */
         q35_session *s;
         if (q35_session_new(e, n_ctx, &s, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); q35_engine_free(e); return 1; }
-        int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_prompt + n_decode + 16));
-        for (int i = 0; i < max_prompt + n_decode + 16; i++) {
+        int n_toks = max_prompt + n_decode + 16 > 64 ? max_prompt + n_decode + 16 : 64; /* the spec steps use 48 */
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_toks);
+        for (int i = 0; i < n_toks; i++) {
             rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
             toks[i] = (int32_t)(rng % (uint64_t)info.vocab_size);
         }
@@ -241,39 +269,34 @@ int cmd_speed(int argc, char **argv) {
             for (int i = 0; i < nb; i++) q35_session_free(bs[i]);
             /* speculation: a verify step of k+1 rows, and a whole step with drafting */
             if (!rc && info.has_mtp && spec_k > 0) {
-                q35_session_reset(s);
-                double t_verify = 0;
-                if (q35_session_set_spec(s, spec_k, &err) || q35_session_eval(s, toks, 8, NULL, 0, &err) ||
-                    time_spec_step(s, toks, spec_k, &t_verify, &step_spec_s, &err))
+                int head_rows[8];
+                for (int di = 0; di < n_draft_rows; di++)
+                    head_rows[di] = draft_rows[di] < info.vocab_size ? draft_rows[di] : info.vocab_size;
+                q35_session *plain = NULL;
+                double t_verify = 0, t_dec = 0, t_step[9];
+                if (q35_session_new(e, n_ctx, &plain, &err) || q35_session_set_spec(s, spec_k, &err) ||
+                    time_spec_steps(e, s, plain, toks, spec_k, head_rows, n_draft_rows, &t_dec, &t_verify, t_step, &err))
                     rc = 1;
+                q35_session_free(plain);
                 if (!rc) {
-                    verify_ratio = t_verify / decode_s;
-                    draft_ratio = (step_spec_s - t_verify) / decode_s;
+                    step_spec_s = t_step[0];
+                    verify_ratio = t_verify / t_dec;
+                    draft_ratio = (step_spec_s - t_verify) / t_dec;
                     synthetic_tok_s = tokens_per_step(accept, spec_k) / step_spec_s;
-                    fprintf(stderr, "speculation k=%d: verify step %.2fx a decode step, drafting %.2fx; "
-                            "SYNTHETIC acceptance %.2f -> %.2f tok/s (%.2fx plain decode)\n", spec_k, verify_ratio,
-                            draft_ratio, accept, synthetic_tok_s, synthetic_tok_s * decode_s);
+                    fprintf(stderr, "speculation k=%d: decode step %.3f s, verify step %.2fx a decode step, drafting %.2fx; "
+                            "SYNTHETIC acceptance %.2f -> %.2f tok/s (%.2fx plain decode)\n", spec_k, t_dec, verify_ratio,
+                            draft_ratio, accept, synthetic_tok_s, synthetic_tok_s * t_dec);
                 }
-                /* reduced-vocabulary draft heads: the verify step is the same, the draft reads fewer rows */
+                /* reduced-vocabulary draft heads: the same verify step, a draft that reads fewer rows */
                 for (int di = 0; di < n_draft_rows && !rc; di++) {
-                    int rows_n = draft_rows[di] < info.vocab_size ? draft_rows[di] : info.vocab_size;
-                    int32_t *ids = malloc(sizeof *ids * (size_t)rows_n);
-                    for (int i = 0; ids && i < rows_n; i++) ids[i] = i;
-                    double tv = 0, ts = 0;
-                    if (!ids || q35_engine_set_draft_vocab(e, ids, rows_n, &err) ||
-                        time_spec_step(s, toks, spec_k, &tv, &ts, &err) || q35_engine_set_draft_vocab(e, NULL, 0, &err))
-                        rc = 1;
-                    free(ids);
-                    if (rc) break;
                     draft_row *d = &dr[n_dr++];
-                    d->rows = rows_n;
-                    /* the same verify cost as the full head (one more measurement of it would only add noise) */
-                    d->draft_cost = (ts - tv) / decode_s;
-                    double t = t_verify + (ts - tv);
-                    d->tok_s = tokens_per_step(accept, spec_k) / t;
-                    d->speedup = d->tok_s * decode_s;
+                    d->rows = head_rows[di];
+                    d->draft_cost = (t_step[1 + di] - t_verify) / t_dec;
+                    double t = verify_ratio + d->draft_cost; /* in decode steps */
+                    d->speedup = tokens_per_step(accept, spec_k) / t;
+                    d->tok_s = d->speedup / t_dec;
                     /* the acceptance at which this head only matches the full one */
-                    double want = tokens_per_step(accept, spec_k) * t / step_spec_s, lo = 0, hi = 1;
+                    double want = tokens_per_step(accept, spec_k) * t / (verify_ratio + draft_ratio), lo = 0, hi = 1;
                     for (int it = 0; it < 50; it++) {
                         double mid = 0.5 * (lo + hi);
                         if (tokens_per_step(mid, spec_k) < want) lo = mid; else hi = mid;
@@ -281,7 +304,7 @@ int cmd_speed(int argc, char **argv) {
                     d->break_even = want <= 1 ? 0 : want > tokens_per_step(1, spec_k) ? 1 : hi;
                     fprintf(stderr, "speculation k=%d, draft head of %d rows: drafting %.2fx a decode step; SYNTHETIC "
                             "acceptance %.2f -> %.2f tok/s (%.2fx plain decode); it matches the full head at acceptance %.3f\n",
-                            spec_k, rows_n, d->draft_cost, accept, d->tok_s, d->speedup, d->break_even);
+                            spec_k, d->rows, d->draft_cost, accept, d->tok_s, d->speedup, d->break_even);
                 }
             }
         }
