@@ -121,13 +121,14 @@ void q35_snapshot_free(q35_snapshot *snap);
  * is token-for-token the output without speculation; with sampling, drafts
  * go through standard speculative rejection sampling, so the output
  * distribution is unchanged. */
+#define Q35_SPEC_K_MAX 8
+
 typedef struct q35_spec_stats {
     int64_t steps;     /* verify steps run */
     int64_t drafts;    /* draft tokens proposed */
     int64_t accepted;  /* draft tokens accepted */
+    int64_t accepted_at[Q35_SPEC_K_MAX]; /* accepted drafts by their position in a step (0: the first) */
 } q35_spec_stats;
-
-#define Q35_SPEC_K_MAX 8
 
 /* k draft tokens per step (1..Q35_SPEC_K_MAX), or 0 for off. Needs an MTP
  * head (Q35_ERR_UNSUPPORTED otherwise). Call between requests, not mid-way:

@@ -361,6 +361,7 @@ q35_status q35_batch_step(q35_session *const *ss, const int32_t *last, int32_t n
             s->stats.steps++;
             s->stats.drafts += nd[i];
             s->stats.accepted += n_acc;
+            for (int32_t j = 0; j < n_acc; j++) s->stats.accepted_at[j]++;
         }
     }
     return Q35_OK;

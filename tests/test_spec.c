@@ -75,6 +75,15 @@ TEST(spec, greedy_output_identical_with_any_drafts) {
             /* both outcomes happened: some drafts accepted, some rejected */
             CHECK_MSG(st.accepted > 0 && st.accepted < st.drafts, "%s k=%d: accepted %lld of %lld",
                       golden_models[m], k, (long long)st.accepted, (long long)st.drafts);
+            /* by position: draft j is accepted only after drafts 0..j-1, and they add up */
+            int64_t sum = 0;
+            for (int32_t j = 0; j < Q35_SPEC_K_MAX; j++) {
+                sum += st.accepted_at[j];
+                if (j >= k) CHECK_EQ_INT(st.accepted_at[j], 0);
+                if (j) CHECK(st.accepted_at[j] <= st.accepted_at[j - 1]);
+            }
+            CHECK_EQ_INT(sum, st.accepted);
+            CHECK(st.accepted_at[0] <= st.steps);
         }
         q35_engine_free(e);
         golden_free(&g);

@@ -214,6 +214,11 @@ int cmd_run(int argc, char **argv) {
                     info->vocab_size, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
                     st.drafts ? 100.0 * (double)st.accepted / (double)st.drafts : 0.0,
                     st.steps ? 1.0 + (double)st.accepted / (double)st.steps : 0.0);
+        if (k > 1) {
+            fprintf(stderr, "speculation: accepted by draft position:");
+            for (int32_t j = 0; j < k; j++) fprintf(stderr, " %lld", (long long)st.accepted_at[j]);
+            fprintf(stderr, " (of %lld steps)\n", (long long)st.steps);
+        }
     }
     free(logits);
     free(ids);

@@ -146,6 +146,15 @@ static void read_rss(double *rss, double *hwm) {
     fclose(fp);
 }
 
+/* One more sample of a metric whose HELP and TYPE lines are out already. */
+static void prom_sample(char **b, size_t *n, size_t *cap, const char *name, const char *labels, unsigned long long v) {
+    char line[700];
+    snprintf(line, sizeof line, "%s{%s} %llu\n", name, labels, v);
+    size_t ll = strlen(line);
+    char *nb = realloc(*b, *n + ll + 1);
+    if (nb) { *b = nb; memcpy(*b + *n, line, ll + 1); *n += ll; *cap = *n + 1; }
+}
+
 static char *metrics_text(size_t *len) {
     char *b = NULL;
     size_t n = 0, cap = 0;
@@ -165,13 +174,7 @@ static char *metrics_text(size_t *len) {
     for (int i = FIN_STOP; i <= FIN_ERROR; i++) {
         snprintf(l2, sizeof l2, "%s,finished_reason=\"%s\"", lab, reasons[i]);
         if (i == FIN_STOP) q35_prom_value(&b, &n, &cap, "vllm:request_success_total", "counter", "Finished requests by reason.", l2, (double)M.finished[i]);
-        else {
-            char line[600];
-            snprintf(line, sizeof line, "vllm:request_success_total{%s} %llu\n", l2, M.finished[i]);
-            size_t ll = strlen(line);
-            char *nb = realloc(b, n + ll + 1);
-            if (nb) { b = nb; memcpy(b + n, line, ll + 1); n += ll; cap = n + 1; }
-        }
+        else prom_sample(&b, &n, &cap, "vllm:request_success_total", l2, M.finished[i]);
     }
     q35_prom_value(&b, &n, &cap, "qwen35:requests_rejected_total", "counter", "Requests refused because the queue was full.", lab, (double)M.rejected);
     q35_prom_hist(&b, &n, &cap, "vllm:time_to_first_token_seconds", "Time to first token.", lab, &M.ttft);
@@ -181,6 +184,12 @@ static char *metrics_text(size_t *len) {
     q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_drafts_total", "counter", "Speculation steps (MTP drafts verified).", lab, (double)st.spec_steps);
     q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", lab, (double)st.spec_drafts);
     q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", lab, (double)st.spec_accepted);
+    for (int j = 0; j < st.spec_k && j < Q35_SPEC_K_MAX; j++) { /* draft j of a step is accepted only after 0..j-1 */
+        snprintf(l2, sizeof l2, "%s,position=\"%d\"", lab, j);
+        if (!j) q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                               "Draft tokens accepted, by their position in a step.", l2, (double)st.spec_accepted_at[j]);
+        else prom_sample(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_per_pos_total", l2, st.spec_accepted_at[j]);
+    }
     q35_prom_value(&b, &n, &cap, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", lab, (double)st.cache_queries);
     q35_prom_value(&b, &n, &cap, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens restored from the prefix cache.", lab, (double)st.cache_hits);
     q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_bytes", "gauge", "Bytes held by prefix cache snapshots.", lab, (double)st.cache_bytes);

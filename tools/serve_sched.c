@@ -120,6 +120,7 @@ static struct {
     unsigned long long cache_queries, cache_hits;
     int32_t spec_k;            /* draft tokens per step, 0: off */
     unsigned long long spec_steps, spec_drafts, spec_accepted;
+    unsigned long long spec_accepted_at[Q35_SPEC_K_MAX];
 } S;
 
 /* ---- requests ---- */
@@ -530,6 +531,7 @@ static void spec_step(seq **list, int n) {
     for (int i = 0; i < n; i++) {
         q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
         before.steps += st.steps; before.drafts += st.drafts; before.accepted += st.accepted;
+        for (int j = 0; j < Q35_SPEC_K_MAX; j++) before.accepted_at[j] += st.accepted_at[j];
         S.batch_sess[i] = S.sessions[list[i]->slot];
         S.batch_tok[i] = list[i]->last;
         S.spec_pol[i] = seq_policy(list[i]);
@@ -542,11 +544,13 @@ static void spec_step(seq **list, int n) {
     for (int i = 0; i < n; i++) {
         q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
         after.steps += st.steps; after.drafts += st.drafts; after.accepted += st.accepted;
+        for (int j = 0; j < Q35_SPEC_K_MAX; j++) after.accepted_at[j] += st.accepted_at[j];
     }
     pthread_mutex_lock(&S.mu);
     S.spec_steps += (unsigned long long)(after.steps - before.steps);
     S.spec_drafts += (unsigned long long)(after.drafts - before.drafts);
     S.spec_accepted += (unsigned long long)(after.accepted - before.accepted);
+    for (int j = 0; j < Q35_SPEC_K_MAX; j++) S.spec_accepted_at[j] += (unsigned long long)(after.accepted_at[j] - before.accepted_at[j]);
     pthread_mutex_unlock(&S.mu);
     for (int i = 0; i < n; i++) {
         seq *s = list[i];
@@ -818,5 +822,7 @@ void sched_get_stats(sched_stats *st) {
     st->spec_steps = S.spec_steps;
     st->spec_drafts = S.spec_drafts;
     st->spec_accepted = S.spec_accepted;
+    memcpy(st->spec_accepted_at, S.spec_accepted_at, sizeof st->spec_accepted_at);
+    st->spec_k = S.spec_k;
     pthread_mutex_unlock(&S.mu);
 }

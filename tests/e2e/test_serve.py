@@ -409,7 +409,12 @@ def test_speculation_gives_the_plain_greedy_tokens():
     body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "return_token_ids": True, "logprobs": 2}
     with Server("tiny-b", "--spec-k", "2") as s:
         spec = s.post("/v1/completions", body)[1]["choices"][0]
-        assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] > 0
+        m = s.metrics()
+        assert m["vllm:spec_decode_num_draft_tokens_total"] > 0
+        # accepted drafts by position in a step (vLLM's per-position counter): they add up to the total
+        assert m["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == m["vllm:spec_decode_num_accepted_tokens_total"]
+        text = s.request("GET", "/metrics")[2].decode()
+        assert 'position="0"' in text and 'position="1"' in text and 'position="2"' not in text
     with Server("tiny-b", "--spec-k", "0") as s:
         plain = s.post("/v1/completions", body)[1]["choices"][0]
         assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] == 0
