@@ -459,6 +459,20 @@ def test_speculation_with_penalties_and_min_tokens_gives_the_plain_greedy_tokens
     assert len(outs[0][0]) == 40 and len(outs[0][1]) >= 6
 
 
+def test_draft_vocab_server_gives_the_plain_tokens(tmp_path):
+    dv = tmp_path / "dv.txt"
+    dv.write_text("\n".join(str(i) for i in range(1, 384, 2)) + "\n")  # half of tiny-b's ids
+    body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "return_token_ids": True}
+    with Server("tiny-b", "--spec-k", "2", "--draft-vocab", str(dv)) as s:
+        spec = s.post("/v1/completions", body)[1]["choices"][0]["token_ids"]
+        sampled = s.post("/v1/completions", {**body, "temperature": 0.9, "seed": 3})[1]["choices"][0]["token_ids"]
+        assert s.post("/v1/completions", {**body, "temperature": 0.9, "seed": 3})[1]["choices"][0]["token_ids"] == sampled
+        assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] > 0
+    with Server("tiny-b", "--spec-k", "0") as s:
+        plain = s.post("/v1/completions", body)[1]["choices"][0]["token_ids"]
+    assert spec == plain and len(sampled) == 40
+
+
 def test_bench_runs_against_serve(srv, tmp_path):
     """qwen35 bench reads this server's streams, usage and metrics."""
     prompt = tmp_path / "p.txt"
