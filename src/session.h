@@ -75,6 +75,9 @@ struct q35_session {
 
 void q35_spec_free_buffers(q35_session *s); /* spec.c */
 void q35_spec_free_draft_head(q35_engine *e); /* spec.c */
+/* q35_draft_vocab_load on size bytes already read (name: for messages). */
+q35_status q35_draft_vocab_parse(const char *data, size_t size, const char *name, int32_t vocab_size, int32_t **ids,
+                                 int32_t *n, q35_error *err);
 /* The tensor the MTP draft's logits come from: the reduced head or lm_head. */
 static inline const q35_tensor *q35_draft_head(const q35_engine *e) { return e->n_draft ? &e->draft_head : &e->w.lm_head; }
 

@@ -174,51 +174,46 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
 
 int32_t q35_engine_draft_vocab(const q35_engine *e) { return e->n_draft ? e->n_draft : e->cfg.vocab_size; }
 
-q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **ids_out, int32_t *n_out, q35_error *err) {
+q35_status q35_draft_vocab_parse(const char *data, size_t size, const char *name, int32_t vocab_size, int32_t **ids_out,
+                                 int32_t *n_out, q35_error *err) {
     *ids_out = NULL;
     *n_out = 0;
-    char *text;
-    size_t size;
-    q35_status st = q35_read_file(path, &text, &size, err);
-    if (st) return st;
-    if (strlen(text) != size) {
-        free(text);
-        return q35_fail(err, Q35_ERR_FORMAT, "%s: not a text file of token ids (it holds a NUL byte)", path);
-    }
-    int32_t *ids = malloc(sizeof *ids * (size_t)(vocab_size > 0 ? vocab_size : 1));
-    uint8_t *seen = calloc((size_t)(vocab_size > 0 ? vocab_size : 1), 1);
+    if (vocab_size <= 0) return q35_fail(err, Q35_ERR_ARG, "%s: vocabulary size %d", name, vocab_size);
+    if (memchr(data, 0, size)) return q35_fail(err, Q35_ERR_FORMAT, "%s: not a text file of token ids (it holds a NUL byte)", name);
+    char *text = malloc(size + 1); /* NUL-terminated for strtoll */
+    int32_t *ids = malloc(sizeof *ids * (size_t)vocab_size);
+    uint8_t *seen = calloc((size_t)vocab_size, 1);
     int32_t n = 0;
     long line = 1;
-    if (!ids || !seen) { st = q35_fail(err, Q35_ERR_NOMEM, "out of memory reading %s", path); goto done; }
+    q35_status st = Q35_OK;
+    if (!text || !ids || !seen) { st = q35_fail(err, Q35_ERR_NOMEM, "out of memory reading %s", name); goto done; }
+    memcpy(text, data, size);
+    text[size] = 0;
     for (const char *p = text; *p;) {
         if (*p == '\n') { line++; p++; continue; }
         if (*p == ' ' || *p == '\t' || *p == '\r' || *p == ',') { p++; continue; }
         if (*p == '#') { while (*p && *p != '\n') p++; continue; }
-        if (*p < '0' || *p > '9') {
-            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: expected a token id, found '%.12s'", path, line, p);
-            goto done;
-        }
-        char *end;
+        char *end = (char *)p;
         errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (*end && !strchr(" \t\r\n,#", *end)) {
-            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: expected a token id, found '%.12s'", path, line, p);
+        long long v = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : 0;
+        if (end == p || (*end && !strchr(" \t\r\n,#", *end))) {
+            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: expected a token id, found '%.12s'", name, line, p);
             goto done;
         }
         if (errno || v >= vocab_size) {
-            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: token id %.*s is outside the vocabulary [0, %d)", path, line,
+            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: token id %.*s is outside the vocabulary [0, %d)", name, line,
                           (int)(end - p < 24 ? end - p : 24), p, vocab_size);
             goto done;
         }
         if (seen[v]) {
-            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: token id %lld is listed twice", path, line, v);
+            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: token id %lld is listed twice", name, line, v);
             goto done;
         }
         seen[v] = 1;
         ids[n++] = (int32_t)v;
         p = end;
     }
-    if (!n) st = q35_fail(err, Q35_ERR_FORMAT, "%s: no token ids", path);
+    if (!n) st = q35_fail(err, Q35_ERR_FORMAT, "%s: no token ids", name);
 done:
     free(text);
     free(seen);
@@ -226,6 +221,18 @@ done:
     *ids_out = ids;
     *n_out = n;
     return Q35_OK;
+}
+
+q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **ids, int32_t *n, q35_error *err) {
+    *ids = NULL;
+    *n = 0;
+    char *text;
+    size_t size;
+    q35_status st = q35_read_file(path, &text, &size, err);
+    if (st) return st;
+    st = q35_draft_vocab_parse(text, size, path, vocab_size, ids, n, err);
+    free(text);
+    return st;
 }
 
 int32_t q35_session_spec_k(const q35_session *s) { return s->spec_k; }
