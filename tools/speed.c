@@ -106,7 +106,8 @@ static double tokens_per_step(double a, int k) {
 }
 
 /* Median seconds of a plain decode step (on the non-speculative session
- * plain), of a verify step (k+1 checkpointed rows, rewound) and of a whole
+ * plain), of a verify step (k+1 checkpointed rows with their logits, as a
+ * speculative step computes them, rewound) and of a whole
  * speculative step (draft + verify) on s with the full draft head
  * (t_step[0]) and with a reduced head of rows[h] rows (the lowest ids;
  * t_step[1 + h]). All of them are interleaved in one loop so that the ratios
@@ -119,7 +120,8 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
     int32_t out[Q35_SPEC_K_MAX + 1], m, max_rows = 0;
     for (int h = 0; h < n_rows; h++) max_rows = rows[h] > max_rows ? rows[h] : max_rows;
     int32_t *ids = malloc(sizeof *ids * (size_t)(max_rows ? max_rows : 1));
-    if (!ids) return -1;
+    float *logits = malloc(sizeof *logits * (size_t)(k + 1) * (size_t)q35_engine_info(e)->vocab_size);
+    if (!ids || !logits) { free(ids); free(logits); return -1; }
     for (int32_t i = 0; i < max_rows; i++) ids[i] = i;
     q35_session_reset(s);
     q35_session_reset(plain);
@@ -129,7 +131,9 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
         if (q35_session_step(plain, toks[40 + r], NULL, out, &m, NULL, err)) rc = -1;
         d[r] = cli_now() - t0;
         t0 = cli_now();
-        if (!rc && (q35_session_eval(s, toks + 20, k + 1, NULL, Q35_EVAL_CHECKPOINT, err) || q35_session_rewind(s, 1, err))) rc = -1;
+        if (!rc && (q35_session_eval(s, toks + 20, k + 1, logits, Q35_EVAL_CHECKPOINT | Q35_EVAL_ALL_LOGITS, err) ||
+                    q35_session_rewind(s, 1, err)))
+            rc = -1;
         v[r] = cli_now() - t0;
         for (int h = 0; h <= n_rows && !rc; h++) {
             /* the head is copied outside the timed step */
@@ -141,6 +145,7 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
     }
     if (q35_engine_set_draft_vocab(e, NULL, 0, rc ? NULL : err)) rc = -1;
     free(ids);
+    free(logits);
     if (rc) return -1;
     *t_decode = median(d, REPS);
     *t_verify = median(v, REPS);
