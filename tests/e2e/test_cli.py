@@ -208,3 +208,18 @@ def test_draft_vocab_command_writes_the_most_frequent_ids(tmp_path):
                       (["--size", "10", "--text", str(tmp_path / "nope.txt")], "nope.txt")]:
         p = q35("draft-vocab", "-m", str(DEMO), "--text", str(text), *args)
         assert p.returncode != 0 and msg in p.stderr, (args, p.stderr)
+
+
+def test_speed_reports_reduced_draft_heads(tmp_path):
+    out = tmp_path / "speed.json"
+    p = q35("speed", "-m", str(MODELS / "tiny-b"), "-t", "1", "--prompt", "8", "--decode", "4", "--spec-k", "2",
+            "--draft-rows", "64,128", "--json", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr
+    spec = json.loads(out.read_text())["spec"]
+    assert spec["k"] == 2 and spec["step_cost"] > 0
+    assert [h["rows"] for h in spec["draft_heads"]] == [64, 128]
+    for h in spec["draft_heads"]:
+        assert h["step_cost"] > 0 and h["synthetic_tok_s"] > 0 and 0 <= h["break_even_acceptance"] <= 1
+    assert "draft head     64 rows" in p.stdout
+    p = q35("speed", "-m", str(MODELS / "tiny-b"), "--draft-rows", "12,x")
+    assert p.returncode != 0 and "--draft-rows" in p.stderr
