@@ -88,6 +88,7 @@ void q35_engine_free(q35_engine *e) {
     if (!e) return;
     q35_pool_free(e->pool);
     free(e->batch_logits);
+    q35_spec_free_draft_head(e);
     q35_checkpoint_close(&e->ck);
     free(e);
 }

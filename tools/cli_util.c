@@ -1,5 +1,6 @@
 /* cli_util.c: helpers shared by the subcommands. */
 #include "cli.h"
+#include "qwen35.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -31,6 +32,19 @@ char *cli_default_model(void) {
         }
     }
     return strdup(DEMO_MODEL);
+}
+
+int cli_set_draft_vocab(q35_engine *e, const char *path, const char *prog) {
+    q35_error err = {0};
+    int32_t *ids = NULL, n = 0;
+    if (q35_draft_vocab_load(path, q35_engine_info(e)->vocab_size, &ids, &n, &err) ||
+        q35_engine_set_draft_vocab(e, ids, n, &err)) {
+        fprintf(stderr, "%s: --draft-vocab: %s\n", prog, err.msg);
+        free(ids);
+        return -1;
+    }
+    free(ids);
+    return 0;
 }
 
 double cli_now(void) {

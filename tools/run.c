@@ -40,7 +40,7 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
 }
 
 typedef struct {
-    const char *model, *ids, *text, *out;
+    const char *model, *ids, *text, *out, *draft_vocab;
     long n_gen, threads;
     long spec_k; /* -1: the default (1 with an MTP head, else 0) */
 } run_args;
@@ -59,6 +59,7 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         if (!strcmp(k, "-m") || !strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--prompt-ids")) a->ids = v;
         else if (!want_out && !strcmp(k, "--prompt")) a->text = v;
+        else if (!want_out && !strcmp(k, "--draft-vocab")) a->draft_vocab = v;
         else if (want_out && (!strcmp(k, "-o") || !strcmp(k, "--output"))) a->out = v;
         else if (!want_out && (!strcmp(k, "-n") || !strcmp(k, "--n-predict"))) {
             a->n_gen = strtol(v, &end, 10);
@@ -102,12 +103,14 @@ static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_
 
 static const char run_usage[] =
     "usage: qwen35 run -m MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [-n N] [-t THREADS]\n"
-    "                  [--spec-k K | --no-spec]\n"
+    "                  [--spec-k K | --no-spec] [--draft-vocab FILE]\n"
     "  Greedy generation of N tokens. With --prompt-ids it prints the generated\n"
     "  token ids; with --prompt (tokenized by the model's tokenizer) it prints the\n"
     "  text as it is generated and stops at an end-of-text token. Then tok/s and\n"
     "  the speculative-decoding counters go to stderr. With an MTP head,\n"
-    "  speculation drafts K tokens per step (default 1); the output is the same.\n";
+    "  speculation drafts K tokens per step (default 1); the output is the same.\n"
+    "  --draft-vocab FILE drafts over those token ids only (one per line, as\n"
+    "  `qwen35 draft-vocab` writes): a cheaper draft; the output is the same.\n";
 
 /* Where generated tokens go: a comma-separated id list, or streamed text. */
 typedef struct {
@@ -171,6 +174,7 @@ int cmd_run(int argc, char **argv) {
         rc = 1;
     }
     if (!rc && !info->has_mtp) fprintf(stderr, "qwen35 run: the model has no MTP head; decoding without speculation\n");
+    if (!rc && a.draft_vocab && cli_set_draft_vocab(e, a.draft_vocab, "qwen35 run")) rc = 1;
     double t0 = cli_now();
     if (!rc && (!logits || q35_session_eval(s, ids, n_ids, logits, 0, &err))) {
         fprintf(stderr, "qwen35 run: %s\n", logits ? err.msg : "out of memory");
@@ -205,10 +209,16 @@ int cmd_run(int argc, char **argv) {
                 t1 - t0, n_ids / (t1 - t0), n_done, t2 - t1, n_done > 1 ? (n_done - 1) / (t2 - t1) : 0.0);
         q35_spec_stats st = q35_session_spec_stats(s);
         if (k > 0)
-            fprintf(stderr, "speculation: k=%d, %lld steps, %lld drafts, %lld accepted (acceptance %.1f%%, mean acceptance "
-                    "length %.2f tokens per step)\n", k, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
+            fprintf(stderr, "speculation: k=%d, draft head %d of %d rows, %lld steps, %lld drafts, %lld accepted "
+                    "(acceptance %.1f%%, mean acceptance length %.2f tokens per step)\n", k, q35_engine_draft_vocab(e),
+                    info->vocab_size, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
                     st.drafts ? 100.0 * (double)st.accepted / (double)st.drafts : 0.0,
                     st.steps ? 1.0 + (double)st.accepted / (double)st.steps : 0.0);
+        if (k > 1) {
+            fprintf(stderr, "speculation: accepted by draft position:");
+            for (int32_t j = 0; j < k; j++) fprintf(stderr, " %lld", (long long)st.accepted_at[j]);
+            fprintf(stderr, " (of %lld steps)\n", (long long)st.steps);
+        }
     }
     free(logits);
     free(ids);

@@ -103,6 +103,8 @@ typedef struct sched_stats {
     size_t cache_bytes, cache_entries;
     unsigned long long cache_queries, cache_hits; /* in prompt tokens */
     unsigned long long spec_steps, spec_drafts, spec_accepted;
+    unsigned long long spec_accepted_at[Q35_SPEC_K_MAX]; /* by position in a step */
+    int32_t spec_k;
 } sched_stats;
 void sched_get_stats(sched_stats *st);
 
