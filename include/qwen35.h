@@ -53,10 +53,16 @@ typedef struct q35_model_info {
     int64_t bytes_per_token;   /* weight bytes one decode step reads: all but the embedding
                                   table, of which one row */
     int64_t mtp_bytes_per_draft; /* bytes one MTP draft row reads (its layer, fc, lm_head) */
+    int64_t file_bytes;        /* bytes of the weight files (cache or safetensors), all mapped */
+    int32_t weights_copied;    /* 1: the files were read into anonymous memory (no_mmap) */
 } q35_model_info;
 
 typedef struct q35_engine_params {
     int32_t n_threads;         /* 0: one per core */
+    int32_t no_mmap;           /* 1: read the weights into anonymous memory, on transparent huge pages where the
+                                  kernel allows them, instead of serving them from the mapped file (faster
+                                  decode on many machines; costs a read of the whole file at load and keeps it
+                                  all resident) */
 } q35_engine_params;
 
 /* Loads a Hugging Face checkpoint directory (config.json plus

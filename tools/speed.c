@@ -70,10 +70,34 @@ static double measure_bandwidth(int threads) {
     return best / 1e9;
 }
 
+/* Peak resident set (VmHWM) since the last reset_peak_rss(). */
 static long peak_rss_kb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss;
+    long kb = 0;
+    FILE *fp = fopen("/proc/self/status", "r");
+    if (!fp) return 0;
+    char line[256];
+    while (fgets(line, sizeof line, fp)) sscanf(line, "VmHWM: %ld", &kb);
+    fclose(fp);
+    return kb;
+}
+
+/* The bandwidth probe's buffer is not the engine's memory: forget it. */
+static void reset_peak_rss(void) {
+    FILE *fp = fopen("/proc/self/clear_refs", "w");
+    if (fp) { fputs("5", fp); fclose(fp); }
+}
+
+/* The resident set now, split into anonymous and file-backed kB. */
+static void rss_now_kb(long *anon, long *file) {
+    *anon = *file = 0;
+    FILE *fp = fopen("/proc/self/status", "r");
+    if (!fp) return;
+    char line[256];
+    while (fgets(line, sizeof line, fp)) {
+        sscanf(line, "RssAnon: %ld", anon);
+        sscanf(line, "RssFile: %ld", file);
+    }
+    fclose(fp);
 }
 
 static int parse_list(const char *s, int *out, int max) {
@@ -91,11 +115,13 @@ static int parse_list(const char *s, int *out, int max) {
 
 static const char usage[] =
     "usage: qwen35 speed -m MODEL [-t 1,2] [--prompt 254,512,2048] [--decode N] [--spec-k K]\n"
-    "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--json FILE]\n"
+    "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--no-mmap]\n"
+    "                    [--json FILE]\n"
     "  Engine speed: decode and prompt tok/s, GB/s against the measured read bandwidth,\n"
     "  time to first token, batched and speculative step costs, peak RSS.\n"
     "  --draft-rows: also a speculative step with a reduced-vocabulary draft head of\n"
-    "  each many rows (the lowest token ids; default 32768; 0: none).\n";
+    "  each many rows (the lowest token ids; default 32768; 0: none).\n"
+    "  --no-mmap: weights read into anonymous memory (huge pages) instead of the mapped file.\n";
 
 /* Expected tokens per speculative step with k drafts each accepted with
  * probability a (given the previous one was): 1 + a + a^2 + ... + a^k. */
@@ -164,9 +190,11 @@ int cmd_speed(int argc, char **argv) {
     draft_row dr[8] = {{0}};
     int n_dr = 0;
     double accept = 0.83;
+    int no_mmap = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
+        if (!strcmp(k, "--no-mmap")) { no_mmap = 1; continue; }
         if (!v) { fprintf(stderr, "qwen35 speed: %s needs a value\n%s", k, usage); return 2; }
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--json")) json_path = v;
@@ -198,13 +226,17 @@ int cmd_speed(int argc, char **argv) {
     double prompt_tok_s[8] = {0}, ttft_254 = -1, batch_ratio[4] = {0}, verify_ratio = 0, draft_ratio = 0,
            step_spec_s = 0, decode_s = 0, synthetic_tok_s = 0;
     const int batch_sizes[4] = {1, 2, 4, 8};
+    long anon_kb = 0, file_kb = 0; /* with one session of the longest prompt live */
     q35_model_info info = {0};
     const char *kernels = "?";
     int rc = 0;
     uint64_t rng = 88172645463325252ull;
 
+    /* bandwidth first, so that its buffer is gone before the engine's peak is measured */
+    for (int ti = 0; ti < n_threads; ti++) rows[ti].bw = measure_bandwidth(threads[ti]);
+    reset_peak_rss();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
-        q35_engine_params p = {.n_threads = threads[ti]};
+        q35_engine_params p = {.n_threads = threads[ti], .no_mmap = no_mmap};
         q35_engine *e;
         if (q35_engine_load(model, &p, &e, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); return 1; }
         info = *q35_engine_info(e);
@@ -233,7 +265,6 @@ int cmd_speed(int argc, char **argv) {
         rows[ti].threads = threads[ti];
         rows[ti].tok_s = 1.0 / decode_s;
         rows[ti].gb_s = (double)info.bytes_per_token / decode_s / 1e9;
-        rows[ti].bw = measure_bandwidth(threads[ti]);
         rows[ti].pct = rows[ti].bw > 0 ? 100.0 * rows[ti].gb_s / rows[ti].bw : 0;
         fprintf(stderr, "decode, %d thread(s): %.2f tok/s, %.1f GB/s of %.1f GB/s measured (%.0f%%)\n", threads[ti],
                 rows[ti].tok_s, rows[ti].gb_s, rows[ti].bw, rows[ti].pct);
@@ -251,6 +282,7 @@ int cmd_speed(int argc, char **argv) {
                 if (prompts[pi] == 254) ttft_254 = t;
                 fprintf(stderr, "prompt %d tokens: %.2f tok/s (%.2f s)\n", prompts[pi], prompt_tok_s[pi], t);
             }
+            rss_now_kb(&anon_kb, &file_kb);
             /* batched decode across sessions: cost of a step of N rows relative to one */
             q35_session *bs[8];
             int nb = 0;
@@ -345,6 +377,12 @@ int cmd_speed(int argc, char **argv) {
         printf("%-10d %10.2f %10.1f %12.1f %7.0f%%\n", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
     for (int i = 0; i < n_prompts; i++) printf("prompt %-5d %8.2f tok/s\n", prompts[i], prompt_tok_s[i]);
     if (ttft_254 >= 0) printf("time to first token at 254: %.2f s\n", ttft_254);
+    /* the weights are resident as file pages (mapped) or as the anonymous copy (--no-mmap); the rest is the
+     * engine's own memory: KV cache and recurrent states for one context, scratch, logits */
+    double weights_gb = info.weights_copied ? info.file_bytes / 1e9 : file_kb * 1024 / 1e9;
+    double other_gb = (anon_kb * 1024 - (info.weights_copied ? info.file_bytes : 0)) / 1e9;
+    printf("memory: weight files %.2f GB (%s), resident %.2f GB; engine memory %.2f GB (one %d-token session)\n",
+           info.file_bytes / 1e9, info.weights_copied ? "copied into memory" : "mapped", weights_gb, other_gb, n_ctx);
     printf("batch cost N=1,2,4,8: %.2f %.2f %.2f %.2f\n", batch_ratio[0], batch_ratio[1], batch_ratio[2], batch_ratio[3]);
     if (synthetic_tok_s > 0)
         printf("spec k=%d: step %.2fx (verify %.2fx, draft %.2fx) of a decode step; %.2f tok/s at SYNTHETIC acceptance %.2f\n",
@@ -359,8 +397,11 @@ int cmd_speed(int argc, char **argv) {
         if (!fp) { fprintf(stderr, "qwen35 speed: cannot write %s: %s\n", json_path, strerror(errno)); return 1; }
         fprintf(fp, "{\n  \"schema\": \"qwen35-speed/1\",\n  \"model\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %ld,\n  \"kernels\": \"%s\",\n",
                 model, cpu, sysconf(_SC_NPROCESSORS_ONLN), kernels);
-        fprintf(fp, "  \"bytes_per_token\": %lld,\n  \"peak_rss_bytes\": %lld,\n  \"decode\": [",
-                (long long)info.bytes_per_token, (long long)rss * 1024);
+        fprintf(fp, "  \"bytes_per_token\": %lld,\n  \"peak_rss_bytes\": %lld,\n", (long long)info.bytes_per_token,
+                (long long)rss * 1024);
+        fprintf(fp, "  \"weight_file_bytes\": %lld,\n  \"weights_copied\": %s,\n  \"engine_memory_bytes\": %lld,\n  \"decode\": [",
+                (long long)info.file_bytes, info.weights_copied ? "true" : "false",
+                (long long)(anon_kb * 1024 - (info.weights_copied ? info.file_bytes : 0)));
         for (int i = 0; i < n_threads; i++)
             fprintf(fp, "%s\n    {\"threads\": %d, \"tok_s\": %.4f, \"gb_s\": %.3f, \"measured_bw_gb_s\": %.3f, \"pct_bw\": %.2f}",
                     i ? "," : "", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);

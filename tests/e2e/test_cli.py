@@ -26,13 +26,13 @@ def test_run_prints_the_greedy_continuation_with_and_without_speculation():
     g = golden("tiny-b")
     ids = ",".join(map(str, g["prompt_ids"]))
     outs = []
-    for extra in ([], ["--no-spec"], ["--spec-k", "3"]):
+    for extra in ([], ["--no-spec"], ["--spec-k", "3"], ["--no-mmap"]):
         p = q35("run", "-m", str(MODELS / "tiny-b"), "--prompt-ids", ids, "-n", "32", *extra)
         assert p.returncode == 0, p.stderr
         outs.append([int(x) for x in p.stdout.strip().split(",")])
         assert "tok/s" in p.stderr
         assert ("speculation: k=" in p.stderr) == ("--no-spec" not in extra)
-    assert outs[0] == outs[1] == outs[2] == g["greedy_ids"]
+    assert all(o == g["greedy_ids"] for o in outs)
 
 
 def test_logits_file_matches_the_golden(tmp_path):
@@ -223,3 +223,28 @@ def test_speed_reports_reduced_draft_heads(tmp_path):
     assert "draft head     64 rows" in p.stdout
     p = q35("speed", "-m", str(MODELS / "tiny-b"), "--draft-rows", "12,x")
     assert p.returncode != 0 and "--draft-rows" in p.stderr
+
+
+def test_speed_reports_speed_and_memory(tmp_path):
+    """`qwen35 speed` on a tiny model: every figure present and sane, and the
+    memory split follows where the weights live (mapped file or --no-mmap copy)."""
+    model = MODELS / "tiny-b"
+    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))  # three shards
+    for extra in ([], ["--no-mmap"]):
+        out = tmp_path / "speed.json"
+        p = q35("speed", "-m", str(model), "-t", "1", "--prompt", "40", "--decode", "4", "--json", str(out), *extra)
+        assert p.returncode == 0, p.stderr
+        r = json.loads(out.read_text())
+        assert r["schema"] == "qwen35-speed/1"
+        assert r["decode"][0]["threads"] == 1 and r["decode"][0]["tok_s"] > 0
+        assert r["decode"][0]["measured_bw_gb_s"] > 0
+        assert r["prompt"][0]["tokens"] == 40 and r["prompt"][0]["tok_s"] > 0
+        assert r["weight_file_bytes"] == size
+        assert r["weights_copied"] is bool(extra)
+        assert r["engine_memory_bytes"] > 0
+        assert r["peak_rss_bytes"] >= r["engine_memory_bytes"]
+        if extra:
+            assert r["peak_rss_bytes"] >= size + r["engine_memory_bytes"]
+        assert "memory: weight files" in p.stdout
+    bad = q35("speed", "-m", str(model), "--decode", "1")
+    assert bad.returncode == 2 and "--decode" in bad.stderr
