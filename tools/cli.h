@@ -21,6 +21,10 @@ int cmd_draft_vocab(int argc, char **argv); /* tools/draft_vocab.c */
 char *cli_default_model(void);
 /* Seconds on the monotonic clock. tools/cli_util.c */
 double cli_now(void);
+/* The session's speculation counters on stderr (nothing when it does not speculate). */
+struct q35_engine;
+struct q35_session;
+void cli_print_spec_stats(const struct q35_engine *e, const struct q35_session *s);
 /* --draft-vocab FILE: loads the token-id list into e's draft head; on
  * failure prints "PROG: why" and returns -1. tools/cli_util.c */
 struct q35_engine;

@@ -52,3 +52,19 @@ double cli_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+void cli_print_spec_stats(const q35_engine *e, const q35_session *s) {
+    int32_t k = q35_session_spec_k(s);
+    if (k <= 0) return;
+    q35_spec_stats st = q35_session_spec_stats(s);
+    fprintf(stderr, "speculation: k=%d, draft head %d of %d rows, %lld steps, %lld drafts, %lld accepted "
+            "(acceptance %.1f%%, mean acceptance length %.2f tokens per step)\n", k, q35_engine_draft_vocab(e),
+            q35_engine_info(e)->vocab_size, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
+            st.drafts ? 100.0 * (double)st.accepted / (double)st.drafts : 0.0,
+            st.steps ? 1.0 + (double)st.accepted / (double)st.steps : 0.0);
+    if (k > 1) {
+        fprintf(stderr, "speculation: accepted by draft position:");
+        for (int32_t j = 0; j < k; j++) fprintf(stderr, " %lld", (long long)st.accepted_at[j]);
+        fprintf(stderr, " (of %lld steps)\n", (long long)st.steps);
+    }
+}

@@ -210,18 +210,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc) {
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s); generated: %ld tokens in %.3f s (%.2f tok/s)\n", n_ids,
                 t1 - t0, n_ids / (t1 - t0), n_done, t2 - t1, n_done > 1 ? (n_done - 1) / (t2 - t1) : 0.0);
-        q35_spec_stats st = q35_session_spec_stats(s);
-        if (k > 0)
-            fprintf(stderr, "speculation: k=%d, draft head %d of %d rows, %lld steps, %lld drafts, %lld accepted "
-                    "(acceptance %.1f%%, mean acceptance length %.2f tokens per step)\n", k, q35_engine_draft_vocab(e),
-                    info->vocab_size, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
-                    st.drafts ? 100.0 * (double)st.accepted / (double)st.drafts : 0.0,
-                    st.steps ? 1.0 + (double)st.accepted / (double)st.steps : 0.0);
-        if (k > 1) {
-            fprintf(stderr, "speculation: accepted by draft position:");
-            for (int32_t j = 0; j < k; j++) fprintf(stderr, " %lld", (long long)st.accepted_at[j]);
-            fprintf(stderr, " (of %lld steps)\n", (long long)st.steps);
-        }
+        cli_print_spec_stats(e, s);
     }
     free(logits);
     free(ids);

@@ -4,6 +4,7 @@ checkpoints: their output format, speculation on and off, and clear errors."""
 import json
 import os
 import pathlib
+import re
 import shutil
 import struct
 import subprocess
@@ -148,14 +149,20 @@ def test_run_with_a_text_prompt_prints_text():
 
 
 def test_sampled_chat_depends_only_on_the_seed():
+    """Sampled replies take speculative steps (rejection sampling) and depend only on the seed."""
     outs = []
     for seed in ("5", "5", "6"):
         p = subprocess.run([BIN, "chat", "-n", "24", "--temp", "1.0", "--seed", seed], input="What is a list?\n",
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         outs.append(p.stdout)
+        m = re.search(r"speculation: k=1, .* (\d+) drafts, (\d+) accepted", p.stderr)
+        assert m and int(m.group(1)) > 0, p.stderr
     assert outs[0] == outs[1]
     assert outs[0] != outs[2]
+    p = subprocess.run([BIN, "chat", "-n", "24", "--temp", "1.0", "--seed", "5", "--no-spec"], input="What is a list?\n",
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "speculation:" not in p.stderr
 
 
 def test_draft_vocab_keeps_the_greedy_output_and_rejects_bad_lists(tmp_path):
