@@ -45,6 +45,10 @@ static void fill_info(q35_engine *e) {
     in->max_position = c->max_position_embeddings;
     in->eos_token_id = c->eos_token_id;
     in->has_mtp = w->mtp.present;
+    for (int32_t i = 0; i < e->ck.n_files; i++) {
+        in->file_bytes += (int64_t)e->ck.files[i].map.size;
+        in->weights_copied = e->ck.files[i].map.copied;
+    }
     int64_t n = tensor_elems(&w->embed) + tensor_elems(&w->final_norm);
     int64_t layers = 0;
     for (int32_t i = 0; i < c->n_layer; i++) layers += layer_bytes(&w->layers[i], &n);
@@ -71,6 +75,8 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     q35_status st = q35_config_load(cfg_path, &e->cfg, err);
     free(cfg_path);
     if (!st) st = q35_cache_present(path) ? q35_cache_open(path, &e->ck, err) : q35_checkpoint_open(path, &e->ck, err);
+    for (int32_t i = 0; !st && params && params->no_mmap && i < e->ck.n_files; i++)
+        st = q35_map_copy(&e->ck.files[i].map, e->ck.files[i].path, err);
     if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
     const q35_kernels *kern = NULL;
     if (!st) st = q35_kernels_init(&kern, err); /* Q35_KERNELS may force a table */
@@ -90,6 +96,7 @@ void q35_engine_free(q35_engine *e) {
     if (!e) return;
     q35_pool_free(e->pool);
     free(e->batch_logits);
+    q35_spec_free_draft_head(e);
     q35_checkpoint_close(&e->ck);
     free(e);
 }
