@@ -81,6 +81,8 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     const q35_kernels *kern = NULL;
     if (!st) st = q35_kernels_init(&kern, err); /* Q35_KERNELS may force a table */
     if (!st) st = q35_pool_new(params ? params->n_threads : 0, &e->pool, err);
+    if (!st && !(e->batch_logits = malloc(sizeof(float) * (size_t)Q35_UBATCH * (size_t)e->cfg.vocab_size)))
+        st = q35_fail(err, Q35_ERR_NOMEM, "out of memory for batch logits");
     if (st) {
         q35_engine_free(e);
         return st;
@@ -190,13 +192,7 @@ int32_t q35_argmax(const float *logits, int32_t n) {
 
 void q35_mlp_forward(const q35_config *c, const q35_layer_weights *l, const float *xn, float *out, float *gate,
                      float *up, int32_t T, q35_pool *pool) {
-    const int32_t I = c->intermediate_size;
-    q35_matmul(pool, gate, &l->gate_proj, xn, T);
-    q35_matmul(pool, up, &l->up_proj, xn, T);
-    for (size_t i = 0; i < (size_t)T * I; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    q35_matmul_swiglu(pool, gate, gate, up, &l->gate_proj, &l->up_proj, xn, T);
     q35_matmul(pool, out, &l->down_proj, gate, T);
 }
 

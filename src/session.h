@@ -22,7 +22,7 @@ struct q35_engine {
     q35_weights w;
     q35_model_info info;
     q35_pool *pool;        /* the workers every session of this engine computes with */
-    float *batch_logits;   /* (UBATCH, V) for multi-session steps; allocated on first use */
+    float *batch_logits;   /* (UBATCH, V) for multi-session steps; its pages are touched on first use */
     /* Reduced-vocabulary draft head (q35_engine_set_draft_vocab): rows
      * draft_ids[i] of lm_head, ascending, copied in lm_head's dtype into
      * draft_head_data; n_draft 0: the draft uses the whole lm_head. */

@@ -84,8 +84,11 @@ q35_status q35_session_set_spec(q35_session *s, int32_t k, q35_error *err) {
     ALLOC(s->draft_probs, Q35_SPEC_MAX * V);
 #undef ALLOC
     if (ok && k != s->spec_k) {
-        float *nc = realloc(s->ckpt, (size_t)k * s->state_floats * sizeof(float));
-        if (nc) s->ckpt = nc; else ok = 0;
+        /* 64-byte aligned, so the GDN update streams the copies past the
+         * cache; touched now, so the first verify takes no page faults */
+        size_t bytes = ((size_t)k * s->state_floats * sizeof(float) + 63) & ~(size_t)63;
+        float *nc = aligned_alloc(64, bytes ? bytes : 64);
+        if (nc) { free(s->ckpt); s->ckpt = nc; memset(nc, 0, bytes); } else ok = 0;
     }
     if (!ok) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for speculative decoding buffers (k = %d)", k);
     s->spec_k = k;
@@ -337,14 +340,11 @@ q35_status q35_batch_step(q35_session *const *ss, const int32_t *last, int32_t n
     }
     if (total > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a step batch holds at most %d rows (got %d)", Q35_UBATCH, total);
     float *logits = ss[0]->spec_logits;
-    if (n > 1) { /* one lm_head pass over every row needs room for all of them */
-        if (!e->batch_logits) e->batch_logits = malloc(sizeof(float) * (size_t)Q35_UBATCH * (size_t)V);
-        if (!e->batch_logits) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for batch logits");
-        logits = e->batch_logits;
-    }
-    int32_t drafts[Q35_UBATCH][Q35_SPEC_MAX], nd[Q35_UBATCH], rows_tok[Q35_UBATCH][Q35_SPEC_MAX + 1], counts[Q35_UBATCH];
-    const int32_t *toks[Q35_UBATCH];
-    int ckpt[Q35_UBATCH];
+    if (n > 1) logits = e->batch_logits; /* one lm_head pass over every row needs room for all of them */
+    int32_t drafts[Q35_UBATCH][Q35_SPEC_MAX], nd[Q35_UBATCH], rows_tok[Q35_UBATCH][Q35_SPEC_MAX + 1];
+    int32_t counts[Q35_UBATCH] = {0};
+    const int32_t *toks[Q35_UBATCH] = {0};
+    int ckpt[Q35_UBATCH] = {0};
     for (int32_t i = 0; i < n; i++) {
         nd[i] = draft(ss[i], last[i], policies ? policies[i] : NULL, drafts[i]);
         rows_tok[i][0] = last[i];
