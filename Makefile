@@ -13,6 +13,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wshadow -Wno-unused-p
 LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lcrypto -lcurl -lmicrohttpd -lpthread -lm
 
 ISA_FLAGS_avx2   = -mavx2 -mfma -mf16c
+ISA_FLAGS_avx2_ops = $(ISA_FLAGS_avx2)
 ISA_FLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 
 LIB_SRC   := $(wildcard src/*.c) $(wildcard src/kernels/*.c)

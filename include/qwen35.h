@@ -53,10 +53,16 @@ typedef struct q35_model_info {
     int64_t bytes_per_token;   /* weight bytes one decode step reads: all but the embedding
                                   table, of which one row */
     int64_t mtp_bytes_per_draft; /* bytes one MTP draft row reads (its layer, fc, lm_head) */
+    int64_t file_bytes;        /* bytes of the weight files (cache or safetensors), all mapped */
+    int32_t weights_copied;    /* 1: the files were read into anonymous memory (no_mmap) */
 } q35_model_info;
 
 typedef struct q35_engine_params {
     int32_t n_threads;         /* 0: one per core */
+    int32_t no_mmap;           /* 1: read the weights into anonymous memory, on transparent huge pages where the
+                                  kernel allows them, instead of serving them from the mapped file (faster
+                                  decode on many machines; costs a read of the whole file at load and keeps it
+                                  all resident) */
 } q35_engine_params;
 
 /* Loads a Hugging Face checkpoint directory (config.json plus
@@ -121,13 +127,14 @@ void q35_snapshot_free(q35_snapshot *snap);
  * is token-for-token the output without speculation; with sampling, drafts
  * go through standard speculative rejection sampling, so the output
  * distribution is unchanged. */
+#define Q35_SPEC_K_MAX 8
+
 typedef struct q35_spec_stats {
     int64_t steps;     /* verify steps run */
     int64_t drafts;    /* draft tokens proposed */
     int64_t accepted;  /* draft tokens accepted */
+    int64_t accepted_at[Q35_SPEC_K_MAX]; /* accepted drafts by their position in a step (0: the first) */
 } q35_spec_stats;
-
-#define Q35_SPEC_K_MAX 8
 
 /* k draft tokens per step (1..Q35_SPEC_K_MAX), or 0 for off. Needs an MTP
  * head (Q35_ERR_UNSUPPORTED otherwise). Call between requests, not mid-way:
@@ -163,6 +170,29 @@ q35_status q35_session_step(q35_session *session, int32_t last, const q35_policy
  * q35_session_step's. Calls on one engine must not run concurrently. */
 q35_status q35_batch_step(q35_session *const *sessions, const int32_t *last, int32_t n,
                           const q35_policy *const *policies, int32_t *out, int32_t *n_out, q35_error *err);
+
+/* A reduced-vocabulary draft head. The MTP draft's logits are computed over
+ * a subset of token ids only (typically the most frequent ones), so a draft
+ * reads n rows of lm_head instead of vocab_size; its argmax, or its sampled
+ * draft, is restricted to the subset. Verification by the target is
+ * unchanged, so greedy output stays token for token the same and sampled
+ * output keeps its distribution (the draft distribution is zero outside the
+ * subset, which rejection sampling corrects); only acceptance can change.
+ * ids: n distinct token ids in any order (n = 0: the full vocabulary again).
+ * The engine keeps a copy of those lm_head rows in their stored dtype, so a
+ * subset row's draft logit is bit for bit the full head's. Needs an MTP head.
+ * Call before sessions step, never while one does. */
+q35_status q35_engine_set_draft_vocab(q35_engine *engine, const int32_t *ids, int32_t n, q35_error *err);
+/* Rows of the draft head: vocab_size unless a subset is set. */
+int32_t q35_engine_draft_vocab(const q35_engine *engine);
+
+/* Reads a draft vocabulary file: decimal token ids separated by whitespace
+ * or commas, '#' starting a comment to the end of its line (the format
+ * `qwen35 draft-vocab` writes: one id per line, most frequent first). Every
+ * id must be in [0, vocab_size) and appear once; an empty list, a
+ * malformed, negative or out-of-range id, or a repeat is Q35_ERR_FORMAT
+ * with the line number. *ids is malloc'd: free() it. */
+q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **ids, int32_t *n, q35_error *err);
 
 /* The target logits rows that chose the tokens of the session's last step
  * (n_out rows of vocab_size), valid until its next eval or step. */
@@ -317,6 +347,15 @@ void q35_sampler_set_prompt(q35_sampler *s, const int32_t *ids, int32_t n);
 void q35_sampler_accept(q35_sampler *s, int32_t token);
 /* Picks the next token; logits (vocab_size floats) are overwritten. */
 int32_t q35_sampler_sample(q35_sampler *s, float *logits);
+
+/* The distribution q35_sampler_sample draws from for this logits row, as
+ * vocab_size probabilities (zero outside top-k/top-p/min-p; one-hot at the
+ * greedy choice at temperature 0), with the n_prev tokens of prev counted as
+ * already generated for the penalties (tokens a speculative step has not
+ * emitted yet). logits are left as they are; the sampler's RNG and its
+ * record of generated tokens are unchanged. Never allocates. With it,
+ * q35_session_step samples exactly what this sampler would (a q35_policy). */
+void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev, int32_t n_prev, float *probs);
 
 /* Log-probability of token under log_softmax(logits), and, when k > 0, the k
  * most likely tokens (ties: lower id first) into top_ids / top_logprobs. */

@@ -6,10 +6,12 @@
 # 2. Runs `qwen35 speed` on it: decode tok/s at 1 and 2 threads with GB/s and
 #    the share of the read bandwidth it measures itself, prompt tok/s at 254,
 #    512 and 2048 tokens, time to first token at 254, batched and speculative
-#    step costs, peak RSS. Writes bench.json.
+#    step costs (also with reduced-vocabulary draft heads of 16k, 32k and 64k
+#    rows), peak RSS. Writes bench.json.
 # 3. Runs the kernel and tokenizer micro-benchmarks where they are built.
 # Environment: Q35_BENCH_THREADS (default "1,2"), Q35_BENCH_PROMPTS
-# (default "254,512,2048"), Q35_BENCH_POLICY (default "default").
+# (default "254,512,2048"), Q35_BENCH_POLICY (default "default"),
+# Q35_BENCH_DRAFT_ROWS (default "16384,32768,65536"; 0: none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -22,7 +24,8 @@ if [ ! -f "$CACHE/manifest.json" ]; then
     mkdir -p bench-data
     "$BIN" prepare --synthetic qwen3.5-9b --policy "$POLICY" --out "$CACHE"
 fi
-"$BIN" speed -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --prompt "${Q35_BENCH_PROMPTS:-254,512,2048}" --json bench.json
+"$BIN" speed -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --prompt "${Q35_BENCH_PROMPTS:-254,512,2048}" \
+    --draft-rows "${Q35_BENCH_DRAFT_ROWS:-16384,32768,65536}" --json bench.json
 
 make -s "$BUILD/bench_kernels" BUILD="$BUILD" && "$BUILD/bench_kernels" --quick --json bench-data/kernels.json
 if [ -x scripts/bench-tokenizer.sh ]; then scripts/bench-tokenizer.sh "$BUILD"; fi

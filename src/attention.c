@@ -1,4 +1,5 @@
-/* attention.c: gated full attention, scalar reference (see attention.h).
+/* attention.c: gated full attention (see attention.h); the softmax over the
+ * cache is the kernel table's attend_head.
  *
  *   qg = q_proj xn viewed (NH, 2*HD): query = first HD, gate = last HD of each head
  *   q = rmsnorm1p(query, q_norm), k = rmsnorm1p(k_proj xn, k_norm), per head
@@ -7,6 +8,7 @@
  *   out = o_proj (o * sigmoid(gate)) */
 #include "attention.h"
 #include "compute.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -41,6 +43,7 @@ static void rope(float *x, int32_t pos, int32_t rd, const float *inv_freq) {
 
 typedef struct {
     const q35_config *c;
+    const q35_kernels *k;
     const q35_attn_seg *segs;
     int32_t n_segs, n_tok;
     const float *qg;
@@ -55,25 +58,9 @@ static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t
     const int32_t NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
     const int32_t kvh = h / (NH / NKV), n_keys = sg->pos0 + (r - sg->row0) + 1;
     const float *qh = j->qg + (size_t)r * QD * 2 + (size_t)h * 2 * HD, *gate = qh + HD;
-    const float scale = 1.0f / sqrtf((float)HD);
-    float mx = -INFINITY;
-    for (int32_t p = 0; p < n_keys; p++) {
-        const float *kp = sg->k_cache + (size_t)p * KVD + (size_t)kvh * HD;
-        double acc = 0.0;
-        for (int32_t d = 0; d < HD; d++) acc += (double)qh[d] * kp[d];
-        scores[p] = (float)acc * scale;
-        if (scores[p] > mx) mx = scores[p];
-    }
-    double sum = 0.0;
-    for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
-    float inv = (float)(1.0 / sum);
     float *oh = j->o + (size_t)r * QD + (size_t)h * HD;
-    for (int32_t d = 0; d < HD; d++) oh[d] = 0.0f;
-    for (int32_t p = 0; p < n_keys; p++) {
-        const float *vp = sg->v_cache + (size_t)p * KVD + (size_t)kvh * HD;
-        float wgt = scores[p] * inv;
-        for (int32_t d = 0; d < HD; d++) oh[d] += wgt * vp[d];
-    }
+    j->k->attend_head(oh, qh, sg->k_cache + (size_t)kvh * HD, sg->v_cache + (size_t)kvh * HD, (size_t)KVD, n_keys, HD,
+                      1.0f / sqrtf((float)HD), scores);
     for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
 }
 
@@ -97,9 +84,9 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, cons
     float *qg = scratch, *k = qg + (size_t)T * QD * 2, *v = k + (size_t)T * KVD, *o = v + (size_t)T * KVD;
     float *inv_freq = o + (size_t)T * QD, *scores = inv_freq + RD;
 
-    q35_matmul(pool, qg, &l->q_proj, xn, T);
-    q35_matmul(pool, k, &l->k_proj, xn, T);
-    q35_matmul(pool, v, &l->v_proj, xn, T);
+    float *ys[3] = {qg, k, v};
+    const q35_tensor *Ws[3] = {&l->q_proj, &l->k_proj, &l->v_proj};
+    q35_matmul_multi(pool, 3, ys, Ws, xn, T);
     for (int32_t i = 0; i < RD / 2; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)RD);
 
     for (int32_t si = 0; si < n_segs; si++) {
@@ -120,7 +107,7 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, cons
             memcpy(sg->v_cache + (size_t)pos * KVD, v + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
         }
     }
-    attn_job j = {c, segs, n_segs, T, qg, o, scores, (size_t)n_ctx};
+    attn_job j = {c, q35_kernels_get(), segs, n_segs, T, qg, o, scores, (size_t)n_ctx};
     double work = 0; /* multiply-adds, to keep tiny jobs off the pool */
     for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
     if (work < 1e5) attn_worker(&j, 0, 1);

@@ -45,6 +45,10 @@ static void fill_info(q35_engine *e) {
     in->max_position = c->max_position_embeddings;
     in->eos_token_id = c->eos_token_id;
     in->has_mtp = w->mtp.present;
+    for (int32_t i = 0; i < e->ck.n_files; i++) {
+        in->file_bytes += (int64_t)e->ck.files[i].map.size;
+        in->weights_copied = e->ck.files[i].map.copied;
+    }
     int64_t n = tensor_elems(&w->embed) + tensor_elems(&w->final_norm);
     int64_t layers = 0;
     for (int32_t i = 0; i < c->n_layer; i++) layers += layer_bytes(&w->layers[i], &n);
@@ -71,10 +75,14 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     q35_status st = q35_config_load(cfg_path, &e->cfg, err);
     free(cfg_path);
     if (!st) st = q35_cache_present(path) ? q35_cache_open(path, &e->ck, err) : q35_checkpoint_open(path, &e->ck, err);
+    for (int32_t i = 0; !st && params && params->no_mmap && i < e->ck.n_files; i++)
+        st = q35_map_copy(&e->ck.files[i].map, e->ck.files[i].path, err);
     if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
     const q35_kernels *kern = NULL;
     if (!st) st = q35_kernels_init(&kern, err); /* Q35_KERNELS may force a table */
     if (!st) st = q35_pool_new(params ? params->n_threads : 0, &e->pool, err);
+    if (!st && !(e->batch_logits = malloc(sizeof(float) * (size_t)Q35_UBATCH * (size_t)e->cfg.vocab_size)))
+        st = q35_fail(err, Q35_ERR_NOMEM, "out of memory for batch logits");
     if (st) {
         q35_engine_free(e);
         return st;
@@ -88,6 +96,7 @@ void q35_engine_free(q35_engine *e) {
     if (!e) return;
     q35_pool_free(e->pool);
     free(e->batch_logits);
+    q35_spec_free_draft_head(e);
     q35_checkpoint_close(&e->ck);
     free(e);
 }
@@ -183,13 +192,7 @@ int32_t q35_argmax(const float *logits, int32_t n) {
 
 void q35_mlp_forward(const q35_config *c, const q35_layer_weights *l, const float *xn, float *out, float *gate,
                      float *up, int32_t T, q35_pool *pool) {
-    const int32_t I = c->intermediate_size;
-    q35_matmul(pool, gate, &l->gate_proj, xn, T);
-    q35_matmul(pool, up, &l->up_proj, xn, T);
-    for (size_t i = 0; i < (size_t)T * I; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    q35_matmul_swiglu(pool, gate, gate, up, &l->gate_proj, &l->up_proj, xn, T);
     q35_matmul(pool, out, &l->down_proj, gate, T);
 }
 

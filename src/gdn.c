@@ -1,4 +1,4 @@
-/* gdn.c: Gated DeltaNet forward (see gdn.h), scalar reference.
+/* gdn.c: Gated DeltaNet forward (see gdn.h).
  *
  * Data flow for n_tok tokens (HF modeling_qwen3_5.py semantics, fp32):
  *   qkv = in_proj_qkv xn; z = in_proj_z xn; b = in_proj_b xn; a = in_proj_a xn
@@ -6,7 +6,12 @@
  *   q, k per K head: l2norm (eps 1e-6 inside the sqrt of the sum); q *= DK^-1/2
  *   beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias)
  *   V head hv reads K head hv / (HV/HK) (repeat-interleave, not tile)
- *   o = delta rule over S; o = rmsnorm(o) * w * silu(z); out = out_proj o */
+ *   o = delta rule over S; o = rmsnorm(o) * w * silu(z); out = out_proj o
+ * The four projections are one pool handoff; everything between them and
+ * out_proj is a second one, over (sequence, K head) items: each item runs
+ * the conv and norms of its own channels and then its V heads, so a decode
+ * step reads each head's state twice (kernels.h: gdn_recurrent) and nothing
+ * else waits on a single thread. */
 #include "gdn.h"
 #include "compute.h"
 #include "kernels/kernels.h"
@@ -39,24 +44,7 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_work
 
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                        float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride) {
-    for (int32_t t = 0; t < T; t++) {
-        const float *qt = q + (size_t)t * DK, *kt = k + (size_t)t * DK, *vt = v + (size_t)t * DV;
-        float *ot = o + (size_t)t * DV;
-        float decay = expf(g[t]);
-        for (int32_t i = 0; i < DK * DV; i++) S[i] *= decay; /* decay first */
-        for (int32_t j = 0; j < DV; j++) {
-            float kv = 0.0f; /* (S^T k)[j] from the decayed state */
-            for (int32_t i = 0; i < DK; i++) kv += kt[i] * S[(size_t)i * DV + j];
-            float delta = beta[t] * (vt[j] - kv);
-            for (int32_t i = 0; i < DK; i++) S[(size_t)i * DV + j] += kt[i] * delta;
-        }
-        for (int32_t j = 0; j < DV; j++) { /* read out of the updated state */
-            float acc = 0.0f;
-            for (int32_t i = 0; i < DK; i++) acc += qt[i] * S[(size_t)i * DV + j];
-            ot[j] = acc;
-        }
-        if (S_after && t + 1 < T) memcpy(S_after + (size_t)t * after_stride, S, sizeof(float) * (size_t)DK * DV);
-    }
+    q35_kernels_get()->gdn_recurrent(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride);
 }
 
 /* Chunked form (HF torch_chunk_gated_delta_rule, chunk 64). Within a chunk,
@@ -150,18 +138,43 @@ typedef struct {
     const q35_config *c;
     const q35_layer_weights *l;
     const q35_gdn_seg *segs;
-    int32_t n_segs, max_rows;
-    const float *y, *z, *bb, *aa;
-    float *core, *head_scratch;
+    int32_t n_segs;
+    const float *raw, *z, *bb, *aa;
+    float *y, *core, *head_scratch;
     size_t head_stride;
 } heads_job;
 
-/* One (sequence, V head) pair: gates, delta rule over the sequence's rows,
- * gated RMSNorm into core. Pairs are independent, so any worker may run any. */
-static void run_head(const heads_job *j, int32_t seg_i, int32_t h, float *scr) {
+/* Causal depthwise conv + SiLU of channels [ch0, ch0 + n) over one
+ * sequence's rows (raw -> y), advancing its conv state: tap j multiplies the
+ * input CK-1-j steps back. */
+static void conv_channels(const heads_job *j, const q35_gdn_seg *sg, int32_t ch0, int32_t n) {
+    const q35_config *c = j->c;
+    const int32_t CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
+    for (int32_t ch = ch0; ch < ch0 + n; ch++) {
+        float w[16], hist[16 + 1];
+        for (int32_t i = 0; i < CK; i++) w[i] = q35_tensor_get_f32(&j->l->conv1d, (int64_t)ch * CK + i);
+        float *st = sg->conv_state + (size_t)ch * (CK - 1);
+        for (int32_t i = 0; i < CK - 1; i++) hist[i] = st[i];
+        for (int32_t t = 0; t < sg->n_rows; t++) {
+            size_t row = (size_t)(sg->row0 + t);
+            hist[CK - 1] = j->raw[row * CD + ch];
+            float acc = 0.0f;
+            for (int32_t i = 0; i < CK; i++) acc += w[i] * hist[i];
+            j->y[row * CD + ch] = silu(acc);
+            for (int32_t i = 0; i < CK - 1; i++) hist[i] = hist[i + 1];
+            if (sg->ckpt_conv && t + 1 < sg->n_rows)
+                memcpy(sg->ckpt_conv + (size_t)t * sg->ckpt_stride + (size_t)ch * (CK - 1), hist,
+                       sizeof(float) * (size_t)(CK - 1));
+        }
+        for (int32_t i = 0; i < CK - 1; i++) st[i] = hist[i];
+    }
+}
+
+/* One V head h of one sequence: gates, delta rule over the sequence's rows,
+ * gated RMSNorm into core. Its q, k and v are in y already. */
+static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float *scr) {
     const q35_config *c = j->c;
     const q35_layer_weights *l = j->l;
-    const q35_gdn_seg *sg = &j->segs[seg_i];
     const int32_t T = sg->n_rows, r0 = sg->row0, CD = q35_conv_dim(c);
     const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
     const int32_t KD = HK * DK, VD = HV * DV, kh = h / (HV / HK);
@@ -192,63 +205,50 @@ static void run_head(const heads_job *j, int32_t seg_i, int32_t h, float *scr) {
     }
 }
 
+/* One K head kh of one sequence and the V heads that read it: conv of its
+ * q, k and v channels, L2 norm of q and k, then each V head. Items touch
+ * disjoint channels, states and outputs, so any worker may run any. */
+static void run_k_head(const heads_job *j, int32_t seg_i, int32_t kh, float *scr) {
+    const q35_config *c = j->c;
+    const q35_gdn_seg *sg = &j->segs[seg_i];
+    const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
+    const int32_t KD = HK * DK, CD = q35_conv_dim(c), rep = HV / HK;
+    conv_channels(j, sg, kh * DK, DK);
+    conv_channels(j, sg, KD + kh * DK, DK);
+    conv_channels(j, sg, 2 * KD + kh * rep * DV, rep * DV);
+    const float s = 1.0f / sqrtf((float)DK);
+    for (int32_t t = 0; t < sg->n_rows; t++) {
+        float *yt = j->y + (size_t)(sg->row0 + t) * CD;
+        l2norm(yt + kh * DK, DK);
+        l2norm(yt + KD + kh * DK, DK);
+        for (int32_t i = 0; i < DK; i++) yt[kh * DK + i] *= s;
+    }
+    for (int32_t h = kh * rep; h < (kh + 1) * rep; h++) run_head(j, sg, h, scr);
+}
+
 static void heads_worker(void *p, int ith, int nth) {
     const heads_job *j = p;
-    int64_t lo, hi, HV = j->c->lin_n_head_v;
-    q35_split((int64_t)j->n_segs * HV, 1, ith, nth, &lo, &hi);
+    int64_t lo, hi, HK = j->c->lin_n_head_k;
+    q35_split((int64_t)j->n_segs * HK, 1, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++)
-        run_head(j, (int32_t)(i / HV), (int32_t)(i % HV), j->head_scratch + (size_t)ith * j->head_stride);
+        run_k_head(j, (int32_t)(i / HK), (int32_t)(i % HK), j->head_scratch + (size_t)ith * j->head_stride);
 }
 
 void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
                      const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool) {
-    const int32_t T = n_tok, CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
-    const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
-    const int32_t KD = HK * DK, VD = HV * DV;
+    const int32_t T = n_tok, CD = q35_conv_dim(c);
+    const int32_t HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim, VD = HV * DV;
     float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
     float *bb = core + (size_t)T * VD, *aa = bb + (size_t)T * HV, *heads = aa + (size_t)T * HV;
 
-    q35_matmul(pool, raw, &l->in_proj_qkv, xn, T);
-    q35_matmul(pool, z, &l->in_proj_z, xn, T);
-    q35_matmul(pool, bb, &l->in_proj_b, xn, T);
-    q35_matmul(pool, aa, &l->in_proj_a, xn, T);
-
-    /* causal depthwise conv per sequence: tap j multiplies the input CK-1-j steps back */
-    for (int32_t si = 0; si < n_segs; si++) {
-        const q35_gdn_seg *sg = &segs[si];
-        for (int32_t ch = 0; ch < CD; ch++) {
-            float w[16], hist[16 + 1];
-            for (int32_t j = 0; j < CK; j++) w[j] = q35_tensor_get_f32(&l->conv1d, (int64_t)ch * CK + j);
-            float *st = sg->conv_state + (size_t)ch * (CK - 1);
-            for (int32_t j = 0; j < CK - 1; j++) hist[j] = st[j];
-            for (int32_t t = 0; t < sg->n_rows; t++) {
-                size_t row = (size_t)(sg->row0 + t);
-                hist[CK - 1] = raw[row * CD + ch];
-                float acc = 0.0f;
-                for (int32_t j = 0; j < CK; j++) acc += w[j] * hist[j];
-                y[row * CD + ch] = silu(acc);
-                for (int32_t j = 0; j < CK - 1; j++) hist[j] = hist[j + 1];
-                if (sg->ckpt_conv && t + 1 < sg->n_rows)
-                    memcpy(sg->ckpt_conv + (size_t)t * sg->ckpt_stride + (size_t)ch * (CK - 1), hist,
-                           sizeof(float) * (size_t)(CK - 1));
-            }
-            for (int32_t j = 0; j < CK - 1; j++) st[j] = hist[j];
-        }
-    }
-
-    for (int32_t t = 0; t < T; t++) { /* normalise q and k once per K head */
-        float *yt = y + (size_t)t * CD;
-        for (int32_t h = 0; h < HK; h++) {
-            l2norm(yt + h * DK, DK);
-            l2norm(yt + KD + h * DK, DK);
-            float s = 1.0f / sqrtf((float)DK);
-            for (int32_t i = 0; i < DK; i++) yt[h * DK + i] *= s;
-        }
-    }
+    /* the four projections of xn in one pass over the pool */
+    float *ys[4] = {raw, z, bb, aa};
+    const q35_tensor *Ws[4] = {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a};
+    q35_matmul_multi(pool, 4, ys, Ws, xn, T);
 
     int32_t max_rows = 0;
     for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
-    heads_job j = {c, l, segs, n_segs, max_rows, y, z, bb, aa, core, heads, head_scratch_floats(c, max_rows)};
+    heads_job j = {c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows)};
     /* a handoff costs microseconds: tiny models run their heads inline */
     if ((double)T * HV * DK * DV < 1e5) heads_worker(&j, 0, 1);
     else q35_pool_run(pool, heads_worker, &j);

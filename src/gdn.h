@@ -34,7 +34,8 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_work
 void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
                      const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool);
 
-/* The two delta-rule kernels, per V head, exposed for tests.
+/* The two delta-rule kernels, per V head, exposed for tests; the recurrence
+ * is the kernel table's gdn_recurrent (kernels.h).
  * S (DK, DV); q, k (T, DK) already L2-normalised, q scaled; v (T, DV); g, beta (T); o (T, DV). */
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                        float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);

@@ -6,7 +6,9 @@
  *   u = fc [rmsnorm1p(E[x_{p+1}]) | rmsnorm1p(h_p)]     (embedding first)
  *   u += attn(rmsnorm1p(u)) at position p, with the MTP layer's own KV cache
  *   u += mlp(rmsnorm1p(u));  d = rmsnorm1p(u, mtp.norm);  logits = lm_head d
- * The embedding and lm_head are the main model's. A chained draft feeds d
+ * The embedding and lm_head are the main model's (the draft's logits may
+ * come from a copy of a subset of lm_head's rows: q35_engine_set_draft_vocab,
+ * then logits[i] is the logit of token draft_ids[i]). A chained draft feeds d
  * back as the hidden state of the next row. */
 #include "attention.h"
 #include "compute.h"
@@ -37,7 +39,7 @@ void q35_mtp_rows(q35_session *s, const float *hidden, const int32_t *next, int3
     for (size_t i = 0; i < (size_t)n * H; i++) u[i] += cat[i];
     if (logits) {
         q35_rmsnorm1p_to(s->draft_hidden, u + (size_t)(n - 1) * H, &m->norm, H, eps);
-        q35_matmul(e->pool, logits, &e->w.lm_head, s->draft_hidden, 1);
+        q35_matmul(e->pool, logits, q35_draft_head(e), s->draft_hidden, 1);
     }
 }
 

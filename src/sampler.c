@@ -13,7 +13,9 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct { float logit; int32_t id; } candidate;
 
@@ -150,43 +152,26 @@ static void select_top(candidate *c, int32_t n, int32_t k) {
     }
 }
 
-int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
+/* Top-k after the NaN clean-up: V when off. With no top-k, top-p or min-p
+ * cut the draw is made straight from the full softmax. */
+static int32_t top_k_of(const q35_sampler *s) {
     int32_t V = s->n_vocab;
-    apply_penalties(s, logits);
-    /* NaN never wins and never gets probability */
-    for (int32_t i = 0; i < V; i++)
-        if (logits[i] != logits[i]) logits[i] = -INFINITY;
-    if (s->p.temperature <= 0) return q35_argmax(logits, V);
+    return s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : V;
+}
+static bool uncut(const q35_sampler *s) { return top_k_of(s) == s->n_vocab && s->p.top_p >= 1.0f && s->p.min_p <= 0.0f; }
 
-    int32_t k = s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : V;
-    float inv_t = 1.0f / s->p.temperature;
-    if (k == V && s->p.top_p >= 1.0f && s->p.min_p <= 0.0f) {
-        /* no cut: draw straight from the tempered softmax, in id order */
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-        if (mx == -INFINITY) return 0;
-        double sum = 0;
-        for (int32_t i = 0; i < V; i++) sum += exp((double)(logits[i] - mx) * inv_t);
-        double u = rng_uniform(s->rng) * sum, acc = 0;
-        int32_t last = 0;
-        for (int32_t i = 0; i < V; i++) {
-            double w = exp((double)(logits[i] - mx) * inv_t);
-            if (w <= 0) continue;
-            last = i;
-            acc += w;
-            if (u < acc) return i;
-        }
-        return last;
-    }
-
+/* Ranks a penalised row's candidates and applies top-k, then top-p and
+ * min-p on the untempered distribution: the survivors are s->cand[0..n),
+ * best first. n = 0 when even the best is -inf (s->cand[0] is then the
+ * choice). */
+static int32_t cut_candidates(q35_sampler *s, const float *logits) {
+    int32_t V = s->n_vocab, k = top_k_of(s);
     candidate *c = s->cand;
     for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
     if (k < V) select_top(c, V, k);
     qsort(c, (size_t)k, sizeof *c, cand_desc);
     int32_t n = k;
-    if (c[0].logit == -INFINITY) return c[0].id;
-
-    /* top-p and min-p on the untempered distribution of the survivors */
+    if (c[0].logit == -INFINITY) return 0;
     float mx = c[0].logit;
     double sum = 0;
     for (int32_t i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
@@ -204,6 +189,49 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
         while (m < n && (double)(c[m].logit - mx) >= cut) m++;
         n = m;
     }
+    return n;
+}
+
+static void clean_nan(float *logits, int32_t V) { /* NaN never wins and never gets probability */
+    for (int32_t i = 0; i < V; i++)
+        if (logits[i] != logits[i]) logits[i] = -INFINITY;
+}
+
+static float row_max(const float *logits, int32_t V) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    return mx;
+}
+
+int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
+    int32_t V = s->n_vocab;
+    apply_penalties(s, logits);
+    clean_nan(logits, V);
+    if (s->p.temperature <= 0) return q35_argmax(logits, V);
+
+    float inv_t = 1.0f / s->p.temperature;
+    if (uncut(s)) {
+        /* no cut: draw straight from the tempered softmax, in id order */
+        float mx = row_max(logits, V);
+        if (mx == -INFINITY) return 0;
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += exp((double)(logits[i] - mx) * inv_t);
+        double u = rng_uniform(s->rng) * sum, acc = 0;
+        int32_t last = 0;
+        for (int32_t i = 0; i < V; i++) {
+            double w = exp((double)(logits[i] - mx) * inv_t);
+            if (w <= 0) continue;
+            last = i;
+            acc += w;
+            if (u < acc) return i;
+        }
+        return last;
+    }
+
+    int32_t n = cut_candidates(s, logits);
+    candidate *c = s->cand;
+    if (!n) return c[0].id;
+    float mx = c[0].logit;
     double tsum = 0;
     for (int32_t i = 0; i < n; i++) tsum += exp((double)(c[i].logit - mx) * inv_t);
     double u = rng_uniform(s->rng) * tsum, acc = 0;
@@ -212,6 +240,49 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
         if (u < acc) return c[i].id;
     }
     return c[n - 1].id;
+}
+
+/* Forgets tokens q35_sampler_accept recorded last, newest first: a token
+ * whose count drops to 0 is then the last of out_ids. */
+static void unaccept(q35_sampler *s, const int32_t *ids, int32_t n) {
+    for (int32_t i = n - 1; i >= 0; i--) {
+        int32_t t = ids[i];
+        if (t < 0 || t >= s->n_vocab) continue;
+        if (--s->out_count[t] == 0) s->n_out_ids--;
+    }
+}
+
+static void one_hot(float *probs, int32_t V, int32_t t) {
+    for (int32_t i = 0; i < V; i++) probs[i] = 0.0f;
+    probs[t] = 1.0f;
+}
+
+void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
+    int32_t V = s->n_vocab;
+    float *l = probs; /* the penalised logits, then the probabilities, in place */
+    memcpy(l, logits, sizeof *l * (size_t)V);
+    for (int32_t i = 0; i < n_prev; i++) q35_sampler_accept(s, prev[i]);
+    apply_penalties(s, l);
+    unaccept(s, prev, n_prev);
+    clean_nan(l, V);
+    if (s->p.temperature <= 0) { one_hot(probs, V, q35_argmax(l, V)); return; }
+    float inv_t = 1.0f / s->p.temperature;
+    if (uncut(s)) {
+        float mx = row_max(l, V);
+        if (mx == -INFINITY) { one_hot(probs, V, 0); return; }
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += exp((double)(l[i] - mx) * inv_t);
+        for (int32_t i = 0; i < V; i++) probs[i] = (float)(exp((double)(l[i] - mx) * inv_t) / sum);
+        return;
+    }
+    int32_t n = cut_candidates(s, l);
+    candidate *c = s->cand;
+    if (!n) { one_hot(probs, V, c[0].id); return; }
+    float mx = c[0].logit;
+    double tsum = 0;
+    for (int32_t i = 0; i < n; i++) tsum += exp((double)(c[i].logit - mx) * inv_t);
+    for (int32_t i = 0; i < V; i++) probs[i] = 0.0f;
+    for (int32_t i = 0; i < n; i++) probs[c[i].id] = (float)(exp((double)(c[i].logit - mx) * inv_t) / tsum);
 }
 
 float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int32_t *top_ids,

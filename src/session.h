@@ -22,7 +22,14 @@ struct q35_engine {
     q35_weights w;
     q35_model_info info;
     q35_pool *pool;        /* the workers every session of this engine computes with */
-    float *batch_logits;   /* (UBATCH, V) for multi-session steps; allocated on first use */
+    float *batch_logits;   /* (UBATCH, V) for multi-session steps; its pages are touched on first use */
+    /* Reduced-vocabulary draft head (q35_engine_set_draft_vocab): rows
+     * draft_ids[i] of lm_head, ascending, copied in lm_head's dtype into
+     * draft_head_data; n_draft 0: the draft uses the whole lm_head. */
+    int32_t n_draft;
+    int32_t *draft_ids;    /* (n_draft) */
+    q35_tensor draft_head; /* (n_draft, H) */
+    void *draft_head_data;
 };
 
 struct q35_session {
@@ -67,6 +74,12 @@ struct q35_session {
 };
 
 void q35_spec_free_buffers(q35_session *s); /* spec.c */
+void q35_spec_free_draft_head(q35_engine *e); /* spec.c */
+/* q35_draft_vocab_load on size bytes already read (name: for messages). */
+q35_status q35_draft_vocab_parse(const char *data, size_t size, const char *name, int32_t vocab_size, int32_t **ids,
+                                 int32_t *n, q35_error *err);
+/* The tensor the MTP draft's logits come from: the reduced head or lm_head. */
+static inline const q35_tensor *q35_draft_head(const q35_engine *e) { return e->n_draft ? &e->draft_head : &e->w.lm_head; }
 
 /* The MTP head (mtp.c). Rows (h_p, next token x_{p+1}) at positions
  * pos0.. write the MTP KV cache; with logits, the last row's draft logits

@@ -1,26 +1,39 @@
 /* threadpool.c: persistent workers with a spin-then-sleep handoff (see
- * threadpool.h). One job at a time: q35_pool_run is not reentrant. */
+ * threadpool.h). One job at a time: q35_pool_run is not reentrant.
+ *
+ * Handoff: the caller publishes fn/ctx and bumps `epoch`; workers spin on
+ * epoch for up to SPIN_NS, then sleep on it with a futex. The caller makes
+ * the wake syscall only when some worker has gone to sleep. Completion is
+ * the mirror image: workers count `pending` down, the caller spins on it for
+ * up to SPIN_NS and then sleeps on it, and the last worker wakes it only if
+ * it sleeps. Each "announce, then check the other side" pair uses seq_cst
+ * operations, so a wake-up is never lost. */
 #include "threadpool.h"
 #include "util.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-#define SPIN_ITERS 20000 /* about tens of microseconds before sleeping */
+/* Decode runs hundreds of jobs per token with microseconds between them;
+ * sleeping and waking costs tens of microseconds on a VM. Spin this long
+ * first, then sleep (so idle workers do not burn a core between requests). */
+#define SPIN_NS 200000
 
 struct q35_pool {
     int n;
     pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_uint generation; /* bumped to start a job */
-    atomic_int pending;     /* workers still running the current job */
+    _Alignas(64) atomic_uint epoch;  /* bumped to start a job; futex word for sleeping workers */
+    atomic_int sleepers;             /* workers in (or about to enter) a futex wait on epoch */
     atomic_int quit;
     q35_pool_fn fn;
     void *ctx;
+    _Alignas(64) atomic_uint pending; /* workers still running the current job; futex word for the caller */
+    atomic_int caller_sleeps;
 };
 
 typedef struct { q35_pool *pool; int index; } worker_arg;
@@ -31,6 +44,36 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static void futex_wait(atomic_uint *word, unsigned expected) {
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake_all(atomic_uint *word) {
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins until *word != value or SPIN_NS pass; returns the last value read.
+ * The clock is read once per 64 pauses only. */
+static unsigned spin_while_equal(atomic_uint *word, unsigned value) {
+    int64_t deadline = 0;
+    for (int i = 0;; i++) {
+        unsigned v = atomic_load_explicit(word, memory_order_acquire);
+        if (v != value) return v;
+        if ((i & 63) == 63) {
+            int64_t t = now_ns();
+            if (!deadline) deadline = t + SPIN_NS;
+            else if (t > deadline) return v;
+        }
+        cpu_relax();
+    }
+}
+
 static void *worker_main(void *p) {
     worker_arg *wa = p;
     q35_pool *pool = wa->pool;
@@ -38,19 +81,18 @@ static void *worker_main(void *p) {
     free(wa);
     unsigned seen = 0;
     for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen) {
+        while (spin_while_equal(&pool->epoch, seen) == seen) {
             if (atomic_load(&pool->quit)) return NULL;
-            if (++spins < SPIN_ITERS) { cpu_relax(); continue; }
-            pthread_mutex_lock(&pool->mu);
-            while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->quit)) pthread_cond_wait(&pool->cv, &pool->mu);
-            pthread_mutex_unlock(&pool->mu);
-            spins = 0;
+            atomic_fetch_add(&pool->sleepers, 1);
+            /* the kernel re-checks epoch == seen before sleeping */
+            if (atomic_load(&pool->epoch) == seen && !atomic_load(&pool->quit)) futex_wait(&pool->epoch, seen);
+            atomic_fetch_sub(&pool->sleepers, 1);
         }
-        seen = g;
+        seen = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+        if (atomic_load(&pool->quit)) return NULL;
         pool->fn(pool->ctx, index, pool->n);
-        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel);
+        if (atomic_fetch_sub(&pool->pending, 1) == 1 && atomic_load(&pool->caller_sleeps))
+            futex_wake_all(&pool->pending);
     }
 }
 
@@ -61,11 +103,10 @@ q35_status q35_pool_new(int n_threads, q35_pool **out, q35_error *err) {
         n_threads = c > 0 ? (int)c : 1;
     }
     if (n_threads > 1024) n_threads = 1024;
-    q35_pool *pool = calloc(1, sizeof *pool);
+    q35_pool *pool = aligned_alloc(64, (sizeof *pool + 63) & ~(size_t)63);
     if (!pool) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    memset(pool, 0, sizeof *pool);
     pool->n = n_threads;
-    pthread_mutex_init(&pool->mu, NULL);
-    pthread_cond_init(&pool->cv, NULL);
     pool->threads = calloc((size_t)n_threads, sizeof *pool->threads);
     if (!pool->threads) { free(pool); return q35_fail(err, Q35_ERR_NOMEM, "out of memory"); }
     for (int i = 1; i < n_threads; i++) {
@@ -84,13 +125,10 @@ q35_status q35_pool_new(int n_threads, q35_pool **out, q35_error *err) {
 
 void q35_pool_free(q35_pool *pool) {
     if (!pool) return;
-    pthread_mutex_lock(&pool->mu);
     atomic_store(&pool->quit, 1);
-    pthread_cond_broadcast(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
+    atomic_fetch_add(&pool->epoch, 1);
+    futex_wake_all(&pool->epoch);
     for (int i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
-    pthread_mutex_destroy(&pool->mu);
-    pthread_cond_destroy(&pool->cv);
     free(pool->threads);
     free(pool);
 }
@@ -104,17 +142,17 @@ void q35_pool_run(q35_pool *pool, q35_pool_fn fn, void *ctx) {
     }
     pool->fn = fn;
     pool->ctx = ctx;
-    atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_release);
-    pthread_mutex_lock(&pool->mu);
-    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_acq_rel);
-    pthread_cond_broadcast(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
+    atomic_store(&pool->pending, (unsigned)(pool->n - 1));
+    atomic_fetch_add(&pool->epoch, 1); /* releases fn, ctx and pending */
+    if (atomic_load(&pool->sleepers) > 0) futex_wake_all(&pool->epoch);
     fn(ctx, 0, pool->n);
-    /* spin while the others are likely running; yield once they may have
-     * been descheduled (more threads than free cores) */
-    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {
-        if (spins < SPIN_ITERS) cpu_relax();
-        else sched_yield();
+    for (;;) {
+        unsigned left = atomic_load(&pool->pending);
+        if (!left) break;
+        if (spin_while_equal(&pool->pending, left) != left) continue; /* progress: keep spinning */
+        atomic_store(&pool->caller_sleeps, 1); /* no progress for SPIN_NS: sleep until the last one ends */
+        if ((left = atomic_load(&pool->pending)) != 0) futex_wait(&pool->pending, left);
+        atomic_store(&pool->caller_sleeps, 0);
     }
 }
 

@@ -5,7 +5,7 @@
  * Work is split by worker index only, never by timing, so results do not
  * depend on scheduling. Threads are created once, at pool creation: the
  * token loop creates none. Workers spin briefly between jobs (decode runs
- * hundreds of jobs per token) and then sleep on a condition variable. */
+ * hundreds of jobs per token) and then sleep on a futex. */
 #ifndef Q35_THREADPOOL_H
 #define Q35_THREADPOOL_H
 

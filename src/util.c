@@ -36,6 +36,25 @@ const char *q35_status_name(q35_status status) {
     return "unknown error";
 }
 
+/* Huge pages are 2 MiB on x86-64: mappings start on that boundary so that
+ * the kernel can back them with huge pages where it allows (large page-cache
+ * folios for the file, transparent huge pages for the anonymous copy). */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* Reserves len bytes of address space at a HUGE_PAGE boundary (PROT_NONE, to
+ * be mapped over with MAP_FIXED), or NULL. */
+static char *reserve_aligned(size_t len) {
+    size_t total = len + HUGE_PAGE;
+    char *r = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return NULL;
+    char *a = (char *)round_up((uintptr_t)r, HUGE_PAGE);
+    if (a > r) munmap(r, (size_t)(a - r));
+    if (r + total > a + len) munmap(a + len, (size_t)(r + total - (a + len)));
+    return a;
+}
+
 q35_status q35_map_file(const char *path, q35_mapped_file *out, q35_error *err) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
@@ -53,15 +72,54 @@ q35_status q35_map_file(const char *path, q35_mapped_file *out, q35_error *err) 
     }
     out->size = (size_t)st.st_size;
     if (out->size > 0) {
-        void *p = mmap(NULL, out->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        size_t len = round_up(out->size, (size_t)sysconf(_SC_PAGESIZE));
+        char *at = reserve_aligned(len);
+        void *p = at ? mmap(at, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) : MAP_FAILED;
         if (p == MAP_FAILED) {
             int e = errno;
+            if (at) munmap(at, len);
             close(fd);
             return q35_fail(err, Q35_ERR_IO, "%s: cannot map: %s", path, strerror(e));
         }
+        madvise(p, len, MADV_HUGEPAGE); /* a hint: kernels without file huge pages refuse it, harmlessly */
         out->data = p;
     }
     out->fd = fd;
+    return Q35_OK;
+}
+
+q35_status q35_map_copy(q35_mapped_file *f, const char *path, q35_error *err) {
+    if (!f->data || f->copied) return Q35_OK;
+    size_t len = round_up(f->size, (size_t)sysconf(_SC_PAGESIZE));
+    char *a = reserve_aligned(len);
+    if (!a || mmap(a, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+        if (a) munmap(a, len);
+        return q35_fail(err, Q35_ERR_NOMEM, "%s: cannot allocate %zu bytes for the weights", path, f->size);
+    }
+    madvise(a, len, MADV_HUGEPAGE);
+    /* pread, not a copy out of the mapping: no page-table work for pages
+     * that are dropped right after */
+    for (size_t done = 0; done < f->size;) {
+        size_t want = f->size - done < ((size_t)64 << 20) ? f->size - done : ((size_t)64 << 20);
+        ssize_t got = pread(f->fd, a + done, want, (off_t)done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int e = got < 0 ? errno : 0;
+            munmap(a, len);
+            return q35_fail(err, Q35_ERR_IO, "%s: cannot read for the in-memory copy: %s", path,
+                            e ? strerror(e) : "the file shrank after it was opened");
+        }
+        done += (size_t)got;
+    }
+    /* read-only like the file mapping, then moved over it: every pointer
+     * into the weights stays valid */
+    if (mprotect(a, len, PROT_READ) != 0 ||
+        mremap(a, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, f->data) == MAP_FAILED) {
+        int e = errno;
+        munmap(a, len);
+        return q35_fail(err, Q35_ERR_IO, "%s: cannot place the in-memory copy: %s", path, strerror(e));
+    }
+    f->copied = 1;
     return Q35_OK;
 }
 

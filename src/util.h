@@ -15,14 +15,19 @@
 q35_status q35_fail(q35_error *err, q35_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* A whole file mapped read-only. */
+/* A whole file mapped read-only, at a 2 MiB boundary. */
 typedef struct q35_mapped_file {
     void *data;
     size_t size;
     int fd;
+    int copied; /* q35_map_copy replaced the mapping */
 } q35_mapped_file;
 
 q35_status q35_map_file(const char *path, q35_mapped_file *out, q35_error *err);
+/* Replaces the file mapping, at the same address, by a read-only copy of the
+ * file in anonymous memory (transparent huge pages where the kernel allows
+ * them). On failure the file mapping stays as it was. */
+q35_status q35_map_copy(q35_mapped_file *f, const char *path, q35_error *err);
 void q35_unmap_file(q35_mapped_file *f);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer. */

@@ -28,11 +28,12 @@ static q35_status prepare(const char *src, const char *out, q35_policy_id policy
     return q35_prepare(&p, err);
 }
 
-static float *all_logits(const char *dir, const int32_t *ids, int32_t n, int32_t *V) {
+static float *all_logits_with(const char *dir, const q35_engine_params *params, const int32_t *ids, int32_t n,
+                              int32_t *V) {
     q35_engine *e = NULL;
     q35_session *s = NULL;
     q35_error err = {0};
-    if (q35_engine_load(dir, NULL, &e, &err) || q35_session_new(e, n, &s, &err)) {
+    if (q35_engine_load(dir, params, &e, &err) || q35_session_new(e, n, &s, &err)) {
         q35_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
         q35_engine_free(e);
         return NULL;
@@ -47,6 +48,10 @@ static float *all_logits(const char *dir, const int32_t *ids, int32_t n, int32_t
     q35_session_free(s);
     q35_engine_free(e);
     return l;
+}
+
+static float *all_logits(const char *dir, const int32_t *ids, int32_t n, int32_t *V) {
+    return all_logits_with(dir, NULL, ids, n, V);
 }
 
 static const int32_t k_ids[] = {11, 200, 3, 57, 99, 140, 7, 250, 31, 64, 128, 5, 77, 190, 42, 300};
@@ -354,4 +359,23 @@ TEST(cache, synthetic_weights_are_deterministic_and_load) {
     }
     CHECK_NEAR(sqrt(s2 / (double)n), 0.02, 0.006);
     q35_checkpoint_close(&ck);
+}
+
+/* --no-mmap: the weights are read into anonymous memory at the address of
+ * the file mapping; a cache and a safetensors checkpoint give the same
+ * logits, bit for bit, either way. */
+TEST(cache, weights_copied_into_memory_give_identical_logits) {
+    q35_error err;
+    const char *out = tmp_path("nommap-a");
+    REQUIRE_MSG(!prepare(model_dir("models/tiny-a"), out, Q35_POLICY_DEFAULT, &err), "%s", err.msg);
+    const char *dirs[] = {out, model_dir("models/tiny-b")};
+    const q35_engine_params copy = {.no_mmap = 1};
+    for (int d = 0; d < 2; d++) {
+        int32_t V1 = 0, V2 = 0;
+        float *a = all_logits(dirs[d], k_ids, N_IDS, &V1), *b = all_logits_with(dirs[d], &copy, k_ids, N_IDS, &V2);
+        REQUIRE(a && b && V1 == V2);
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)N_IDS * (size_t)V1), "%s: logits differ with no_mmap", dirs[d]);
+        free(a);
+        free(b);
+    }
 }

@@ -1,6 +1,10 @@
 /* Tests of src/util.c: number conversions and file helpers. */
 #include "test.h"
 #include "util.h"
+#include "helpers.h"
+
+#include <stdint.h>
+#include <unistd.h>
 
 TEST(util, bf16_round_trip_and_rounding) {
     CHECK(q35_bf16_to_f32(0x3f80) == 1.0f);
@@ -32,4 +36,46 @@ TEST(util, read_missing_file_names_it) {
     CHECK(q35_read_file("/nonexistent/q35/file.json", &buf, NULL, &err) == Q35_ERR_IO);
     CHECK(strstr(err.msg, "/nonexistent/q35/file.json") != NULL);
     CHECK(buf == NULL);
+}
+
+/* Mappings start on a 2 MiB boundary (huge pages), and the in-memory copy
+ * lands at the same address with the same bytes, read-only. */
+TEST(util, map_is_aligned_and_the_copy_replaces_it_in_place) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/map3m.bin", q35_test_tmpdir());
+    size_t n = (3u << 20) + 123;
+    unsigned char *src = malloc(n);
+    REQUIRE(src);
+    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 2654435761u >> 13);
+    REQUIRE(!test_spit(path, src, n));
+    q35_mapped_file f;
+    q35_error err = {0};
+    REQUIRE_MSG(!q35_map_file(path, &f, &err), "%s", err.msg);
+    CHECK(f.size == n && ((uintptr_t)f.data & ((2u << 20) - 1)) == 0);
+    void *at = f.data;
+    CHECK_MSG(!q35_map_copy(&f, path, &err), "%s", err.msg);
+    CHECK(f.data == at && f.copied == 1);
+    CHECK(!memcmp(f.data, src, n));
+    q35_unmap_file(&f);
+    free(src);
+}
+
+/* A file cut short after it was mapped: the copy fails with an error that
+ * names it, and the file mapping stays in place. */
+TEST(util, map_copy_of_a_shrunk_file_fails_cleanly) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/shrunk.bin", q35_test_tmpdir());
+    size_t n = 1u << 20;
+    char *src = calloc(1, n);
+    REQUIRE(src && !test_spit(path, src, n));
+    free(src);
+    q35_mapped_file f;
+    q35_error err = {0};
+    REQUIRE_MSG(!q35_map_file(path, &f, &err), "%s", err.msg);
+    REQUIRE(truncate(path, (off_t)(n / 2)) == 0);
+    void *at = f.data;
+    CHECK(q35_map_copy(&f, path, &err) == Q35_ERR_IO);
+    CHECK(strstr(err.msg, "shrunk.bin") != NULL && strstr(err.msg, "shrank") != NULL);
+    CHECK(f.data == at && f.copied == 0);
+    q35_unmap_file(&f);
 }

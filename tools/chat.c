@@ -47,13 +47,18 @@ static int emit(reply *r, int32_t t) {
 
 static const char usage[] =
     "usage: qwen35 chat [-m MODEL] [--system TEXT] [--think] [-n MAX_TOKENS] [--temp T] [--seed N]\n"
-    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS]\n"
+    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--no-mmap]\n"
     "  Chat on the terminal. Without -m it uses the embedded demo model.\n"
     "  Lines starting with /reset clear the conversation; /quit or end of input leaves.\n";
 
+/* The distribution the sampler draws from (a q35_policy for speculative steps). */
+static void chat_probs(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
+    q35_sampler_probs(ctx, logits, prev, n_prev, probs);
+}
+
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system_msg = NULL;
-    int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0;
+    int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0, no_mmap = 0;
     float temp = 0.0f;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -61,6 +66,7 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
         if (!strcmp(k, "--think")) { think = 1; continue; }
         if (!strcmp(k, "--no-spec")) { spec_k = 0; continue; }
+        if (!strcmp(k, "--no-mmap")) { no_mmap = 1; continue; }
         if (!v) { fprintf(stderr, "qwen35 chat: %s needs a value\n%s", k, usage); return 2; }
         char *end = NULL;
         if (!strcmp(k, "-m")) model = v;
@@ -82,7 +88,7 @@ int cmd_chat(int argc, char **argv) {
     if (!model) model = default_model = cli_default_model();
 
     q35_error err = {0};
-    q35_engine_params ep = {.n_threads = threads};
+    q35_engine_params ep = {.n_threads = threads, .no_mmap = no_mmap};
     q35_engine *e = NULL;
     q35_tokenizer *tok = NULL;
     q35_session *s = NULL;
@@ -98,12 +104,18 @@ int cmd_chat(int argc, char **argv) {
     if (spec_k < 0) spec_k = info->has_mtp ? 1 : 0;
     if (spec_k > 0 && q35_session_set_spec(s, spec_k, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
     int32_t im_end = q35_token_id(tok, "<|im_end|>", 10), eot = q35_token_id(tok, "<|endoftext|>", 13);
-    /* Sampled replies go through the library's sampler one token at a time
-     * (as the server's sampled requests do); greedy ones take speculative steps. */
+    /* Replies take speculative steps either way: greedy ones the plain argmax
+     * of each verify row, sampled ones the library's sampler through
+     * speculative rejection sampling (the same distribution as sampling one
+     * token at a time, as the server's sampled requests do). */
+    uint64_t spec_rng = 0;
+    q35_policy policy = {chat_probs, NULL, &spec_rng};
     if (temp > 0) {
-        q35_sampler_params sp = {temp, 0, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f,
-                                 seed ? seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32)};
+        uint64_t s0 = seed ? seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+        q35_sampler_params sp = {temp, 0, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, s0};
         if (q35_sampler_new(&sp, info->vocab_size, &sampler, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
+        policy.ctx = sampler;
+        spec_rng = s0 * 0x9e3779b97f4a7c15ull + 1;
     }
 
     json_t *messages = json_array();
@@ -160,30 +172,23 @@ int cmd_chat(int argc, char **argv) {
         memcpy(seen, ids, sizeof(int32_t) * n_ids);
         n_seen = (int32_t)n_ids;
         free(ids);
-        /* the first token from the prompt's logits, then one eval (sampled) or step (greedy) at a time */
+        /* the first token from the prompt's logits; then emit `next`, and each
+         * step evaluates it and proposes the following tokens, all but the
+         * last of which are emitted at once */
         int32_t next = sampler ? q35_sampler_sample(sampler, logits) : q35_argmax(logits, info->vocab_size);
         double t1 = cli_now();
         reply r = {dt, im_end, eot, max_tokens, 0, 0, NULL, 0};
-        while (sampler && !emit(&r, next)) {
-            q35_sampler_accept(sampler, next);
-            seen[n_seen++] = next;
-            if (q35_session_eval(s, &next, 1, logits, 0, &err)) {
-                fprintf(stderr, "\nqwen35 chat: %s\n", err.msg);
-                break;
-            }
-            next = q35_sampler_sample(sampler, logits);
-        }
-        /* greedy: emit `next`; each step evaluates it and proposes the following
-         * tokens, all but the last of which are emitted at once */
-        while (!sampler && !emit(&r, next)) {
+        while (!emit(&r, next)) {
             int32_t batch[Q35_SPEC_K_MAX + 1], m;
-            if (q35_session_step(s, next, NULL, batch, &m, NULL, &err)) {
+            if (sampler) q35_sampler_accept(sampler, next);
+            if (q35_session_step(s, next, sampler ? &policy : NULL, batch, &m, NULL, &err)) {
                 fprintf(stderr, "\nqwen35 chat: %s\n", err.msg);
                 break;
             }
             seen[n_seen++] = next;
             int stopped = 0;
             for (int32_t i = 0; i + 1 < m && !stopped; i++) {
+                if (sampler) q35_sampler_accept(sampler, batch[i]);
                 seen[n_seen++] = batch[i];
                 stopped = emit(&r, batch[i]);
             }
@@ -202,6 +207,7 @@ int cmd_chat(int argc, char **argv) {
         json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "assistant", "content", out_text));
         free(out_text);
     }
+    cli_print_spec_stats(e, s);
     json_decref(messages);
     free(seen);
     free(logits);

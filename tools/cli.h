@@ -15,10 +15,19 @@ int cmd_eval(int argc, char **argv);    /* tools/eval.c */
 int cmd_bench(int argc, char **argv);  /* tools/bench.c */
 int cmd_tokenize(int argc, char **argv); /* tools/tokenize.c */
 int cmd_chat(int argc, char **argv);   /* tools/chat.c */
+int cmd_draft_vocab(int argc, char **argv); /* tools/draft_vocab.c */
 
 /* The embedded default model's directory (malloc'd). tools/cli_util.c */
 char *cli_default_model(void);
 /* Seconds on the monotonic clock. tools/cli_util.c */
 double cli_now(void);
+/* The session's speculation counters on stderr (nothing when it does not speculate). */
+struct q35_engine;
+struct q35_session;
+void cli_print_spec_stats(const struct q35_engine *e, const struct q35_session *s);
+/* --draft-vocab FILE: loads the token-id list into e's draft head; on
+ * failure prints "PROG: why" and returns -1. tools/cli_util.c */
+struct q35_engine;
+int cli_set_draft_vocab(struct q35_engine *e, const char *path, const char *prog);
 
 #endif

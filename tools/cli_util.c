@@ -1,5 +1,6 @@
 /* cli_util.c: helpers shared by the subcommands. */
 #include "cli.h"
+#include "qwen35.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -33,8 +34,37 @@ char *cli_default_model(void) {
     return strdup(DEMO_MODEL);
 }
 
+int cli_set_draft_vocab(q35_engine *e, const char *path, const char *prog) {
+    q35_error err = {0};
+    int32_t *ids = NULL, n = 0;
+    if (q35_draft_vocab_load(path, q35_engine_info(e)->vocab_size, &ids, &n, &err) ||
+        q35_engine_set_draft_vocab(e, ids, n, &err)) {
+        fprintf(stderr, "%s: --draft-vocab: %s\n", prog, err.msg);
+        free(ids);
+        return -1;
+    }
+    free(ids);
+    return 0;
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_print_spec_stats(const q35_engine *e, const q35_session *s) {
+    int32_t k = q35_session_spec_k(s);
+    if (k <= 0) return;
+    q35_spec_stats st = q35_session_spec_stats(s);
+    fprintf(stderr, "speculation: k=%d, draft head %d of %d rows, %lld steps, %lld drafts, %lld accepted "
+            "(acceptance %.1f%%, mean acceptance length %.2f tokens per step)\n", k, q35_engine_draft_vocab(e),
+            q35_engine_info(e)->vocab_size, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
+            st.drafts ? 100.0 * (double)st.accepted / (double)st.drafts : 0.0,
+            st.steps ? 1.0 + (double)st.accepted / (double)st.steps : 0.0);
+    if (k > 1) {
+        fprintf(stderr, "speculation: accepted by draft position:");
+        for (int32_t j = 0; j < k; j++) fprintf(stderr, " %lld", (long long)st.accepted_at[j]);
+        fprintf(stderr, " (of %lld steps)\n", (long long)st.steps);
+    }
 }

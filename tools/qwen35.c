@@ -24,6 +24,7 @@ static const command commands[] = {
     {"info", cmd_info, "tensor counts by dtype, bytes, bytes per token, and the 9B cache size per policy"},
     {"eval", cmd_eval, "perplexity on a text or token ids; KL divergence and top-1 agreement against a base"},
     {"bench", cmd_bench, "speed benchmark against an OpenAI-compatible server"},
+    {"draft-vocab", cmd_draft_vocab, "the most frequent token ids of a corpus: a reduced draft head for --draft-vocab"},
     {"tokenize", cmd_tokenize, "text or a chat request to token ids (and pieces)"},
     {"version", cmd_version, "print the version"},
 };
@@ -31,7 +32,7 @@ static const command commands[] = {
 static void usage(FILE *fp) {
     fprintf(fp, "qwen35 %s: Qwen3.5 inference engine\n\nusage: qwen35 COMMAND [options]\n\ncommands:\n", Q35_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(fp, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(fp, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(fp, "\n'qwen35 COMMAND --help' shows a command's options.\n");
 }
 

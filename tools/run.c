@@ -40,8 +40,9 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
 }
 
 typedef struct {
-    const char *model, *ids, *text, *out;
+    const char *model, *ids, *text, *out, *draft_vocab;
     long n_gen, threads;
+    int no_mmap;
     long spec_k; /* -1: the default (1 with an MTP head, else 0) */
 } run_args;
 
@@ -54,11 +55,13 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); exit(0); }
         if (!want_out && !strcmp(k, "--no-spec")) { a->spec_k = 0; continue; }
+        if (!strcmp(k, "--no-mmap")) { a->no_mmap = 1; continue; }
         if (!v) { fprintf(stderr, "%s: option %s needs a value\n%s", argv[0], k, usage); return -1; }
         char *end;
         if (!strcmp(k, "-m") || !strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--prompt-ids")) a->ids = v;
         else if (!want_out && !strcmp(k, "--prompt")) a->text = v;
+        else if (!want_out && !strcmp(k, "--draft-vocab")) a->draft_vocab = v;
         else if (want_out && (!strcmp(k, "-o") || !strcmp(k, "--output"))) a->out = v;
         else if (!want_out && (!strcmp(k, "-n") || !strcmp(k, "--n-predict"))) {
             a->n_gen = strtol(v, &end, 10);
@@ -84,7 +87,7 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
 
 static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_t need_ctx) {
     q35_error err = {0};
-    q35_engine_params p = {.n_threads = (int32_t)a->threads};
+    q35_engine_params p = {.n_threads = (int32_t)a->threads, .no_mmap = a->no_mmap};
     if (q35_engine_load(a->model, &p, e, &err)) {
         fprintf(stderr, "qwen35: %s\n", err.msg);
         return -1;
@@ -102,12 +105,15 @@ static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_
 
 static const char run_usage[] =
     "usage: qwen35 run -m MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [-n N] [-t THREADS]\n"
-    "                  [--spec-k K | --no-spec]\n"
+    "                  [--spec-k K | --no-spec] [--draft-vocab FILE] [--no-mmap]\n"
     "  Greedy generation of N tokens. With --prompt-ids it prints the generated\n"
     "  token ids; with --prompt (tokenized by the model's tokenizer) it prints the\n"
     "  text as it is generated and stops at an end-of-text token. Then tok/s and\n"
     "  the speculative-decoding counters go to stderr. With an MTP head,\n"
-    "  speculation drafts K tokens per step (default 1); the output is the same.\n";
+    "  speculation drafts K tokens per step (default 1); the output is the same.\n"
+    "  --draft-vocab FILE drafts over those token ids only (one per line, as\n"
+    "  `qwen35 draft-vocab` writes): a cheaper draft; the output is the same.\n"
+    "  --no-mmap reads the weights into memory (huge pages) instead of mapping the file.\n";
 
 /* Where generated tokens go: a comma-separated id list, or streamed text. */
 typedef struct {
@@ -171,6 +177,7 @@ int cmd_run(int argc, char **argv) {
         rc = 1;
     }
     if (!rc && !info->has_mtp) fprintf(stderr, "qwen35 run: the model has no MTP head; decoding without speculation\n");
+    if (!rc && a.draft_vocab && cli_set_draft_vocab(e, a.draft_vocab, "qwen35 run")) rc = 1;
     double t0 = cli_now();
     if (!rc && (!logits || q35_session_eval(s, ids, n_ids, logits, 0, &err))) {
         fprintf(stderr, "qwen35 run: %s\n", logits ? err.msg : "out of memory");
@@ -203,12 +210,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc) {
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s); generated: %ld tokens in %.3f s (%.2f tok/s)\n", n_ids,
                 t1 - t0, n_ids / (t1 - t0), n_done, t2 - t1, n_done > 1 ? (n_done - 1) / (t2 - t1) : 0.0);
-        q35_spec_stats st = q35_session_spec_stats(s);
-        if (k > 0)
-            fprintf(stderr, "speculation: k=%d, %lld steps, %lld drafts, %lld accepted (acceptance %.1f%%, mean acceptance "
-                    "length %.2f tokens per step)\n", k, (long long)st.steps, (long long)st.drafts, (long long)st.accepted,
-                    st.drafts ? 100.0 * (double)st.accepted / (double)st.drafts : 0.0,
-                    st.steps ? 1.0 + (double)st.accepted / (double)st.steps : 0.0);
+        cli_print_spec_stats(e, s);
     }
     free(logits);
     free(ids);
@@ -220,7 +222,7 @@ int cmd_run(int argc, char **argv) {
 }
 
 static const char logits_usage[] =
-    "usage: qwen35 logits -m MODEL_DIR --prompt-ids 1,2,3 -o FILE [-t THREADS]\n"
+    "usage: qwen35 logits -m MODEL_DIR --prompt-ids 1,2,3 -o FILE [-t THREADS] [--no-mmap]\n"
     "  Writes little-endian float32 logits: one row of vocab_size values per prompt position.\n";
 
 int cmd_logits(int argc, char **argv) {

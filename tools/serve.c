@@ -27,6 +27,7 @@
 
 static serve_config C;
 static long g_cache_mb = -1, g_spec_k = -1; /* -1: the defaults */
+static const char *g_draft_vocab; /* --draft-vocab FILE */
 static q35_engine *g_engine;
 static const q35_model_info *g_info;
 static q35_api_limits g_limits;
@@ -145,6 +146,15 @@ static void read_rss(double *rss, double *hwm) {
     fclose(fp);
 }
 
+/* One more sample of a metric whose HELP and TYPE lines are out already. */
+static void prom_sample(char **b, size_t *n, size_t *cap, const char *name, const char *labels, unsigned long long v) {
+    char line[700];
+    snprintf(line, sizeof line, "%s{%s} %llu\n", name, labels, v);
+    size_t ll = strlen(line);
+    char *nb = realloc(*b, *n + ll + 1);
+    if (nb) { *b = nb; memcpy(*b + *n, line, ll + 1); *n += ll; *cap = *n + 1; }
+}
+
 static char *metrics_text(size_t *len) {
     char *b = NULL;
     size_t n = 0, cap = 0;
@@ -164,13 +174,7 @@ static char *metrics_text(size_t *len) {
     for (int i = FIN_STOP; i <= FIN_ERROR; i++) {
         snprintf(l2, sizeof l2, "%s,finished_reason=\"%s\"", lab, reasons[i]);
         if (i == FIN_STOP) q35_prom_value(&b, &n, &cap, "vllm:request_success_total", "counter", "Finished requests by reason.", l2, (double)M.finished[i]);
-        else {
-            char line[600];
-            snprintf(line, sizeof line, "vllm:request_success_total{%s} %llu\n", l2, M.finished[i]);
-            size_t ll = strlen(line);
-            char *nb = realloc(b, n + ll + 1);
-            if (nb) { b = nb; memcpy(b + n, line, ll + 1); n += ll; cap = n + 1; }
-        }
+        else prom_sample(&b, &n, &cap, "vllm:request_success_total", l2, M.finished[i]);
     }
     q35_prom_value(&b, &n, &cap, "qwen35:requests_rejected_total", "counter", "Requests refused because the queue was full.", lab, (double)M.rejected);
     q35_prom_hist(&b, &n, &cap, "vllm:time_to_first_token_seconds", "Time to first token.", lab, &M.ttft);
@@ -180,6 +184,12 @@ static char *metrics_text(size_t *len) {
     q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_drafts_total", "counter", "Speculation steps (MTP drafts verified).", lab, (double)st.spec_steps);
     q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", lab, (double)st.spec_drafts);
     q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", lab, (double)st.spec_accepted);
+    for (int j = 0; j < st.spec_k && j < Q35_SPEC_K_MAX; j++) { /* draft j of a step is accepted only after 0..j-1 */
+        snprintf(l2, sizeof l2, "%s,position=\"%d\"", lab, j);
+        if (!j) q35_prom_value(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                               "Draft tokens accepted, by their position in a step.", l2, (double)st.spec_accepted_at[j]);
+        else prom_sample(&b, &n, &cap, "vllm:spec_decode_num_accepted_tokens_per_pos_total", l2, st.spec_accepted_at[j]);
+    }
     q35_prom_value(&b, &n, &cap, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", lab, (double)st.cache_queries);
     q35_prom_value(&b, &n, &cap, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens restored from the prefix cache.", lab, (double)st.cache_hits);
     q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_bytes", "gauge", "Bytes held by prefix cache snapshots.", lab, (double)st.cache_bytes);
@@ -1115,9 +1125,12 @@ static const char serve_usage[] =
     "  --timeout S              idle connection and request-body time limit (default 60)\n"
     "  --prefix-cache-mb N      prefix cache budget (default min(4096, a quarter of free memory); 0: off)\n"
     "  --prefill-chunk N        prompt tokens per scheduler step (default 512)\n"
-    "  --spec-k K               MTP draft tokens per step for greedy sequences\n"
-    "                           (default 1 with an MTP head; 0: off)\n"
-    "  -t, --threads N          engine threads (default: one per core)\n";
+    "  --spec-k K               MTP draft tokens per step (default 1 with an MTP head; 0: off)\n"
+    "  --draft-vocab FILE       draft only over these token ids (one per line, as written by\n"
+    "                           `qwen35 draft-vocab`): a cheaper draft head, the same output\n"
+    "  -t, --threads N          engine threads (default: one per core)\n"
+    "  --no-mmap                read the weights into memory (huge pages where the kernel allows)\n"
+    "                           instead of serving them from the mapped file\n";
 
 static int parse_long(const char *v, long lo, long hi, long *out) {
     char *end;
@@ -1131,7 +1144,7 @@ static int parse_long(const char *v, long lo, long hi, long *out) {
 /* Loads the model and starts the scheduler; the exit status (0: ready). */
 static int load_and_start(void) {
     q35_error err = {0};
-    q35_engine_params ep = {.n_threads = C.threads};
+    q35_engine_params ep = {.n_threads = C.threads, .no_mmap = C.no_mmap};
     if (q35_engine_load(C.model_path, &ep, &g_engine, &err)) {
         fprintf(stderr, "qwen35 serve: %s\n", err.msg);
         return 1;
@@ -1173,6 +1186,10 @@ static int load_and_start(void) {
         q35_engine_free(g_engine);
         return 2;
     }
+    if (g_draft_vocab && cli_set_draft_vocab(g_engine, g_draft_vocab, "qwen35 serve")) {
+        q35_engine_free(g_engine);
+        return 2;
+    }
     int32_t eos[8];
     int n_eos = read_eos(C.model_path, eos, 8);
     if (g_tok) { /* the bytes of every token, for json_object */
@@ -1209,8 +1226,9 @@ static int load_and_start(void) {
         return 1;
     }
     fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position); parallel %d; "
-                    "prefix cache %zu MiB; speculation k=%d; tokenizer: %s\n",
-            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, C.spec_k, have_tokenizer() ? "yes" : "none (token ids only)");
+                    "prefix cache %zu MiB; speculation k=%d, draft head %d of %d rows; tokenizer: %s\n",
+            C.model_path, C.served_name, len, why, per_pos, C.parallel, budget >> 20, C.spec_k, q35_engine_draft_vocab(g_engine),
+            g_info->vocab_size, have_tokenizer() ? "yes" : "none (token ids only)");
     atomic_store(&g_ready, 1);
     fprintf(stderr, "qwen35 serve: ready\n");
 
@@ -1242,6 +1260,7 @@ int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(serve_usage, stdout); return 0; }
+        if (!strcmp(k, "--no-mmap")) { C.no_mmap = 1; continue; }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "qwen35 serve: option %s needs a value\n%s", k, serve_usage); return 2; }
         long x;
@@ -1265,6 +1284,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &g_cache_mb); }
         else if (!strcmp(k, "--prefill-chunk")) { bad = parse_long(v, 1, 1 << 20, &x); C.prefill_chunk = (int32_t)x; }
         else if (!strcmp(k, "--spec-k")) { bad = parse_long(v, 0, Q35_SPEC_K_MAX, &g_spec_k); }
+        else if (!strcmp(k, "--draft-vocab")) g_draft_vocab = v;
         else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) { bad = parse_long(v, 0, 1024, &x); C.threads = (int)x; }
         else { fprintf(stderr, "qwen35 serve: unknown option '%s'\n%s", k, serve_usage); return 2; }
         if (bad) { fprintf(stderr, "qwen35 serve: bad value '%s' for %s\n", v, k); return 2; }

@@ -83,6 +83,7 @@ typedef struct serve_config {
     size_t max_body;
     double timeout_s;          /* idle connection / slow body limit */
     int threads;
+    int no_mmap;               /* weights read into memory instead of mapped */
     size_t cache_bytes;        /* prefix cache budget */
     int32_t prefill_chunk;
     int32_t spec_k;            /* MTP draft tokens per step, 0: off */
@@ -103,6 +104,8 @@ typedef struct sched_stats {
     size_t cache_bytes, cache_entries;
     unsigned long long cache_queries, cache_hits; /* in prompt tokens */
     unsigned long long spec_steps, spec_drafts, spec_accepted;
+    unsigned long long spec_accepted_at[Q35_SPEC_K_MAX]; /* by position in a step */
+    int32_t spec_k;
 } sched_stats;
 void sched_get_stats(sched_stats *st);
 

@@ -6,10 +6,12 @@
  *   3. evaluates one chunk of each admitted prompt (so a long prompt delays
  *      the others' next token by one chunk at most), first restoring the
  *      longest cached prefix;
- *   4. runs one q35_batch_step over the greedy decoding sequences (MTP
- *      drafts verified in one forward pass) and one q35_batch_decode over
- *      the others, so the weights are read once per kind of step for all of
- *      them, and samples each row with the sequence's own sampler.
+ *   4. runs one q35_batch_step over the speculating sequences (MTP drafts
+ *      verified in one forward pass; sampled ones through speculative
+ *      rejection sampling with their own sampler's distribution) and one
+ *      q35_batch_decode over the others, so the weights are read once per
+ *      kind of step for all of them, and samples each row with the
+ *      sequence's own sampler.
  *
  * Prefix reuse, two levels. A slot whose sequence ended keeps its state
  * ("warm", with the token ids it holds): a request whose prompt extends that
@@ -49,6 +51,8 @@ typedef struct seq {
     bool looked_up;            /* the prefix cache was consulted */
     bool ckpt_done;            /* the prompt checkpoint was taken */
     q35_sampler *sampler;
+    q35_policy policy;         /* speculative steps: seq_probs over the sampler; NULL probs: plain greedy */
+    uint64_t spec_rng;         /* the draws of speculative steps, seeded from the request's seed */
     bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
     q35_json_prefix json;
     q35_stop_matcher stop;
@@ -97,6 +101,8 @@ static struct {
     seq **spec_seq;            /* (n_slots) sequences of this step's speculative batch */
     int32_t *spec_out;         /* (n_slots, Q35_SPEC_K_MAX + 1) their tokens */
     int32_t *spec_n;           /* (n_slots) tokens each yielded */
+    const q35_policy **spec_pol; /* (n_slots) their policies */
+    float *masked;             /* (V) a logits row under the min_tokens mask, for seq_probs */
 
     pthread_mutex_t mu;        /* guards the wait list, counts and stats below */
     pthread_cond_t cv;
@@ -114,6 +120,7 @@ static struct {
     unsigned long long cache_queries, cache_hits;
     int32_t spec_k;            /* draft tokens per step, 0: off */
     unsigned long long spec_steps, spec_drafts, spec_accepted;
+    unsigned long long spec_accepted_at[Q35_SPEC_K_MAX];
 } S;
 
 /* ---- requests ---- */
@@ -471,17 +478,50 @@ static void seq_prefill(seq *s) {
     seq_sample(s, row);
 }
 
-/* Does s decode speculatively? Greedy sequences without penalties, a
- * min_tokens mask or json_object do, always, whatever else is running: for
- * them a speculative step yields exactly the tokens plain decoding would,
- * and a request's path never depends on the load. The others decode one
- * token per step. */
+/* The distribution seq_sample would draw s's next token from after the
+ * step's earlier tokens prev (not yet taken): the min_tokens mask while
+ * n_gen + n_prev < min_tokens, then the sampler's penalties (prev counted
+ * as generated), cuts and temperature. q35_batch_step samples from it by
+ * speculative rejection sampling, so the output keeps its distribution. */
+static void seq_probs(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
+    seq *s = ctx;
+    const q35_api_request *a = &s->req->api;
+    if (s->n_gen + n_prev < a->min_tokens) {
+        memcpy(S.masked, logits, sizeof *S.masked * (size_t)S.V);
+        if (!a->ignore_eos)
+            for (int i = 0; i < S.n_eos; i++)
+                if (S.eos[i] >= 0 && S.eos[i] < S.V) S.masked[S.eos[i]] = -INFINITY;
+        for (int32_t i = 0; i < a->n_stop_token_ids; i++) S.masked[a->stop_token_ids[i]] = -INFINITY;
+        logits = S.masked;
+    }
+    q35_sampler_probs(s->sampler, logits, prev, n_prev, probs);
+}
+
+/* Does s decode speculatively? Every sequence does, always, whatever else
+ * is running, so a request's path never depends on the load: greedy ones
+ * without penalties or a min_tokens mask take the plain argmax of each
+ * verify row (exactly the tokens plain decoding gives), the others go
+ * through seq_probs (exactly the distribution plain decoding samples from).
+ * Except json_object: its mask (seq_sample) tries every token of the
+ * vocabulary against a JSON prefix state that advances token by token, and
+ * seq_probs does not replay that state over the step's earlier tokens (it
+ * would take 2k+1 vocabulary-wide passes per step), so without it a draft's
+ * distribution would not be the one plain decoding samples from; those
+ * decode one token per step. So does every sequence near the end of the
+ * context, where a verify batch would not fit. */
 static bool can_speculate(const seq *s) {
+    return S.spec_k > 0 && !s->json_on && q35_session_pos(S.sessions[s->slot]) + S.spec_k + 1 < S.n_ctx;
+}
+
+/* The speculative policy of s: none (plain argmax) when that is exact. */
+static const q35_policy *seq_policy(seq *s) {
     const q35_api_request *a = &s->req->api;
     const q35_sampler_params *p = &a->sampling;
-    return S.spec_k > 0 && !s->json_on && p->temperature == 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 &&
-           p->frequency_penalty == 0 && s->n_gen >= a->min_tokens &&
-           q35_session_pos(S.sessions[s->slot]) + S.spec_k + 1 < S.n_ctx;
+    if (p->temperature == 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0 &&
+        s->n_gen >= a->min_tokens)
+        return NULL;
+    s->policy = (q35_policy){seq_probs, s, &s->spec_rng};
+    return &s->policy;
 }
 
 /* One speculative step for n sequences in one batch (the weights are read
@@ -491,22 +531,26 @@ static void spec_step(seq **list, int n) {
     for (int i = 0; i < n; i++) {
         q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
         before.steps += st.steps; before.drafts += st.drafts; before.accepted += st.accepted;
+        for (int j = 0; j < Q35_SPEC_K_MAX; j++) before.accepted_at[j] += st.accepted_at[j];
         S.batch_sess[i] = S.sessions[list[i]->slot];
         S.batch_tok[i] = list[i]->last;
+        S.spec_pol[i] = seq_policy(list[i]);
     }
     q35_error err;
-    if (q35_batch_step(S.batch_sess, S.batch_tok, n, NULL, S.spec_out, S.spec_n, &err)) {
+    if (q35_batch_step(S.batch_sess, S.batch_tok, n, S.spec_pol, S.spec_out, S.spec_n, &err)) {
         for (int i = 0; i < n; i++) seq_fail(list[i], err.msg);
         return;
     }
     for (int i = 0; i < n; i++) {
         q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
         after.steps += st.steps; after.drafts += st.drafts; after.accepted += st.accepted;
+        for (int j = 0; j < Q35_SPEC_K_MAX; j++) after.accepted_at[j] += st.accepted_at[j];
     }
     pthread_mutex_lock(&S.mu);
     S.spec_steps += (unsigned long long)(after.steps - before.steps);
     S.spec_drafts += (unsigned long long)(after.drafts - before.drafts);
     S.spec_accepted += (unsigned long long)(after.accepted - before.accepted);
+    for (int j = 0; j < Q35_SPEC_K_MAX; j++) S.spec_accepted_at[j] += (unsigned long long)(after.accepted_at[j] - before.accepted_at[j]);
     pthread_mutex_unlock(&S.mu);
     for (int i = 0; i < n; i++) {
         seq *s = list[i];
@@ -532,6 +576,7 @@ static seq *seq_new(request *r, int32_t prompt_index, int32_t j) {
     s->tokens = malloc(sizeof *s->tokens * ((size_t)s->n_prompt + (size_t)s->max_tokens));
     q35_sampler_params sp = r->api.sampling;
     sp.seed += (uint64_t)j; /* choice j of a seeded request: its own stream */
+    s->spec_rng = sp.seed * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull; /* never 0 for seed 0 */
     q35_error err;
     s->dec = decoder_new();
     if (!s->tokens || !s->dec || q35_sampler_new(&sp, S.V, &s->sampler, &err)) { seq_free(s); return NULL; }
@@ -717,7 +762,10 @@ int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, cons
     S.spec_seq = calloc(ns, sizeof *S.spec_seq);
     S.spec_out = calloc(ns * (Q35_SPEC_K_MAX + 1), sizeof *S.spec_out);
     S.spec_n = calloc(ns, sizeof *S.spec_n);
-    if (!S.sessions || !S.slots || !S.warm || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq || !S.spec_seq || !S.spec_out || !S.spec_n) {
+    S.spec_pol = calloc(ns, sizeof *S.spec_pol);
+    S.masked = malloc(sizeof *S.masked * (size_t)S.V);
+    if (!S.sessions || !S.slots || !S.warm || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq ||
+        !S.spec_seq || !S.spec_out || !S.spec_n || !S.spec_pol || !S.masked) {
         snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
         return -1;
     }
@@ -753,7 +801,7 @@ void sched_stop(void) {
     free(S.warm);
     free(S.sessions); free(S.slots); free(S.logits); free(S.raw);
     free(S.batch_sess); free(S.batch_tok); free(S.batch_seq);
-    free(S.spec_seq); free(S.spec_out); free(S.spec_n);
+    free(S.spec_seq); free(S.spec_out); free(S.spec_n); free(S.spec_pol); free(S.masked);
 }
 
 void sched_set_token_bytes(const char *const *bytes, const size_t *lens) {
@@ -774,5 +822,7 @@ void sched_get_stats(sched_stats *st) {
     st->spec_steps = S.spec_steps;
     st->spec_drafts = S.spec_drafts;
     st->spec_accepted = S.spec_accepted;
+    memcpy(st->spec_accepted_at, S.spec_accepted_at, sizeof st->spec_accepted_at);
+    st->spec_k = S.spec_k;
     pthread_mutex_unlock(&S.mu);
 }

@@ -7,7 +7,9 @@
  * prompt tok/s at several lengths, time to first token, the cost of
  * batched decode steps relative to one row, the cost of a speculative
  * verify step and of a draft, the tok/s a given acceptance rate would give
- * (labelled synthetic: random weights reject every draft), and peak RSS.
+ * (labelled synthetic: random weights reject every draft), the same with
+ * reduced-vocabulary draft heads (and the acceptance each would need to
+ * match the full head), and peak RSS.
  * It prints a table and writes JSON. Timings are medians of repeats. */
 #include "cli.h"
 #include "qwen35.h"
@@ -30,10 +32,34 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Peak resident set (VmHWM) since the last reset_peak_rss(). */
 static long peak_rss_kb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss;
+    long kb = 0;
+    FILE *fp = fopen("/proc/self/status", "r");
+    if (!fp) return 0;
+    char line[256];
+    while (fgets(line, sizeof line, fp)) sscanf(line, "VmHWM: %ld", &kb);
+    fclose(fp);
+    return kb;
+}
+
+/* The bandwidth probe's buffer is not the engine's memory: forget it. */
+static void reset_peak_rss(void) {
+    FILE *fp = fopen("/proc/self/clear_refs", "w");
+    if (fp) { fputs("5", fp); fclose(fp); }
+}
+
+/* The resident set now, split into anonymous and file-backed kB. */
+static void rss_now_kb(long *anon, long *file) {
+    *anon = *file = 0;
+    FILE *fp = fopen("/proc/self/status", "r");
+    if (!fp) return;
+    char line[256];
+    while (fgets(line, sizeof line, fp)) {
+        sscanf(line, "RssAnon: %ld", anon);
+        sscanf(line, "RssFile: %ld", file);
+    }
+    fclose(fp);
 }
 
 static int parse_list(const char *s, int *out, int max) {
@@ -51,19 +77,86 @@ static int parse_list(const char *s, int *out, int max) {
 
 static const char usage[] =
     "usage: qwen35 speed -m MODEL [-t 1,2] [--prompt 254,512,2048] [--decode N] [--spec-k K]\n"
-    "                    [--accept 0.83] [--json FILE]\n"
+    "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--no-mmap]\n"
+    "                    [--json FILE]\n"
     "  Engine speed: decode and prompt tok/s, GB/s against the measured read bandwidth,\n"
-    "  time to first token, batched and speculative step costs, peak RSS.\n";
+    "  time to first token, batched and speculative step costs, peak RSS.\n"
+    "  --draft-rows: also a speculative step with a reduced-vocabulary draft head of\n"
+    "  each many rows (the lowest token ids; default 32768; 0: none).\n"
+    "  --no-mmap: weights read into anonymous memory (huge pages) instead of the mapped file.\n";
+
+/* Expected tokens per speculative step with k drafts each accepted with
+ * probability a (given the previous one was): 1 + a + a^2 + ... + a^k. */
+static double tokens_per_step(double a, int k) {
+    double expect = 1, ak = 1;
+    for (int j = 0; j < k; j++) { ak *= a; expect += ak; }
+    return expect;
+}
+
+/* Median seconds of a plain decode step (on the non-speculative session
+ * plain), of a verify step (k+1 checkpointed rows with their logits, as a
+ * speculative step computes them, rewound) and of a whole
+ * speculative step (draft + verify) on s with the full draft head
+ * (t_step[0]) and with a reduced head of rows[h] rows (the lowest ids;
+ * t_step[1 + h]). All of them are interleaved in one loop so that the ratios
+ * do not drift with the machine's load. Both sessions start over from a
+ * short prompt; s needs 8 * (1 + (n_rows + 1) * (k + 1)) more positions. */
+static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, const int32_t *toks, int k, const int *rows,
+                           int n_rows, double *t_decode, double *t_verify, double *t_step, q35_error *err) {
+    enum { REPS = 8 };
+    double d[REPS], v[REPS], w[9][REPS];
+    int32_t out[Q35_SPEC_K_MAX + 1], m, max_rows = 0;
+    for (int h = 0; h < n_rows; h++) max_rows = rows[h] > max_rows ? rows[h] : max_rows;
+    int32_t *ids = malloc(sizeof *ids * (size_t)(max_rows ? max_rows : 1));
+    float *logits = malloc(sizeof *logits * (size_t)(k + 1) * (size_t)q35_engine_info(e)->vocab_size);
+    if (!ids || !logits) { free(ids); free(logits); return -1; }
+    for (int32_t i = 0; i < max_rows; i++) ids[i] = i;
+    q35_session_reset(s);
+    q35_session_reset(plain);
+    int rc = q35_session_eval(s, toks, 8, NULL, 0, err) || q35_session_eval(plain, toks, 8, NULL, 0, err) ? -1 : 0;
+    for (int r = 0; r < REPS && !rc; r++) {
+        double t0 = cli_now();
+        if (q35_session_step(plain, toks[40 + r], NULL, out, &m, NULL, err)) rc = -1;
+        d[r] = cli_now() - t0;
+        t0 = cli_now();
+        if (!rc && (q35_session_eval(s, toks + 20, k + 1, logits, Q35_EVAL_CHECKPOINT | Q35_EVAL_ALL_LOGITS, err) ||
+                    q35_session_rewind(s, 1, err)))
+            rc = -1;
+        v[r] = cli_now() - t0;
+        for (int h = 0; h <= n_rows && !rc; h++) {
+            /* the head is copied outside the timed step */
+            if (q35_engine_set_draft_vocab(e, h ? ids : NULL, h ? rows[h - 1] : 0, err)) { rc = -1; break; }
+            t0 = cli_now();
+            if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, err)) rc = -1;
+            w[h][r] = cli_now() - t0;
+        }
+    }
+    if (q35_engine_set_draft_vocab(e, NULL, 0, rc ? NULL : err)) rc = -1;
+    free(ids);
+    free(logits);
+    if (rc) return -1;
+    *t_decode = median(d, REPS);
+    *t_verify = median(v, REPS);
+    for (int h = 0; h <= n_rows; h++) t_step[h] = median(w[h], REPS);
+    return 0;
+}
+
+typedef struct { int rows; double step_cost, draft_cost, tok_s, speedup, break_even; } draft_row;
 
 typedef struct { int threads; double tok_s, gb_s, pct, bw; } decode_row;
 
 int cmd_speed(int argc, char **argv) {
     const char *model = NULL, *json_path = NULL;
     int threads[8] = {1, 2}, n_threads = 2, prompts[8] = {254, 512, 2048}, n_prompts = 3, n_decode = 16, spec_k = 1;
+    int draft_rows[8] = {32768}, n_draft_rows = 1;
+    draft_row dr[8] = {{0}};
+    int n_dr = 0;
     double accept = 0.83;
+    int no_mmap = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
+        if (!strcmp(k, "--no-mmap")) { no_mmap = 1; continue; }
         if (!v) { fprintf(stderr, "qwen35 speed: %s needs a value\n%s", k, usage); return 2; }
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--json")) json_path = v;
@@ -72,6 +165,10 @@ int cmd_speed(int argc, char **argv) {
         else if (!strcmp(k, "--decode")) { n_decode = atoi(v); if (n_decode < 2 || n_decode > 10000) goto bad; }
         else if (!strcmp(k, "--spec-k")) { spec_k = atoi(v); if (spec_k < 0 || spec_k > Q35_SPEC_K_MAX) goto bad; }
         else if (!strcmp(k, "--accept")) { accept = atof(v); if (!(accept >= 0 && accept <= 1)) goto bad; }
+        else if (!strcmp(k, "--draft-rows")) {
+            if (!strcmp(v, "0")) n_draft_rows = 0;
+            else if ((n_draft_rows = parse_list(v, draft_rows, 8)) <= 0) goto bad;
+        }
         else { fprintf(stderr, "qwen35 speed: unknown option '%s'\n%s", k, usage); return 2; }
         i++;
         continue;
@@ -84,18 +181,28 @@ int cmd_speed(int argc, char **argv) {
     int max_prompt = 0;
     for (int i = 0; i < n_prompts; i++) if (prompts[i] > max_prompt) max_prompt = prompts[i];
     int32_t n_ctx = max_prompt + n_decode + 64;
+    int32_t spec_ctx = 8 + 8 * (1 + (n_draft_rows + 1) * (spec_k + 1)); /* time_spec_steps */
+    if (n_ctx < spec_ctx) n_ctx = spec_ctx;
     q35_error err = {0};
     decode_row rows[8];
     double prompt_tok_s[8] = {0}, ttft_254 = -1, batch_ratio[4] = {0}, verify_ratio = 0, draft_ratio = 0,
            step_spec_s = 0, decode_s = 0, synthetic_tok_s = 0;
     const int batch_sizes[4] = {1, 2, 4, 8};
+    long anon_kb = 0, file_kb = 0; /* with one session of the longest prompt live */
     q35_model_info info = {0};
     const char *kernels = "?";
     int rc = 0;
     uint64_t rng = 88172645463325252ull;
 
+    /* bandwidth first, so that its buffer is gone before the engine's peak is measured */
+    for (int ti = 0; ti < n_threads; ti++)
+        if (q35_read_bandwidth(threads[ti], &rows[ti].bw, &err)) {
+            fprintf(stderr, "qwen35 speed: %s\n", err.msg);
+            rows[ti].bw = 0;
+        }
+    reset_peak_rss();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
-        q35_engine_params p = {.n_threads = threads[ti]};
+        q35_engine_params p = {.n_threads = threads[ti], .no_mmap = no_mmap};
         q35_engine *e;
         if (q35_engine_load(model, &p, &e, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); return 1; }
         info = *q35_engine_info(e);
@@ -103,8 +210,9 @@ int cmd_speed(int argc, char **argv) {
         int last_t = ti == n_threads - 1; /* the fuller measurements run once, at the largest thread count */
         q35_session *s;
         if (q35_session_new(e, n_ctx, &s, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); q35_engine_free(e); return 1; }
-        int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_prompt + n_decode + 16));
-        for (int i = 0; i < max_prompt + n_decode + 16; i++) {
+        int n_toks = max_prompt + n_decode + 16 > 64 ? max_prompt + n_decode + 16 : 64; /* the spec steps use 48 */
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_toks);
+        for (int i = 0; i < n_toks; i++) {
             rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
             toks[i] = (int32_t)(rng % (uint64_t)info.vocab_size);
         }
@@ -123,7 +231,6 @@ int cmd_speed(int argc, char **argv) {
         rows[ti].threads = threads[ti];
         rows[ti].tok_s = 1.0 / decode_s;
         rows[ti].gb_s = (double)info.bytes_per_token / decode_s / 1e9;
-        if (q35_read_bandwidth(threads[ti], &rows[ti].bw, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); rows[ti].bw = 0; }
         rows[ti].pct = rows[ti].bw > 0 ? 100.0 * rows[ti].gb_s / rows[ti].bw : 0;
         fprintf(stderr, "decode, %d thread(s): %.2f tok/s, %.1f GB/s of %.1f GB/s measured (%.0f%%)\n", threads[ti],
                 rows[ti].tok_s, rows[ti].gb_s, rows[ti].bw, rows[ti].pct);
@@ -141,6 +248,7 @@ int cmd_speed(int argc, char **argv) {
                 if (prompts[pi] == 254) ttft_254 = t;
                 fprintf(stderr, "prompt %d tokens: %.2f tok/s (%.2f s)\n", prompts[pi], prompt_tok_s[pi], t);
             }
+            rss_now_kb(&anon_kb, &file_kb);
             /* batched decode across sessions: cost of a step of N rows relative to one */
             q35_session *bs[8];
             int nb = 0;
@@ -164,30 +272,46 @@ int cmd_speed(int argc, char **argv) {
             for (int i = 0; i < nb; i++) q35_session_free(bs[i]);
             /* speculation: a verify step of k+1 rows, and a whole step with drafting */
             if (!rc && info.has_mtp && spec_k > 0) {
-                q35_session_reset(s);
-                if (q35_session_set_spec(s, spec_k, &err) || q35_session_eval(s, toks, 8, NULL, 0, &err)) rc = 1;
-                double v[8], w[8];
-                for (int r = 0; r < 8 && !rc; r++) {
-                    double t0 = cli_now();
-                    if (q35_session_eval(s, toks + 20, spec_k + 1, NULL, Q35_EVAL_CHECKPOINT, &err) ||
-                        q35_session_rewind(s, 1, &err)) rc = 1;
-                    v[r] = cli_now() - t0;
-                    t0 = cli_now();
-                    if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, &err)) rc = 1;
-                    w[r] = cli_now() - t0;
-                }
+                int head_rows[8];
+                for (int di = 0; di < n_draft_rows; di++)
+                    head_rows[di] = draft_rows[di] < info.vocab_size ? draft_rows[di] : info.vocab_size;
+                q35_session *plain = NULL;
+                double t_verify = 0, t_dec = 0, t_step[9];
+                if (q35_session_new(e, n_ctx, &plain, &err) || q35_session_set_spec(s, spec_k, &err) ||
+                    time_spec_steps(e, s, plain, toks, spec_k, head_rows, n_draft_rows, &t_dec, &t_verify, t_step, &err))
+                    rc = 1;
+                q35_session_free(plain);
                 if (!rc) {
-                    double t_verify = median(v, 8);
-                    step_spec_s = median(w, 8);
-                    verify_ratio = t_verify / decode_s;
-                    draft_ratio = (step_spec_s - t_verify) / decode_s;
-                    /* expected tokens per step with per-draft acceptance a: 1 + a + a^2 + ... + a^k */
-                    double expect = 1, ak = 1;
-                    for (int j = 0; j < spec_k; j++) { ak *= accept; expect += ak; }
-                    synthetic_tok_s = expect / step_spec_s;
-                    fprintf(stderr, "speculation k=%d: verify step %.2fx a decode step, drafting %.2fx; "
-                            "SYNTHETIC acceptance %.2f -> %.2f tok/s\n", spec_k, verify_ratio, draft_ratio, accept,
-                            synthetic_tok_s);
+                    step_spec_s = t_step[0];
+                    verify_ratio = t_verify / t_dec;
+                    draft_ratio = (step_spec_s - t_verify) / t_dec;
+                    synthetic_tok_s = tokens_per_step(accept, spec_k) / step_spec_s;
+                    fprintf(stderr, "speculation k=%d: decode step %.3f s; step %.2fx a decode step (verify %.2fx, drafting "
+                            "%.2fx); SYNTHETIC acceptance %.2f -> %.2f tok/s (%.2fx plain decode)\n", spec_k, t_dec,
+                            step_spec_s / t_dec, verify_ratio, draft_ratio, accept, synthetic_tok_s, synthetic_tok_s * t_dec);
+                }
+                /* reduced-vocabulary draft heads: the same verify step, a draft that reads fewer rows */
+                for (int di = 0; di < n_draft_rows && !rc; di++) {
+                    draft_row *d = &dr[n_dr++];
+                    d->rows = head_rows[di];
+                    /* the whole step is the robust figure; its split into verify and draft is a difference of
+                     * two medians, which the machine's noise can even make negative */
+                    d->step_cost = t_step[1 + di] / t_dec;
+                    d->draft_cost = (t_step[1 + di] - t_verify) / t_dec;
+                    double t = d->step_cost; /* in decode steps */
+                    d->speedup = tokens_per_step(accept, spec_k) / t;
+                    d->tok_s = d->speedup / t_dec;
+                    /* the acceptance at which this head only matches the full one */
+                    double want = tokens_per_step(accept, spec_k) * t / (step_spec_s / t_dec), lo = 0, hi = 1;
+                    for (int it = 0; it < 50; it++) {
+                        double mid = 0.5 * (lo + hi);
+                        if (tokens_per_step(mid, spec_k) < want) lo = mid; else hi = mid;
+                    }
+                    d->break_even = want <= 1 ? 0 : want > tokens_per_step(1, spec_k) ? 1 : hi;
+                    fprintf(stderr, "speculation k=%d, draft head of %d rows: step %.2fx a decode step (drafting %.2fx); "
+                            "SYNTHETIC acceptance %.2f -> %.2f tok/s (%.2fx plain decode); it matches the full head at "
+                            "acceptance %.3f\n", spec_k, d->rows, d->step_cost, d->draft_cost, accept, d->tok_s, d->speedup,
+                            d->break_even);
                 }
             }
         }
@@ -219,18 +343,31 @@ int cmd_speed(int argc, char **argv) {
         printf("%-10d %10.2f %10.1f %12.1f %7.0f%%\n", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
     for (int i = 0; i < n_prompts; i++) printf("prompt %-5d %8.2f tok/s\n", prompts[i], prompt_tok_s[i]);
     if (ttft_254 >= 0) printf("time to first token at 254: %.2f s\n", ttft_254);
+    /* the weights are resident as file pages (mapped) or as the anonymous copy (--no-mmap); the rest is the
+     * engine's own memory: KV cache and recurrent states for one context, scratch, logits */
+    double weights_gb = info.weights_copied ? info.file_bytes / 1e9 : file_kb * 1024 / 1e9;
+    double other_gb = (anon_kb * 1024 - (info.weights_copied ? info.file_bytes : 0)) / 1e9;
+    printf("memory: weight files %.2f GB (%s), resident %.2f GB; engine memory %.2f GB (one %d-token session)\n",
+           info.file_bytes / 1e9, info.weights_copied ? "copied into memory" : "mapped", weights_gb, other_gb, n_ctx);
     printf("batch cost N=1,2,4,8: %.2f %.2f %.2f %.2f\n", batch_ratio[0], batch_ratio[1], batch_ratio[2], batch_ratio[3]);
     if (synthetic_tok_s > 0)
-        printf("spec k=%d: verify %.2fx, draft %.2fx of a decode step; %.2f tok/s at SYNTHETIC acceptance %.2f\n", spec_k,
-               verify_ratio, draft_ratio, synthetic_tok_s, accept);
+        printf("spec k=%d: step %.2fx (verify %.2fx, draft %.2fx) of a decode step; %.2f tok/s at SYNTHETIC acceptance %.2f\n",
+               spec_k, verify_ratio + draft_ratio, verify_ratio, draft_ratio, synthetic_tok_s, accept);
+    for (int i = 0; i < n_dr; i++)
+        printf("  draft head %6d rows: step %.2fx (draft %.2fx); %.2f tok/s at the same acceptance (%.2fx decode); "
+               "break-even acceptance %.3f\n", dr[i].rows, dr[i].step_cost, dr[i].draft_cost, dr[i].tok_s, dr[i].speedup,
+               dr[i].break_even);
 
     if (json_path) {
         FILE *fp = fopen(json_path, "w");
         if (!fp) { fprintf(stderr, "qwen35 speed: cannot write %s: %s\n", json_path, strerror(errno)); return 1; }
         fprintf(fp, "{\n  \"schema\": \"qwen35-speed/1\",\n  \"model\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %ld,\n  \"kernels\": \"%s\",\n",
                 model, cpu, sysconf(_SC_NPROCESSORS_ONLN), kernels);
-        fprintf(fp, "  \"bytes_per_token\": %lld,\n  \"peak_rss_bytes\": %lld,\n  \"decode\": [",
-                (long long)info.bytes_per_token, (long long)rss * 1024);
+        fprintf(fp, "  \"bytes_per_token\": %lld,\n  \"peak_rss_bytes\": %lld,\n", (long long)info.bytes_per_token,
+                (long long)rss * 1024);
+        fprintf(fp, "  \"weight_file_bytes\": %lld,\n  \"weights_copied\": %s,\n  \"engine_memory_bytes\": %lld,\n  \"decode\": [",
+                (long long)info.file_bytes, info.weights_copied ? "true" : "false",
+                (long long)(anon_kb * 1024 - (info.weights_copied ? info.file_bytes : 0)));
         for (int i = 0; i < n_threads; i++)
             fprintf(fp, "%s\n    {\"threads\": %d, \"tok_s\": %.4f, \"gb_s\": %.3f, \"measured_bw_gb_s\": %.3f, \"pct_bw\": %.2f}",
                     i ? "," : "", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
@@ -239,8 +376,14 @@ int cmd_speed(int argc, char **argv) {
             fprintf(fp, "%s{\"tokens\": %d, \"tok_s\": %.4f}", i ? ", " : "", prompts[i], prompt_tok_s[i]);
         fprintf(fp, "],\n  \"ttft_254_s\": %.4f,\n  \"batch_cost\": {\"1\": %.4f, \"2\": %.4f, \"4\": %.4f, \"8\": %.4f},\n",
                 ttft_254, batch_ratio[0], batch_ratio[1], batch_ratio[2], batch_ratio[3]);
-        fprintf(fp, "  \"spec\": {\"k\": %d, \"verify_cost\": %.4f, \"draft_cost\": %.4f, \"synthetic_acceptance\": %.3f, "
-                "\"synthetic_tok_s\": %.4f}\n}\n", spec_k, verify_ratio, draft_ratio, accept, synthetic_tok_s);
+        fprintf(fp, "  \"spec\": {\"k\": %d, \"step_cost\": %.4f, \"verify_cost\": %.4f, \"draft_cost\": %.4f, "
+                "\"synthetic_acceptance\": %.3f, \"synthetic_tok_s\": %.4f, \"draft_heads\": [", spec_k,
+                verify_ratio + draft_ratio, verify_ratio, draft_ratio, accept, synthetic_tok_s);
+        for (int i = 0; i < n_dr; i++)
+            fprintf(fp, "%s\n    {\"rows\": %d, \"step_cost\": %.4f, \"draft_cost\": %.4f, \"synthetic_tok_s\": %.4f, "
+                    "\"speedup\": %.4f, \"break_even_acceptance\": %.4f}", i ? "," : "", dr[i].rows, dr[i].step_cost,
+                    dr[i].draft_cost, dr[i].tok_s, dr[i].speedup, dr[i].break_even);
+        fprintf(fp, "%s]}\n}\n", n_dr ? "\n  " : "");
         if (fclose(fp)) { fprintf(stderr, "qwen35 speed: cannot write %s\n", json_path); return 1; }
         printf("wrote %s\n", json_path);
     }

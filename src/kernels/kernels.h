@@ -35,9 +35,41 @@ void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok
 /* Row r of a 2-D tensor (an embedding table) widened to float. */
 void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
 
+/* The Gated DeltaNet recurrence of one V head over T rows (gdn.h):
+ *   S = exp(g_t) S;  delta = beta_t (v_t - S^T k_t);  S += k_t delta^T;  o_t = S^T q_t
+ * S (DK, DV) in place; q, k (T, DK) already normalised; v, o (T, DV); g,
+ * beta (T). With S_after, the state after row t < T-1 is also written to
+ * S_after + t * after_stride. Computed as
+ *   a = S^T k_t, b = S^T q_t                 (one read of S)
+ *   delta = beta (v - e^g a), o = e^g b + (q.k) delta
+ *   S = e^g S + k delta^T                    (one read-modify-write of S)
+ * where the read-modify-write pass also forms a and b of row t+1, so T rows
+ * cost T+1 passes over S. Each a[j], b[j] sums over i in ascending order, so
+ * row t's results are the same bits whether it runs alone or in a batch. */
+void q35_gdn_recurrent_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                           float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);
+
+/* One query head against n_keys cached positions (rows of k and v, stride
+ * kv_stride floats): o (HD) = softmax(scale * k q) v. scores (n_keys) is
+ * scratch. */
+void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
+                         int32_t HD, float scale, float *scores);
+
+/* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
+void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
+                            const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
+                            size_t after_stride);
+void q35_attend_head_avx2(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
+                          int32_t HD, float scale, float *scores);
+
 typedef void (*q35_matmul_fn)(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0,
                               int64_t o1);
 typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
+typedef void (*q35_gdn_recurrent_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
+                                     const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
+                                     size_t after_stride);
+typedef void (*q35_attend_head_fn)(float *o, const float *q, const float *k, const float *v, size_t kv_stride,
+                                   int32_t n_keys, int32_t HD, float scale, float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
 
 /* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
@@ -48,15 +80,17 @@ typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
  * against. */
 uint64_t q35_read_stream_ref(const void *p, size_t bytes);
 
-/* One instruction set's kernels. Every entry takes every dtype
- * (F32, F16, BF16, BFP8, BFP4) with the semantics of the _ref function of
- * the same name. matmul may be called from several threads at once on
+/* One instruction set's kernels. Every entry has the semantics of the _ref
+ * function of the same name; matmul and get_row take every dtype (F32, F16,
+ * BF16, BFP8, BFP4). matmul may be called from several threads at once on
  * disjoint [o0, o1) ranges; ranges aligned to 16 rows (one bfp panel) avoid
  * decoding a panel twice. */
 typedef struct q35_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     q35_matmul_fn matmul;
     q35_get_row_fn get_row;
+    q35_gdn_recurrent_fn gdn_recurrent;
+    q35_attend_head_fn attend_head;
     q35_read_stream_fn read_stream;
 } q35_kernels;
 

@@ -1,9 +1,12 @@
-/* ref.c: scalar reference kernels (see kernels.h). Correctness first: they
- * widen each weight to float (bfp blocks through the codec in bfp.c) and
- * accumulate in double. */
+/* ref.c: scalar reference kernels (see kernels.h). Correctness first: the
+ * matmuls widen each weight to float (bfp blocks through the codec in bfp.c)
+ * and accumulate in double; the GDN recurrence is the same algorithm as the
+ * vector versions, in plain loops. */
 #include "kernels.h"
 #include "bfp.h"
 #include "util.h"
+
+#include <math.h>
 
 static void row_to_f32(float *out, const q35_tensor *W, int64_t r) {
     int64_t n = W->shape[W->ndim - 1];
@@ -48,6 +51,60 @@ void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok
     }
 }
 
+/* The two reads of S that give a = S^T k and b = S^T q, summed over i in
+ * ascending order per column j. */
+static void gdn_read(float *a, float *b, const float *S, const float *k, const float *q, int32_t DK, int32_t DV) {
+    for (int32_t j = 0; j < DV; j++) a[j] = b[j] = 0.0f;
+    for (int32_t i = 0; i < DK; i++)
+        for (int32_t j = 0; j < DV; j++) {
+            a[j] += k[i] * S[(size_t)i * DV + j];
+            b[j] += q[i] * S[(size_t)i * DV + j];
+        }
+}
+
+void q35_gdn_recurrent_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                           float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride) {
+    float a[DV > 0 ? DV : 1], b[DV > 0 ? DV : 1], delta[DV > 0 ? DV : 1]; /* DV: a head dim, <= a few hundred */
+    gdn_read(a, b, S, k, q, DK, DV);
+    for (int32_t t = 0; t < T; t++) {
+        const float *qt = q + (size_t)t * DK, *kt = k + (size_t)t * DK, *vt = v + (size_t)t * DV;
+        const float decay = expf(g[t]);
+        float qk = 0.0f;
+        for (int32_t i = 0; i < DK; i++) qk += qt[i] * kt[i];
+        for (int32_t j = 0; j < DV; j++) {
+            delta[j] = beta[t] * (vt[j] - decay * a[j]);
+            o[(size_t)t * DV + j] = decay * b[j] + qk * delta[j];
+        }
+        for (int32_t i = 0; i < DK; i++)
+            for (int32_t j = 0; j < DV; j++) S[(size_t)i * DV + j] = decay * S[(size_t)i * DV + j] + kt[i] * delta[j];
+        if (t + 1 < T) {
+            if (S_after) memcpy(S_after + (size_t)t * after_stride, S, sizeof(float) * (size_t)DK * DV);
+            gdn_read(a, b, S, kt + DK, qt + DK, DK, DV);
+        }
+    }
+}
+
+void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
+                         int32_t HD, float scale, float *scores) {
+    float mx = -INFINITY;
+    for (int32_t p = 0; p < n_keys; p++) {
+        const float *kp = k + (size_t)p * kv_stride;
+        double acc = 0.0;
+        for (int32_t d = 0; d < HD; d++) acc += (double)q[d] * kp[d];
+        scores[p] = (float)acc * scale;
+        if (scores[p] > mx) mx = scores[p];
+    }
+    double sum = 0.0;
+    for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
+    float inv = (float)(1.0 / sum);
+    for (int32_t d = 0; d < HD; d++) o[d] = 0.0f;
+    for (int32_t p = 0; p < n_keys; p++) {
+        const float *vp = v + (size_t)p * kv_stride;
+        float wgt = scores[p] * inv;
+        for (int32_t d = 0; d < HD; d++) o[d] += wgt * vp[d];
+    }
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -56,4 +113,5 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
-const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_get_row_ref, q35_read_stream_ref};
+const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
+                                     q35_attend_head_ref, q35_read_stream_ref};

@@ -409,13 +409,68 @@ def test_speculation_gives_the_plain_greedy_tokens():
     body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "return_token_ids": True, "logprobs": 2}
     with Server("tiny-b", "--spec-k", "2") as s:
         spec = s.post("/v1/completions", body)[1]["choices"][0]
-        assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] > 0
+        m = s.metrics()
+        assert m["vllm:spec_decode_num_draft_tokens_total"] > 0
+        # accepted drafts by position in a step (vLLM's per-position counter): they add up to the total
+        assert m["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == m["vllm:spec_decode_num_accepted_tokens_total"]
+        text = s.request("GET", "/metrics")[2].decode()
+        assert 'position="0"' in text and 'position="1"' in text and 'position="2"' not in text
     with Server("tiny-b", "--spec-k", "0") as s:
         plain = s.post("/v1/completions", body)[1]["choices"][0]
         assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] == 0
     assert spec["token_ids"] == plain["token_ids"] and spec["text"] == plain["text"]
     for a, b in zip(spec["logprobs"]["token_logprobs"], plain["logprobs"]["token_logprobs"]):
         assert abs(a - b) < 1e-3
+
+
+def test_sampled_requests_speculate_and_stay_seeded(srv, client):
+    """Sampled requests go through speculative rejection sampling with their own sampler settings: the
+    counters move, and a seeded request gives the same tokens every time."""
+    kw = dict(model=NAME, prompt=PROMPT, max_tokens=24, temperature=0.8, top_p=0.95, seed=4321, presence_penalty=0.3,
+              frequency_penalty=0.2, extra_body={"top_k": 40, "min_p": 0.01, "repetition_penalty": 1.1, "min_tokens": 4})
+    before = srv.metrics()
+    first = client.completions.create(**kw).choices[0].text
+    m = srv.metrics()
+    drafts = m["vllm:spec_decode_num_draft_tokens_total"] - before["vllm:spec_decode_num_draft_tokens_total"]
+    steps = m["vllm:spec_decode_num_drafts_total"] - before["vllm:spec_decode_num_drafts_total"]
+    accepted = m["vllm:spec_decode_num_accepted_tokens_total"] - before["vllm:spec_decode_num_accepted_tokens_total"]
+    assert steps > 0 and drafts >= steps and 0 <= accepted <= drafts
+    assert len(ids_of(first)) == 24
+    for _ in range(2):
+        assert client.completions.create(**kw).choices[0].text == first
+    assert client.completions.create(**{**kw, "seed": 4322}).choices[0].text != first
+
+
+def test_speculation_with_penalties_and_min_tokens_gives_the_plain_greedy_tokens():
+    """Greedy requests with penalties, min_tokens and stop ids speculate through the sampler's (one-hot)
+    distribution: the tokens are exactly those of plain decoding."""
+    body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "return_token_ids": True, "repetition_penalty": 1.4,
+            "presence_penalty": 0.6, "frequency_penalty": 0.3}
+    outs = []
+    for k in ("2", "0"):
+        with Server("tiny-b", "--spec-k", k) as s:
+            first = s.post("/v1/completions", {**body, "max_tokens": 1})[1]["choices"][0]["token_ids"][0]
+            got = [s.post("/v1/completions", body)[1]["choices"][0]["token_ids"],
+                   s.post("/v1/completions", {**body, "min_tokens": 6, "stop_token_ids": [first]})[1]["choices"][0]["token_ids"]]
+            drafts = s.metrics()["vllm:spec_decode_num_draft_tokens_total"]
+            assert (drafts > 0) == (k != "0")
+            outs.append(got)
+    assert outs[0] == outs[1]
+    assert len(outs[0][0]) == 40 and len(outs[0][1]) >= 6
+
+
+def test_draft_vocab_server_gives_the_plain_tokens(tmp_path):
+    dv = tmp_path / "dv.txt"
+    dv.write_text("\n".join(str(i) for i in range(1, 384, 2)) + "\n")  # half of tiny-b's ids
+    body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "return_token_ids": True}
+    with Server("tiny-b", "--spec-k", "2", "--draft-vocab", str(dv)) as s:
+        spec = s.post("/v1/completions", body)[1]["choices"][0]["token_ids"]
+        sampled = s.post("/v1/completions", {**body, "temperature": 0.9, "seed": 3})[1]["choices"][0]["token_ids"]
+        assert s.post("/v1/completions", {**body, "temperature": 0.9, "seed": 3})[1]["choices"][0]["token_ids"] == sampled
+        assert s.metrics()["vllm:spec_decode_num_draft_tokens_total"] > 0
+    with Server("tiny-b", "--spec-k", "0") as s:
+        plain = s.post("/v1/completions", body)[1]["choices"][0]["token_ids"]
+    assert spec == plain and len(sampled) == 40
 
 
 def test_bench_runs_against_serve(srv, tmp_path):

@@ -1,0 +1,143 @@
+/* Tests of the kernels outside the matmuls (src/kernels/, kernels.h): the
+ * Gated DeltaNet recurrence and one attention head, every fast table
+ * against the scalar reference, and the batching invariance the
+ * speculative verify relies on (a row gives the same bits alone or in a
+ * batch, and the per-row state copies equal the states of single steps). */
+#include "kernels/kernels.h"
+#include "test.h"
+
+static uint64_t rng = 0x13198a2e03707344ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return (float)((double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Every table this CPU runs, the reference first. */
+static int tables(const q35_kernels **out) {
+    const char *names[3] = {"ref", "avx2", "avx512"};
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (q35_kernels_find(names[i], &out[n], NULL) == Q35_OK) n++;
+    return n;
+}
+
+static double rel_max_diff(const float *a, const float *b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    }
+    return num / (den > 0 ? den : 1.0);
+}
+
+typedef struct gdn_case {
+    int32_t T, DK, DV;
+    float *S0, *q, *k, *v, *g, *beta;
+} gdn_case;
+
+static void gdn_case_make(gdn_case *c, int32_t T, int32_t DK, int32_t DV) {
+    c->T = T, c->DK = DK, c->DV = DV;
+    c->S0 = malloc(sizeof(float) * DK * DV);
+    c->q = malloc(sizeof(float) * T * DK), c->k = malloc(sizeof(float) * T * DK);
+    c->v = malloc(sizeof(float) * T * DV), c->g = malloc(sizeof(float) * T), c->beta = malloc(sizeof(float) * T);
+    for (int32_t i = 0; i < DK * DV; i++) c->S0[i] = 0.3f * frand();
+    for (int32_t t = 0; t < T; t++) {
+        double nq = 0, nk = 0;
+        for (int32_t i = 0; i < DK; i++) { c->q[t * DK + i] = frand(); c->k[t * DK + i] = frand(); }
+        for (int32_t i = 0; i < DK; i++) { nq += c->q[t * DK + i] * c->q[t * DK + i]; nk += c->k[t * DK + i] * c->k[t * DK + i]; }
+        for (int32_t i = 0; i < DK; i++) { c->q[t * DK + i] /= (float)sqrt(nq * DK); c->k[t * DK + i] /= (float)sqrt(nk); }
+        for (int32_t i = 0; i < DV; i++) c->v[t * DV + i] = frand();
+        c->g[t] = -0.5f * (frand() + 1.0f);
+        c->beta[t] = 0.5f * (frand() + 1.0f);
+    }
+}
+
+static void gdn_case_free(gdn_case *c) {
+    free(c->S0); free(c->q); free(c->k); free(c->v); free(c->g); free(c->beta);
+}
+
+TEST(ops, gdn_recurrent_matches_ref) {
+    const q35_kernels *tb[3];
+    int n = tables(tb);
+    const int32_t shapes[][2] = {{128, 128}, {24, 40}, {16, 16}, {32, 72}, {16, 20}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int32_t T = 1; T <= 5; T += 2) {
+            gdn_case c;
+            gdn_case_make(&c, T, shapes[si][0], shapes[si][1]);
+            size_t SN = (size_t)c.DK * c.DV, ON = (size_t)T * c.DV;
+            float *S_ref = malloc(sizeof(float) * SN), *o_ref = malloc(sizeof(float) * ON);
+            float *S = malloc(sizeof(float) * SN), *o = malloc(sizeof(float) * ON);
+            memcpy(S_ref, c.S0, sizeof(float) * SN);
+            q35_gdn_recurrent_ref(S_ref, c.q, c.k, c.v, c.g, c.beta, o_ref, T, c.DK, c.DV, NULL, 0);
+            for (int ti = 1; ti < n; ti++) {
+                memcpy(S, c.S0, sizeof(float) * SN);
+                tb[ti]->gdn_recurrent(S, c.q, c.k, c.v, c.g, c.beta, o, T, c.DK, c.DV, NULL, 0);
+                CHECK_MSG(rel_max_diff(o, o_ref, ON) <= 1e-5, "%s DK=%d DV=%d T=%d: outputs %.3g", tb[ti]->name, c.DK,
+                          c.DV, T, rel_max_diff(o, o_ref, ON));
+                CHECK_MSG(rel_max_diff(S, S_ref, SN) <= 1e-5, "%s DK=%d DV=%d T=%d: states %.3g", tb[ti]->name, c.DK,
+                          c.DV, T, rel_max_diff(S, S_ref, SN));
+            }
+            free(S_ref); free(o_ref); free(S); free(o);
+            gdn_case_free(&c);
+        }
+}
+
+/* T rows at once, with state copies, give the same bits as T single steps. */
+TEST(ops, gdn_recurrent_rows_equal_single_steps) {
+    const q35_kernels *tb[3];
+    int n = tables(tb);
+    const int32_t shapes[][2] = {{128, 128}, {24, 40}};
+    for (size_t si = 0; si < 2; si++) {
+        const int32_t T = 4;
+        gdn_case c;
+        gdn_case_make(&c, T, shapes[si][0], shapes[si][1]);
+        const int32_t DK = c.DK, DV = c.DV;
+        size_t SN = (size_t)DK * DV, stride = SN + 8;
+        float *S = malloc(sizeof(float) * SN), *S1 = malloc(sizeof(float) * SN);
+        float *after = aligned_alloc(64, sizeof(float) * stride * T); /* aligned: the copies are streamed */
+        float *o = malloc(sizeof(float) * T * DV), *o1 = malloc(sizeof(float) * DV);
+        for (int ti = 0; ti < n; ti++) {
+            memcpy(S, c.S0, sizeof(float) * SN);
+            memcpy(S1, c.S0, sizeof(float) * SN);
+            tb[ti]->gdn_recurrent(S, c.q, c.k, c.v, c.g, c.beta, o, T, DK, DV, after, stride);
+            long bad = 0;
+            for (int32_t t = 0; t < T; t++) {
+                tb[ti]->gdn_recurrent(S1, c.q + t * DK, c.k + t * DK, c.v + t * DV, c.g + t, c.beta + t, o1, 1, DK, DV,
+                                      NULL, 0);
+                bad += memcmp(o1, o + (size_t)t * DV, sizeof(float) * DV) != 0;
+                bad += memcmp(S1, t + 1 < T ? after + t * stride : S, sizeof(float) * SN) != 0;
+            }
+            CHECK_MSG(bad == 0, "%s DK=%d DV=%d: %ld rows or states differ", tb[ti]->name, DK, DV, bad);
+        }
+        free(S); free(S1); free(after); free(o); free(o1);
+        gdn_case_free(&c);
+    }
+}
+
+TEST(ops, attend_head_matches_ref) {
+    const q35_kernels *tb[3];
+    int n = tables(tb);
+    const int32_t dims[] = {256, 32, 24};
+    const int32_t keys[] = {1, 7, 300};
+    for (size_t di = 0; di < 3; di++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            const int32_t HD = dims[di], NK = keys[ki];
+            const size_t stride = (size_t)HD * 3; /* other heads' rows in between */
+            float *q = malloc(sizeof(float) * HD), *kc = malloc(sizeof(float) * stride * NK);
+            float *vc = malloc(sizeof(float) * stride * NK), *scores = malloc(sizeof(float) * NK);
+            float *o_ref = malloc(sizeof(float) * HD), *o = malloc(sizeof(float) * HD);
+            for (int32_t i = 0; i < HD; i++) q[i] = 2.0f * frand();
+            for (size_t i = 0; i < stride * NK; i++) { kc[i] = frand(); vc[i] = frand(); }
+            float scale = 1.0f / sqrtf((float)HD);
+            q35_attend_head_ref(o_ref, q, kc, vc, stride, NK, HD, scale, scores);
+            for (int ti = 1; ti < n; ti++) {
+                tb[ti]->attend_head(o, q, kc, vc, stride, NK, HD, scale, scores);
+                CHECK_MSG(rel_max_diff(o, o_ref, (size_t)HD) <= 1e-5, "%s HD=%d keys=%d: %.3g", tb[ti]->name, HD, NK,
+                          rel_max_diff(o, o_ref, (size_t)HD));
+            }
+            free(q); free(kc); free(vc); free(scores); free(o_ref); free(o);
+        }
+}
