@@ -5,7 +5,8 @@
  *
  * What it measures, on a [n_out = 12288, n_in = 4096] matrix (the MLP up /
  * gate shape of Qwen3.5-9B):
- *  1. the read-bandwidth ceiling (a plain streaming read, 1 and 2 threads);
+ *  1. the read-bandwidth ceiling, 1 and 2 threads (q35_read_bandwidth, the
+ *     same figure qwen35 speed quotes);
  *  2. decode GEMV (n_tok = 1) per kernel table and dtype, 1 and 2 threads,
  *     in GB/s of weight bytes and % of the ceiling. Enough copies of the
  *     matrix are cycled that every call reads DRAM, as a forward pass does;
@@ -104,39 +105,18 @@ static double time_calls(work_fn fn, void *ctx, int n_copies, int64_t n_rows, in
     return best;
 }
 
-/* ---- the read ceiling ---- */
-
-typedef struct read_ctx { const uint8_t *buf; size_t chunk; volatile double sink; } read_ctx;
-
-TARGET_AVX2 static void read_work(void *v, int copy, int64_t o0, int64_t o1) {
-    read_ctx *c = v;
-    const __m256i *p = (const __m256i *)(c->buf + (size_t)copy * c->chunk * 16);
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    /* rows are 16-byte units of the chunk so that the generic splitter applies */
-    for (int64_t i = o0 * 16 / 32; i < o1 * 16 / 32; i += 4) {
-        a0 = _mm256_xor_si256(a0, _mm256_load_si256(p + i));
-        a1 = _mm256_xor_si256(a1, _mm256_load_si256(p + i + 1));
-        a2 = _mm256_xor_si256(a2, _mm256_load_si256(p + i + 2));
-        a3 = _mm256_xor_si256(a3, _mm256_load_si256(p + i + 3));
-    }
-    __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-    c->sink += (double)_mm256_extract_epi32(s, 0);
-}
+/* ---- the read ceiling: the library's measurement, as qwen35 speed's ---- */
 
 static void measure_ceiling(void) {
-    size_t chunk = (size_t)64 << 20; /* bytes per "copy" */
-    int n_copies = 6;
-    uint8_t *buf = aligned_alloc(64, chunk * n_copies);
-    if (!buf) return;
-    memset(buf, 1, chunk * n_copies);
-    read_ctx c = {.buf = buf, .chunk = chunk / 16};
     for (int nt = 1; nt <= 2; nt++) {
-        double s = time_calls(read_work, &c, n_copies, (int64_t)(chunk / 16), nt);
-        g_ceiling[nt] = chunk / s / 1e9;
+        q35_error err = {0};
+        if (q35_read_bandwidth(nt, &g_ceiling[nt], &err) != Q35_OK) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(1);
+        }
         printf("read ceiling      %d thread%s  %6.1f GB/s\n", nt, nt > 1 ? "s" : " ", g_ceiling[nt]);
         if (g_json) fprintf(g_json, "{\"what\":\"read_ceiling\",\"threads\":%d,\"gbps\":%.2f}\n", nt, g_ceiling[nt]);
     }
-    free(buf);
 }
 
 /* ---- the library's kernels ---- */

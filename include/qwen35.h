@@ -202,6 +202,14 @@ const float *q35_session_step_logits(const q35_session *session);
  * rows (1 <= n_keep <= rows): GDN states, KV length and MTP rows. */
 q35_status q35_session_rewind(q35_session *session, int32_t n_keep, q35_error *err);
 
+/* The machine's best sequential read bandwidth in GB/s (1e9 bytes/s) with
+ * n_threads threads (<= 0: one per online CPU): each thread streams its own
+ * contiguous share of a 1 GiB buffer (4 KiB pages) with the widest loads of
+ * the kernel table in use; best of 5 passes. This is the ceiling that
+ * benchmarks quote decode GB/s against. Maps and frees 1 GiB and takes
+ * about a second. */
+q35_status q35_read_bandwidth(int32_t n_threads, double *gb_s, q35_error *err);
+
 /* Greedy choice: the lowest index among the largest logits. */
 int32_t q35_argmax(const float *logits, int32_t n);
 

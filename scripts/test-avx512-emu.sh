@@ -19,4 +19,4 @@ cc $CFLAGS "$OUT/test_kernels_emu.c" tests/emu/emu_find.c tests/test_main.c "$OU
     "$BUILD/libqwen35.a" -lm -lpthread -o "$OUT/test_kernels_emu"
 "$OUT/test_kernels_emu" kernels.f32_matches_ref kernels.f16_matches_ref kernels.bf16_matches_ref \
     kernels.bfp8_matches_ref kernels.bfp4_matches_ref kernels.extreme_values_match_ref kernels.bfp_typical_error \
-    kernels.get_row_matches_ref kernels.batch_and_split_invariant
+    kernels.get_row_matches_ref kernels.batch_and_split_invariant kernels.read_stream_reads_everything

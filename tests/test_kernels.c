@@ -255,6 +255,29 @@ TEST(kernels, get_row_matches_ref) {
     }
 }
 
+/* The bandwidth probe reads every byte: the fast tables' checksums (sums of
+ * 64-bit words, wrapping) equal the reference's, for sizes of one and
+ * several 4 KiB steps. */
+TEST(kernels, read_stream_reads_everything) {
+    const q35_kernels *tables[2];
+    int n_tables = fast_tables(tables);
+    size_t max_bytes = 5 * 4096;
+    uint64_t *buf = aligned_alloc(64, max_bytes);
+    REQUIRE(buf);
+    for (size_t i = 0; i < max_bytes / 8; i++) buf[i] = (uint64_t)(rng_unit() * 9.2e18) ^ (i << 40);
+    for (size_t bytes = 4096; bytes <= max_bytes; bytes += 4 * 4096) {
+        uint64_t want = q35_read_stream_ref(buf, bytes);
+        CHECK(q35_kernels_ref.read_stream(buf, bytes) == want);
+        for (int k = 0; k < n_tables; k++)
+            CHECK_MSG(tables[k]->read_stream(buf, bytes) == want, "%s, %zu bytes", tables[k]->name, bytes);
+        buf[bytes / 8 - 1] ^= 1; /* the last word counts too */
+        CHECK(q35_read_stream_ref(buf, bytes) != want);
+        for (int k = 0; k < n_tables; k++) CHECK(tables[k]->read_stream(buf, bytes) != want);
+        buf[bytes / 8 - 1] ^= 1;
+    }
+    free(buf);
+}
+
 TEST(kernels, dispatch_by_cpu_and_env) {
     const q35_kernels *k = NULL;
     q35_error err = {0};

@@ -1,7 +1,8 @@
 /* speed.c: `qwen35 speed`, the engine benchmark behind `make bench`.
  *
  * It measures, on one model (normally the synthetic cache with the exact
- * Qwen3.5-9B shapes): the machine's read bandwidth (its own measurement),
+ * Qwen3.5-9B shapes): the machine's read bandwidth (q35_read_bandwidth, the
+ * same ceiling bench_kernels uses),
  * decode tok/s per thread count with GB/s and the share of that bandwidth,
  * prompt tok/s at several lengths, time to first token, the cost of
  * batched decode steps relative to one row, the cost of a speculative
@@ -14,7 +15,6 @@
 #include "qwen35.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,44 +30,6 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* ---- read bandwidth: every thread sums its share of a large buffer ---- */
-typedef struct { const uint64_t *p; size_t n; uint64_t sum; } bw_arg;
-
-static void *bw_thread(void *a_) {
-    bw_arg *a = a_;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-    for (size_t i = 0; i + 8 <= a->n; i += 8) {
-        s0 += a->p[i]; s1 += a->p[i + 1]; s2 += a->p[i + 2]; s3 += a->p[i + 3];
-        s4 += a->p[i + 4]; s5 += a->p[i + 5]; s6 += a->p[i + 6]; s7 += a->p[i + 7];
-    }
-    a->sum = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
-    return NULL;
-}
-
-static double measure_bandwidth(int threads) {
-    size_t bytes = (size_t)1 << 30, n = bytes / 8;
-    uint64_t *buf = malloc(bytes);
-    if (!buf) return 0;
-    for (size_t i = 0; i < n; i++) buf[i] = i; /* touch every page */
-    double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        pthread_t th[64];
-        bw_arg args[64];
-        double t0 = cli_now();
-        for (int i = 0; i < threads; i++) {
-            args[i] = (bw_arg){buf + n / threads * i, n / threads, 0};
-            pthread_create(&th[i], NULL, bw_thread, &args[i]);
-        }
-        uint64_t total = 0;
-        for (int i = 0; i < threads; i++) { pthread_join(th[i], NULL); total += args[i].sum; }
-        double dt = cli_now() - t0;
-        if (total == 42) fputc(' ', stderr); /* keeps the sums alive */
-        if (bytes / dt > best) best = (double)bytes / dt;
-    }
-    free(buf);
-    return best / 1e9;
 }
 
 /* Peak resident set (VmHWM) since the last reset_peak_rss(). */
@@ -233,7 +195,11 @@ int cmd_speed(int argc, char **argv) {
     uint64_t rng = 88172645463325252ull;
 
     /* bandwidth first, so that its buffer is gone before the engine's peak is measured */
-    for (int ti = 0; ti < n_threads; ti++) rows[ti].bw = measure_bandwidth(threads[ti]);
+    for (int ti = 0; ti < n_threads; ti++)
+        if (q35_read_bandwidth(threads[ti], &rows[ti].bw, &err)) {
+            fprintf(stderr, "qwen35 speed: %s\n", err.msg);
+            rows[ti].bw = 0;
+        }
     reset_peak_rss();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         q35_engine_params p = {.n_threads = threads[ti], .no_mmap = no_mmap};

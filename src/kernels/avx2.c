@@ -15,7 +15,14 @@
  * One float FMA per block, half-panel and token applies x's block scale
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
  * every exponent byte works. A tile serves up to 4 tokens, so a small
- * batch reads and decodes the weights once.
+ * batch reads and decodes the weights once. For decode (one token) the
+ * whole tile lives in the 16 ymm registers, and it prefetches ahead in the
+ * panel stream (matmul_driver.h), so that its decoding overlaps DRAM reads.
+ * Batches of 8 tokens or more (prefill, batched verify) decode each panel
+ * once into scratch (bfp_panel_predecode) and then run a tile that only
+ * does the dot products (bfp_decoded_tile), with the same per-block
+ * arithmetic (bfp_block_fma), so a token's outputs are bitwise the same
+ * in any batch.
  *
  * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x 1
  * token x 2 halves of k of accumulators, x kept in fp32; each token passes
@@ -46,7 +53,7 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    if (!act_alloc(a, n_blk)) return 0;
+    if (!act_alloc(a, n_blk, n_in / 16)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
     int32_t *sum = a->sum;
@@ -79,71 +86,34 @@ ALWAYS_INLINE __m256 exp_scale8(const uint8_t *e8, int bias) {
     return _mm256_mul_ps(_mm256_castsi256_ps(p1), _mm256_castsi256_ps(p2));
 }
 
-/* y rows [row0, row0 + 16) (those in rows_lo..rows_hi) for tokens
- * [t0, t0 + nt) from one panel; is4 and nt are constants after inlining. */
-ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
-                                  int64_t t0, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
-    const int64_t n_blk = n_in / 16;
-    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
-    const int block_bytes = is4 ? 128 : 256;
-    /* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
-    const __m256i nib = _mm256_set1_epi8(0x0f), mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
-    const int8_t *xq = a->q + t0 * n_in;
-    const float *xd = a->d + t0 * n_blk;
-    const int32_t *xs = a->sum + t0 * n_blk;
-    __m256 acc[4][2];
-    #pragma GCC unroll 8
-    for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n_blk; b++) {
-        const uint8_t *cb = codes + b * block_bytes;
-        /* w[g][h]: group g, rows 8h..8h+7; bfp8 also keeps the codes for their signs */
-        __m256i w[4][2], sg[4][2];
-        #pragma GCC unroll 8
-        for (int g = 0; g < 4; g++) {
-            if (is4) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * g));
-                w[g][0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
-                w[g][1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
-            } else {
-                #pragma GCC unroll 8
-                for (int h = 0; h < 2; h++) {
-                    sg[g][h] = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
-                    w[g][h] = _mm256_and_si256(sg[g][h], mag7);
-                }
-            }
-        }
-        __m256 ws[2] = {exp_scale8(exps + 16 * b, is4 ? 129 : 133), exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133)};
-        #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            const int8_t *xb = xq + t * n_in + 16 * b;
-            int32_t x4[4];
-            memcpy(x4, xb, 16);
-            __m256 xscale = _mm256_set1_ps(xd[t * n_blk + b]);
-            #pragma GCC unroll 8
-            for (int h = 0; h < 2; h++) {
-                __m256i dot;
-                if (is4) {
-                    __m256i s16 = _mm256_maddubs_epi16(w[0][h], _mm256_set1_epi32(x4[0]));
-                    #pragma GCC unroll 8
-                    for (int g = 1; g < 4; g++)
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[g][h], _mm256_set1_epi32(x4[g])));
-                    dot = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(xs[t * n_blk + b] * 8));
-                } else {
-                    dot = _mm256_setzero_si256();
-                    #pragma GCC unroll 8
-                    for (int g = 0; g < 4; g++) {
-                        __m256i xg = _mm256_sign_epi8(_mm256_set1_epi32(x4[g]), sg[g][h]);
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(w[g][h], xg), ones));
-                    }
-                }
-                acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[h], xscale), acc[t][h]);
-            }
-        }
-    }
+/* x's four groups of 4 int8 in block b, each broadcast to all lanes (one
+ * load-broadcast each, no ALU work). */
+ALWAYS_INLINE __m256i bcast_x4(const int8_t *xb, int g) {
+    int32_t v;
+    memcpy(&v, xb + 4 * g, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
+#define BFP4_LUT _mm256_broadcastsi128_si256(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1))
+
+/* One block's contribution to one token and 8 rows, the same expression in
+ * every tile so that a token's result does not depend on the tile: the
+ * exact integer dot (bfp4: minus the offset 8 * sum(q), broadcast from
+ * memory and shifted in the vector unit), then one FMA with x's block
+ * scale times the rows' 2^(E - bias). */
+ALWAYS_INLINE __m256 bfp_block_fma(const int is4, __m256i sum, const int32_t *xs, float xd, __m256 ws, __m256 acc) {
+    __m256i dot = is4 ? _mm256_sub_epi32(_mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
+                                         _mm256_slli_epi32(bcast_x4((const int8_t *)xs, 0), 3))
+                      : sum;
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xd)), acc);
+}
+
+/* Stores nt tokens' 16 rows (only rows_lo..rows_hi) at y, token stride n_out. */
+ALWAYS_INLINE void bfp_store(const int nt, __m256 acc[][2], float *y, int64_t n_out, int rows_lo, int rows_hi) {
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
-        float *yt = y + (t0 + t) * n_out + row0;
+        float *yt = y + t * n_out;
         if (rows_lo == 0 && rows_hi == 16) {
             _mm256_storeu_ps(yt, acc[t][0]);
             _mm256_storeu_ps(yt + 8, acc[t][1]);
@@ -156,9 +126,156 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     }
 }
 
+/* y rows [row0, row0 + 16) (those in rows_lo..rows_hi) for tokens
+ * [t0, t0 + nt) from one panel; is4 and nt are constants after inlining.
+ * Group by group, each token's int16 (bfp4) or int32 (bfp8) block sums of
+ * both 8-row halves are updated, so a group's decoded bytes and x's
+ * broadcast group are live only briefly and, for decode (nt = 1), every
+ * accumulator and constant stays in the 16 ymm registers. */
+ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+                                  int64_t t0, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
+    const int block_bytes = is4 ? 128 : 256;
+    const __m256i lut = BFP4_LUT, nib = _mm256_set1_epi8(0x0f), mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
+    const int8_t *xq = a->q + t0 * n_in;
+    const float *xd = a->d + t0 * n_blk;
+    const int32_t *xs = a->sum + t0 * n_blk;
+    __m256 acc[ISA_BFP_NT][2];
+    #pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    bfp_prefetch_panel(codes);
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *cb = codes + b * block_bytes;
+        bfp_prefetch_block(exps, cb, b, block_bytes);
+        /* sum[t][h]: token t, rows 8h..8h+7 */
+        __m256i sum[ISA_BFP_NT][2];
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i w[2];
+            if (is4) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * g));
+                w[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
+                w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+            } else {
+                w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), mag7);
+                w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), mag7);
+            }
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                __m256i xg = bcast_x4(xq + t * n_in + 16 * b, g);
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    if (is4) {
+                        /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
+                        __m256i p = _mm256_maddubs_epi16(w[h], xg);
+                        sum[t][h] = g ? _mm256_add_epi16(sum[t][h], p) : p;
+                    } else {
+                        /* the weight's sign moves onto x (codes reloaded from L1) */
+                        __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
+                        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], _mm256_sign_epi8(xg, sg)), ones);
+                        sum[t][h] = g ? _mm256_add_epi32(sum[t][h], p) : p;
+                    }
+                }
+            }
+        }
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 ws = exp_scale8(exps + 16 * b + 8 * h, is4 ? 129 : 133);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                acc[t][h] = bfp_block_fma(is4, sum[t][h], xs + t * n_blk + b, xd[t * n_blk + b], ws, acc[t][h]);
+            }
+        }
+    }
+    bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
+}
+
+/* ---- long batches (prefill): a panel decoded once, then every token ---- */
+
+#define ISA_BFP_WIDE 1
+
+/* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
+/* Decodes one panel into a->dec / a->ws for bfp_decoded_tile: bfp4 codes
+ * to value + 8 bytes, 256 bytes per block laid out as bfp8's codes are
+ * (group g, half h at 64 g + 32 h), and every block's 16 row scales
+ * 2^(E - bias). bfp8's codes are used in place (their decode is one AND). */
+ALWAYS_INLINE void bfp_panel_predecode(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
+    const int block_bytes = is4 ? 128 : 256;
+    const __m256i lut = BFP4_LUT, nib = _mm256_set1_epi8(0x0f);
+    bfp_prefetch_panel(codes);
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *cb = codes + b * block_bytes;
+        bfp_prefetch_block(exps, cb, b, block_bytes);
+        if (is4) {
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * g));
+                __m256i *d = (__m256i *)(a->dec + 256 * b + 64 * g);
+                _mm256_store_si256(d, _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib)));
+                _mm256_store_si256(d + 1, _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
+            }
+        }
+        _mm256_store_ps(a->ws + 16 * b, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
+        _mm256_store_ps(a->ws + 16 * b + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
+    }
+}
+
+/* bfp_panel_tile's results from a pre-decoded panel: no decode or exponent
+ * work per token group, only the integer dot products and one FMA per
+ * block, half and token (bfp_block_fma, so the results are bitwise the
+ * same). Token by token, each group's weights are reloaded from L1/L2
+ * (loads are cheap) so that only a token's two sums, one broadcast x group
+ * and the accumulators are live: nothing spills at nt = 4. */
+ALWAYS_INLINE void bfp_decoded_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+                                    int64_t t0, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *src = is4 ? a->dec : panel + n_blk * 16;
+    const __m256i mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
+    const int8_t *xq = a->q + t0 * n_in;
+    const float *xd = a->d + t0 * n_blk;
+    const int32_t *xs = a->sum + t0 * n_blk;
+    __m256 acc[ISA_BFP_NT][2];
+    #pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *wb = src + 256 * b;
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            __m256i sum[2];
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i xg = bcast_x4(xq + t * n_in + 16 * b, g);
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    __m256i wv = _mm256_loadu_si256((const __m256i *)(wb + 64 * g + 32 * h)), p;
+                    if (is4) {
+                        p = _mm256_maddubs_epi16(wv, xg);
+                        sum[h] = g ? _mm256_add_epi16(sum[h], p) : p;
+                    } else {
+                        p = _mm256_maddubs_epi16(_mm256_and_si256(wv, mag7), _mm256_sign_epi8(xg, wv));
+                        p = _mm256_madd_epi16(p, ones);
+                        sum[h] = g ? _mm256_add_epi32(sum[h], p) : p;
+                    }
+                }
+            }
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                acc[t][h] = bfp_block_fma(is4, sum[h], xs + t * n_blk + b, xd[t * n_blk + b],
+                                          _mm256_load_ps(a->ws + 16 * b + 8 * h), acc[t][h]);
+        }
+    }
+    bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
+}
+
 /* ---- F32 / F16 / BF16 weights ---- */
 
 #define ISA_FLOAT_NR 4
+#define ISA_VEC __m256i
+#define ISA_VEC_ADD64(a, b) _mm256_add_epi64(a, b)
+
 #define ISA_FLOAT_NT 1
 
 /* 8 weights from element i of a row, widened to fp32. */
@@ -226,4 +343,4 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
 const q35_kernels q35_kernels_avx2 = {"avx2", matmul_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
-                                       q35_attend_head_avx2};
+                                       q35_attend_head_avx2, read_stream};

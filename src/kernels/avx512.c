@@ -11,7 +11,8 @@
  * (vscalefps handles every E, subnormal results included). A panel tile
  * serves up to 8 tokens, so the weights are read and decoded once for a
  * whole small batch; larger batches walk the same panel (hot in L1/L2) once
- * per 8 tokens.
+ * per 8 tokens. The tile prefetches ahead in the panel stream
+ * (matmul_driver.h).
  *
  * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x up
  * to 3 tokens x 2 halves of k of fp32 accumulators, x kept in fp32. */
@@ -34,7 +35,7 @@
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    if (!act_alloc(a, n_blk)) return 0;
+    if (!act_alloc(a, n_blk, 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
     int32_t *sum = a->sum;
@@ -86,8 +87,10 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     __m512 acc[8];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    bfp_prefetch_panel(codes);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
+        bfp_prefetch_block(exps, cb, b, block_bytes);
         __m512i w[4];
         #pragma GCC unroll 8
         for (int g = 0; g < 4; g++) w[g] = is4 ? bfp4_group(cb + g * group_bytes, lut) : bfp8_group(cb + g * group_bytes);
@@ -116,6 +119,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 /* ---- F32 / F16 / BF16 weights ---- */
 
 #define ISA_FLOAT_NR 4
+#define ISA_VEC __m512i
+#define ISA_VEC_ADD64(a, b) _mm512_add_epi64(a, b)
+
 #define ISA_FLOAT_NT 3
 
 /* 16 weights from element i of a row, widened to fp32; lanes outside m read nothing. */
@@ -180,4 +186,4 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
 const q35_kernels q35_kernels_avx512 = {"avx512", matmul_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
-                                         q35_attend_head_avx2};
+                                         q35_attend_head_avx2, read_stream};

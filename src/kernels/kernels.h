@@ -70,6 +70,15 @@ typedef void (*q35_gdn_recurrent_fn)(float *S, const float *q, const float *k, c
                                      size_t after_stride);
 typedef void (*q35_attend_head_fn)(float *o, const float *q, const float *k, const float *v, size_t kv_stride,
                                    int32_t n_keys, int32_t HD, float scale, float *scores);
+typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
+
+/* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
+ * fast as the instruction set allows: the widest aligned loads into several
+ * independent accumulators, and returns a checksum of them (so the loads
+ * are not optimized away). It is the "best sequential read" behind
+ * q35_read_bandwidth(), the ceiling the matmul kernels are measured
+ * against. */
+uint64_t q35_read_stream_ref(const void *p, size_t bytes);
 
 /* One instruction set's kernels. Every entry has the semantics of the _ref
  * function of the same name; matmul and get_row take every dtype (F32, F16,
@@ -82,6 +91,7 @@ typedef struct q35_kernels {
     q35_get_row_fn get_row;
     q35_gdn_recurrent_fn gdn_recurrent;
     q35_attend_head_fn attend_head;
+    q35_read_stream_fn read_stream;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

@@ -105,5 +105,13 @@ void q35_attend_head_ref(float *o, const float *q, const float *k, const float *
     }
 }
 
+uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
+    const uint64_t *q = p;
+    uint64_t s[8] = {0};
+    for (size_t i = 0; i + 8 <= bytes / 8; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += q[i + j];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
-                                     q35_attend_head_ref};
+                                     q35_attend_head_ref, q35_read_stream_ref};

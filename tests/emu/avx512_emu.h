@@ -96,6 +96,8 @@ static inline emu_v E_slli_epi32(emu_v a, int n) { for (int i = 0; i < 16; i++) 
 #define _mm512_slli_epi32 E_slli_epi32
 static inline emu_v E_broadcast_i64x4(__m256i a) { emu_v r; memcpy(r.ub, &a, 32); memcpy(r.ub + 32, &a, 32); return r; }
 static inline emu_v E_mask_srli_epi16(emu_v src, emu_mask32 k, emu_v a, int n) { for (int i = 0; i < 32; i++) if (k >> i & 1) src.h[i] = (uint16_t)(a.h[i] >> n); return src; }
+static inline emu_v E_add_epi64(emu_v a, emu_v b) { for (int i = 0; i < 8; i++) a.q[i] = (int64_t)((uint64_t)a.q[i] + (uint64_t)b.q[i]); return a; }
+#define _mm512_add_epi64 E_add_epi64
 #define _mm512_broadcast_i64x4 E_broadcast_i64x4
 #define _mm512_mask_srli_epi16 E_mask_srli_epi16
 
