@@ -75,7 +75,14 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     q35_status st = q35_config_load(cfg_path, &e->cfg, err);
     free(cfg_path);
     if (!st) st = q35_cache_present(path) ? q35_cache_open(path, &e->ck, err) : q35_checkpoint_open(path, &e->ck, err);
-    for (int32_t i = 0; !st && params && params->no_mmap && i < e->ck.n_files; i++)
+    int32_t mode = params ? params->weights : Q35_WEIGHTS_AUTO;
+    if (!st && mode == Q35_WEIGHTS_AUTO) {
+        int64_t bytes = 0;
+        for (int32_t i = 0; i < e->ck.n_files; i++) bytes += (int64_t)e->ck.files[i].map.size;
+        mode = q35_huge_pages_offered() && q35_mem_available() >= bytes + bytes / 4 ? Q35_WEIGHTS_IN_MEMORY
+                                                                                    : Q35_WEIGHTS_MAPPED;
+    }
+    for (int32_t i = 0; !st && mode == Q35_WEIGHTS_IN_MEMORY && i < e->ck.n_files; i++)
         st = q35_map_copy(&e->ck.files[i].map, e->ck.files[i].path, err);
     if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
     const q35_kernels *kern = NULL;

@@ -123,6 +123,26 @@ q35_status q35_map_copy(q35_mapped_file *f, const char *path, q35_error *err) {
     return Q35_OK;
 }
 
+int q35_huge_pages_offered(void) {
+    char buf[128] = "";
+    FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!fp) return 0;
+    if (!fgets(buf, sizeof buf, fp)) buf[0] = 0;
+    fclose(fp);
+    return strstr(buf, "[always]") != NULL || strstr(buf, "[madvise]") != NULL;
+}
+
+int64_t q35_mem_available(void) {
+    long long kb = 0;
+    char line[256];
+    FILE *fp = fopen("/proc/meminfo", "r");
+    if (!fp) return 0;
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(fp);
+    return (int64_t)kb * 1024;
+}
+
 void q35_unmap_file(q35_mapped_file *f) {
     if (f->data) munmap(f->data, f->size);
     if (f->fd >= 0) close(f->fd);

@@ -28,6 +28,10 @@ q35_status q35_map_file(const char *path, q35_mapped_file *out, q35_error *err);
  * file in anonymous memory (transparent huge pages where the kernel allows
  * them). On failure the file mapping stays as it was. */
 q35_status q35_map_copy(q35_mapped_file *f, const char *path, q35_error *err);
+/* Whether the kernel gives transparent huge pages to madvise'd memory. */
+int q35_huge_pages_offered(void);
+/* MemAvailable in bytes (0 when unknown). */
+int64_t q35_mem_available(void);
 void q35_unmap_file(q35_mapped_file *f);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer. */

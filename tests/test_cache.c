@@ -361,21 +361,33 @@ TEST(cache, synthetic_weights_are_deterministic_and_load) {
     q35_checkpoint_close(&ck);
 }
 
-/* --no-mmap: the weights are read into anonymous memory at the address of
- * the file mapping; a cache and a safetensors checkpoint give the same
- * logits, bit for bit, either way. */
-TEST(cache, weights_copied_into_memory_give_identical_logits) {
+/* Weights read into anonymous memory (at the address of the file mapping)
+ * and weights served from the mapped file give the same logits, bit for
+ * bit, for a cache and a safetensors checkpoint; the default reads them in
+ * when the kernel offers huge pages (a tiny model always fits). */
+TEST(cache, weights_in_memory_or_mapped_give_identical_logits) {
     q35_error err;
     const char *out = tmp_path("nommap-a");
     REQUIRE_MSG(!prepare(model_dir("models/tiny-a"), out, Q35_POLICY_DEFAULT, &err), "%s", err.msg);
     const char *dirs[] = {out, model_dir("models/tiny-b")};
-    const q35_engine_params copy = {.no_mmap = 1};
+    const q35_engine_params copy = {.weights = Q35_WEIGHTS_IN_MEMORY}, mapped = {.weights = Q35_WEIGHTS_MAPPED};
     for (int d = 0; d < 2; d++) {
         int32_t V1 = 0, V2 = 0;
-        float *a = all_logits(dirs[d], k_ids, N_IDS, &V1), *b = all_logits_with(dirs[d], &copy, k_ids, N_IDS, &V2);
+        float *a = all_logits_with(dirs[d], &mapped, k_ids, N_IDS, &V1);
+        float *b = all_logits_with(dirs[d], &copy, k_ids, N_IDS, &V2);
         REQUIRE(a && b && V1 == V2);
-        CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)N_IDS * (size_t)V1), "%s: logits differ with no_mmap", dirs[d]);
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)N_IDS * (size_t)V1), "%s: mapped and in-memory logits differ",
+                  dirs[d]);
         free(a);
         free(b);
+        const q35_engine_params *modes[] = {NULL, &mapped, &copy};
+        const int copied[] = {q35_huge_pages_offered(), 0, 1};
+        for (int m = 0; m < 3; m++) {
+            q35_engine *e = NULL;
+            REQUIRE_MSG(!q35_engine_load(dirs[d], modes[m], &e, &err), "%s", err.msg);
+            CHECK_MSG(q35_engine_info(e)->weights_copied == copied[m], "%s: mode %d", dirs[d], m);
+            CHECK(q35_engine_info(e)->file_bytes > 0);
+            q35_engine_free(e);
+        }
     }
 }

@@ -47,7 +47,7 @@ static int emit(reply *r, int32_t t) {
 
 static const char usage[] =
     "usage: qwen35 chat [-m MODEL] [--system TEXT] [--think] [-n MAX_TOKENS] [--temp T] [--seed N]\n"
-    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--no-mmap]\n"
+    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap]\n"
     "  Chat on the terminal. Without -m it uses the embedded demo model.\n"
     "  Lines starting with /reset clear the conversation; /quit or end of input leaves.\n";
 
@@ -58,7 +58,7 @@ static void chat_probs(void *ctx, const float *logits, const int32_t *prev, int3
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system_msg = NULL;
-    int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0, no_mmap = 0;
+    int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0, weights = Q35_WEIGHTS_AUTO;
     float temp = 0.0f;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -66,7 +66,8 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
         if (!strcmp(k, "--think")) { think = 1; continue; }
         if (!strcmp(k, "--no-spec")) { spec_k = 0; continue; }
-        if (!strcmp(k, "--no-mmap")) { no_mmap = 1; continue; }
+        if (!strcmp(k, "--no-mmap")) { weights = Q35_WEIGHTS_IN_MEMORY; continue; }
+        if (!strcmp(k, "--mmap")) { weights = Q35_WEIGHTS_MAPPED; continue; }
         if (!v) { fprintf(stderr, "qwen35 chat: %s needs a value\n%s", k, usage); return 2; }
         char *end = NULL;
         if (!strcmp(k, "-m")) model = v;
@@ -88,7 +89,7 @@ int cmd_chat(int argc, char **argv) {
     if (!model) model = default_model = cli_default_model();
 
     q35_error err = {0};
-    q35_engine_params ep = {.n_threads = threads, .no_mmap = no_mmap};
+    q35_engine_params ep = {.n_threads = threads, .weights = weights};
     q35_engine *e = NULL;
     q35_tokenizer *tok = NULL;
     q35_session *s = NULL;

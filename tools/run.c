@@ -42,7 +42,7 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
 typedef struct {
     const char *model, *ids, *text, *out, *draft_vocab;
     long n_gen, threads;
-    int no_mmap;
+    int weights; /* q35_weights_mode */
     long spec_k; /* -1: the default (1 with an MTP head, else 0) */
 } run_args;
 
@@ -55,7 +55,8 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); exit(0); }
         if (!want_out && !strcmp(k, "--no-spec")) { a->spec_k = 0; continue; }
-        if (!strcmp(k, "--no-mmap")) { a->no_mmap = 1; continue; }
+        if (!strcmp(k, "--no-mmap")) { a->weights = Q35_WEIGHTS_IN_MEMORY; continue; }
+        if (!strcmp(k, "--mmap")) { a->weights = Q35_WEIGHTS_MAPPED; continue; }
         if (!v) { fprintf(stderr, "%s: option %s needs a value\n%s", argv[0], k, usage); return -1; }
         char *end;
         if (!strcmp(k, "-m") || !strcmp(k, "--model")) a->model = v;
@@ -87,7 +88,7 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
 
 static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_t need_ctx) {
     q35_error err = {0};
-    q35_engine_params p = {.n_threads = (int32_t)a->threads, .no_mmap = a->no_mmap};
+    q35_engine_params p = {.n_threads = (int32_t)a->threads, .weights = a->weights};
     if (q35_engine_load(a->model, &p, e, &err)) {
         fprintf(stderr, "qwen35: %s\n", err.msg);
         return -1;
@@ -105,7 +106,7 @@ static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_
 
 static const char run_usage[] =
     "usage: qwen35 run -m MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [-n N] [-t THREADS]\n"
-    "                  [--spec-k K | --no-spec] [--draft-vocab FILE] [--no-mmap]\n"
+    "                  [--spec-k K | --no-spec] [--draft-vocab FILE] [--mmap | --no-mmap]\n"
     "  Greedy generation of N tokens. With --prompt-ids it prints the generated\n"
     "  token ids; with --prompt (tokenized by the model's tokenizer) it prints the\n"
     "  text as it is generated and stops at an end-of-text token. Then tok/s and\n"
@@ -113,7 +114,8 @@ static const char run_usage[] =
     "  speculation drafts K tokens per step (default 1); the output is the same.\n"
     "  --draft-vocab FILE drafts over those token ids only (one per line, as\n"
     "  `qwen35 draft-vocab` writes): a cheaper draft; the output is the same.\n"
-    "  --no-mmap reads the weights into memory (huge pages) instead of mapping the file.\n";
+    "  Weights are read into memory on huge pages where the system allows it (--no-mmap\n"
+    "  insists), else served from the mapped file (--mmap insists).\n";
 
 /* Where generated tokens go: a comma-separated id list, or streamed text. */
 typedef struct {
@@ -222,7 +224,7 @@ int cmd_run(int argc, char **argv) {
 }
 
 static const char logits_usage[] =
-    "usage: qwen35 logits -m MODEL_DIR --prompt-ids 1,2,3 -o FILE [-t THREADS] [--no-mmap]\n"
+    "usage: qwen35 logits -m MODEL_DIR --prompt-ids 1,2,3 -o FILE [-t THREADS] [--mmap | --no-mmap]\n"
     "  Writes little-endian float32 logits: one row of vocab_size values per prompt position.\n";
 
 int cmd_logits(int argc, char **argv) {

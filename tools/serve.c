@@ -1129,8 +1129,9 @@ static const char serve_usage[] =
     "  --draft-vocab FILE       draft only over these token ids (one per line, as written by\n"
     "                           `qwen35 draft-vocab`): a cheaper draft head, the same output\n"
     "  -t, --threads N          engine threads (default: one per core)\n"
-    "  --no-mmap                read the weights into memory (huge pages where the kernel allows)\n"
-    "                           instead of serving them from the mapped file\n";
+    "  --mmap, --no-mmap        serve the weights from the mapped file, or read them into memory\n"
+    "                           (huge pages); default: in memory where the system offers huge\n"
+    "                           pages and has the memory to spare, else mapped\n";
 
 static int parse_long(const char *v, long lo, long hi, long *out) {
     char *end;
@@ -1144,7 +1145,7 @@ static int parse_long(const char *v, long lo, long hi, long *out) {
 /* Loads the model and starts the scheduler; the exit status (0: ready). */
 static int load_and_start(void) {
     q35_error err = {0};
-    q35_engine_params ep = {.n_threads = C.threads, .no_mmap = C.no_mmap};
+    q35_engine_params ep = {.n_threads = C.threads, .weights = C.weights};
     if (q35_engine_load(C.model_path, &ep, &g_engine, &err)) {
         fprintf(stderr, "qwen35 serve: %s\n", err.msg);
         return 1;
@@ -1260,7 +1261,8 @@ int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(serve_usage, stdout); return 0; }
-        if (!strcmp(k, "--no-mmap")) { C.no_mmap = 1; continue; }
+        if (!strcmp(k, "--no-mmap")) { C.weights = Q35_WEIGHTS_IN_MEMORY; continue; }
+        if (!strcmp(k, "--mmap")) { C.weights = Q35_WEIGHTS_MAPPED; continue; }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "qwen35 serve: option %s needs a value\n%s", k, serve_usage); return 2; }
         long x;

@@ -83,7 +83,7 @@ typedef struct serve_config {
     size_t max_body;
     double timeout_s;          /* idle connection / slow body limit */
     int threads;
-    int no_mmap;               /* weights read into memory instead of mapped */
+    int weights;               /* q35_weights_mode: --mmap / --no-mmap */
     size_t cache_bytes;        /* prefix cache budget */
     int32_t prefill_chunk;
     int32_t spec_k;            /* MTP draft tokens per step, 0: off */

@@ -77,13 +77,14 @@ static int parse_list(const char *s, int *out, int max) {
 
 static const char usage[] =
     "usage: qwen35 speed -m MODEL [-t 1,2] [--prompt 254,512,2048] [--decode N] [--spec-k K]\n"
-    "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--no-mmap]\n"
+    "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--mmap | --no-mmap]\n"
     "                    [--json FILE]\n"
     "  Engine speed: decode and prompt tok/s, GB/s against the measured read bandwidth,\n"
     "  time to first token, batched and speculative step costs, peak RSS.\n"
     "  --draft-rows: also a speculative step with a reduced-vocabulary draft head of\n"
     "  each many rows (the lowest token ids; default 32768; 0: none).\n"
-    "  --no-mmap: weights read into anonymous memory (huge pages) instead of the mapped file.\n";
+    "  --mmap / --no-mmap: weights served from the mapped file / read into memory on huge pages\n"
+    "  (default: in memory where the system offers huge pages and the memory, else mapped).\n";
 
 /* Expected tokens per speculative step with k drafts each accepted with
  * probability a (given the previous one was): 1 + a + a^2 + ... + a^k. */
@@ -152,11 +153,12 @@ int cmd_speed(int argc, char **argv) {
     draft_row dr[8] = {{0}};
     int n_dr = 0;
     double accept = 0.83;
-    int no_mmap = 0;
+    int weights = Q35_WEIGHTS_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
-        if (!strcmp(k, "--no-mmap")) { no_mmap = 1; continue; }
+        if (!strcmp(k, "--no-mmap")) { weights = Q35_WEIGHTS_IN_MEMORY; continue; }
+        if (!strcmp(k, "--mmap")) { weights = Q35_WEIGHTS_MAPPED; continue; }
         if (!v) { fprintf(stderr, "qwen35 speed: %s needs a value\n%s", k, usage); return 2; }
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--json")) json_path = v;
@@ -202,7 +204,7 @@ int cmd_speed(int argc, char **argv) {
         }
     reset_peak_rss();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
-        q35_engine_params p = {.n_threads = threads[ti], .no_mmap = no_mmap};
+        q35_engine_params p = {.n_threads = threads[ti], .weights = weights};
         q35_engine *e;
         if (q35_engine_load(model, &p, &e, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); return 1; }
         info = *q35_engine_info(e);
@@ -343,7 +345,7 @@ int cmd_speed(int argc, char **argv) {
         printf("%-10d %10.2f %10.1f %12.1f %7.0f%%\n", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
     for (int i = 0; i < n_prompts; i++) printf("prompt %-5d %8.2f tok/s\n", prompts[i], prompt_tok_s[i]);
     if (ttft_254 >= 0) printf("time to first token at 254: %.2f s\n", ttft_254);
-    /* the weights are resident as file pages (mapped) or as the anonymous copy (--no-mmap); the rest is the
+    /* the weights are resident as file pages (mapped) or as the anonymous copy (in memory); the rest is the
      * engine's own memory: KV cache and recurrent states for one context, scratch, logits */
     double weights_gb = info.weights_copied ? info.file_bytes / 1e9 : file_kb * 1024 / 1e9;
     double other_gb = (anon_kb * 1024 - (info.weights_copied ? info.file_bytes : 0)) / 1e9;

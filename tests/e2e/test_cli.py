@@ -27,7 +27,7 @@ def test_run_prints_the_greedy_continuation_with_and_without_speculation():
     g = golden("tiny-b")
     ids = ",".join(map(str, g["prompt_ids"]))
     outs = []
-    for extra in ([], ["--no-spec"], ["--spec-k", "3"], ["--no-mmap"]):
+    for extra in ([], ["--no-spec"], ["--spec-k", "3"], ["--no-mmap"], ["--mmap"]):
         p = q35("run", "-m", str(MODELS / "tiny-b"), "--prompt-ids", ids, "-n", "32", *extra)
         assert p.returncode == 0, p.stderr
         outs.append([int(x) for x in p.stdout.strip().split(",")])
@@ -237,7 +237,7 @@ def test_speed_reports_speed_and_memory(tmp_path):
     memory split follows where the weights live (mapped file or --no-mmap copy)."""
     model = MODELS / "tiny-b"
     size = sum(f.stat().st_size for f in model.glob("*.safetensors"))  # three shards
-    for extra in ([], ["--no-mmap"]):
+    for extra in (["--mmap"], ["--no-mmap"]):
         out = tmp_path / "speed.json"
         p = q35("speed", "-m", str(model), "-t", "1", "--prompt", "40", "--decode", "4", "--json", str(out), *extra)
         assert p.returncode == 0, p.stderr
@@ -247,10 +247,10 @@ def test_speed_reports_speed_and_memory(tmp_path):
         assert r["decode"][0]["measured_bw_gb_s"] > 0
         assert r["prompt"][0]["tokens"] == 40 and r["prompt"][0]["tok_s"] > 0
         assert r["weight_file_bytes"] == size
-        assert r["weights_copied"] is bool(extra)
+        assert r["weights_copied"] is (extra == ["--no-mmap"])
         assert r["engine_memory_bytes"] > 0
         assert r["peak_rss_bytes"] >= r["engine_memory_bytes"]
-        if extra:
+        if extra == ["--no-mmap"]:
             assert r["peak_rss_bytes"] >= size + r["engine_memory_bytes"]
         assert "memory: weight files" in p.stdout
     bad = q35("speed", "-m", str(model), "--decode", "1")
