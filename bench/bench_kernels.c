@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define N_OUT 12288
@@ -142,13 +143,23 @@ static float rnd(void) {
     return (float)((g_rng >> 40) / 16777216.0 * 2.0 - 1.0);
 }
 
+/* Weights on huge pages where the kernel allows, as the engine's are by
+ * default (2 MiB aligned, MADV_HUGEPAGE); free() releases it. */
+static void *weights_alloc(size_t bytes) {
+    void *p = NULL;
+    size_t len = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    if (posix_memalign(&p, (size_t)2 << 20, len)) return NULL;
+    madvise(p, len, MADV_HUGEPAGE);
+    return p;
+}
+
 /* n_copies copies of one random matrix in dt, enough to overflow the caches. */
 static q35_tensor *make_copies(q35_dtype dt, const float *w, int *n_copies_out) {
     size_t nb = dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8 ? q35_bfp_tensor_bytes(dt, N_OUT, N_IN)
                 : (size_t)N_OUT * N_IN * (dt == Q35_DT_F32 ? 4 : 2);
     int n_copies = (int)(((size_t)(g_quick ? 256 : 384) << 20) / nb) + 1;
     q35_tensor *W = calloc((size_t)n_copies, sizeof *W);
-    uint8_t *first = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+    uint8_t *first = weights_alloc(nb);
     if (!W || !first) return NULL;
     if (dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8) {
         if (q35_bfp_pack_matrix(dt, first, nb, w, Q35_DT_F32, N_OUT, N_IN, 0, NULL) != Q35_OK) return NULL;
@@ -162,7 +173,7 @@ static q35_tensor *make_copies(q35_dtype dt, const float *w, int *n_copies_out) 
     for (int c = 0; c < n_copies; c++) {
         uint8_t *p = first;
         if (c) {
-            p = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+            p = weights_alloc(nb);
             if (!p) return NULL;
             memcpy(p, first, nb);
         }
@@ -391,7 +402,7 @@ static void bench_layout(const alt_layout *L, const float *w, const float *x, fl
     static layout_ctx c;
     if (!copies) return;
     for (int cp = 0; cp < n_copies; cp++) {
-        copies[cp] = aligned_alloc(64, (L->bytes + 63) & ~(size_t)63);
+        copies[cp] = weights_alloc(L->bytes);
         if (!copies[cp]) return;
         if (cp) memcpy(copies[cp], copies[0], L->bytes);
         else L->pack(copies[0], w);

@@ -144,7 +144,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     __m256 acc[ISA_BFP_NT][2];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    bfp_prefetch_panel(codes);
+    bfp_prefetch_panel(codes, block_bytes);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
         bfp_prefetch_block(exps, cb, b, block_bytes);
@@ -205,7 +205,7 @@ ALWAYS_INLINE void bfp_panel_predecode(const int is4, const uint8_t *panel, int6
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     const int block_bytes = is4 ? 128 : 256;
     const __m256i lut = BFP4_LUT, nib = _mm256_set1_epi8(0x0f);
-    bfp_prefetch_panel(codes);
+    bfp_prefetch_panel(codes, block_bytes);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
         bfp_prefetch_block(exps, cb, b, block_bytes);

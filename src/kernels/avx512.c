@@ -87,7 +87,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     __m512 acc[8];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-    bfp_prefetch_panel(codes);
+    bfp_prefetch_panel(codes, block_bytes);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
         bfp_prefetch_block(exps, cb, b, block_bytes);

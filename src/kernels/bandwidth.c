@@ -48,6 +48,8 @@ q35_status q35_read_bandwidth(int32_t n_threads, double *gb_s, q35_error *err) {
         q35_pool_free(pool);
         return q35_fail(err, Q35_ERR_NOMEM, "read bandwidth: cannot map a %zu MiB buffer", BW_BYTES >> 20);
     }
+    /* on huge pages where the kernel allows, as the engine's weights are by default */
+    madvise(buf, BW_BYTES, MADV_HUGEPAGE);
     bw_job job = {.buf = buf, .read = q35_kernels_get()->read_stream, .touch = 1};
     q35_pool_run(pool, bw_worker, &job);
     job.touch = 0;
