@@ -34,6 +34,13 @@ static int64_t layer_bytes(const q35_layer_weights *l, int64_t *n_elems) {
     return bytes;
 }
 
+/* Bytes of the weight files, all mapped. */
+static int64_t file_bytes(const q35_checkpoint *ck) {
+    int64_t n = 0;
+    for (int32_t i = 0; i < ck->n_files; i++) n += (int64_t)ck->files[i].map.size;
+    return n;
+}
+
 static void fill_info(q35_engine *e) {
     const q35_config *c = &e->cfg;
     const q35_weights *w = &e->w;
@@ -45,10 +52,8 @@ static void fill_info(q35_engine *e) {
     in->max_position = c->max_position_embeddings;
     in->eos_token_id = c->eos_token_id;
     in->has_mtp = w->mtp.present;
-    for (int32_t i = 0; i < e->ck.n_files; i++) {
-        in->file_bytes += (int64_t)e->ck.files[i].map.size;
-        in->weights_copied = e->ck.files[i].map.copied;
-    }
+    in->file_bytes = file_bytes(&e->ck);
+    in->weights_copied = e->ck.n_files > 0 && e->ck.files[0].map.copied; /* all files alike */
     int64_t n = tensor_elems(&w->embed) + tensor_elems(&w->final_norm);
     int64_t layers = 0;
     for (int32_t i = 0; i < c->n_layer; i++) layers += layer_bytes(&w->layers[i], &n);
@@ -77,8 +82,7 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
     if (!st) st = q35_cache_present(path) ? q35_cache_open(path, &e->ck, err) : q35_checkpoint_open(path, &e->ck, err);
     int32_t mode = params ? params->weights : Q35_WEIGHTS_AUTO;
     if (!st && mode == Q35_WEIGHTS_AUTO) {
-        int64_t bytes = 0;
-        for (int32_t i = 0; i < e->ck.n_files; i++) bytes += (int64_t)e->ck.files[i].map.size;
+        int64_t bytes = file_bytes(&e->ck);
         mode = q35_huge_pages_offered() && q35_mem_available() >= bytes + bytes / 4 ? Q35_WEIGHTS_IN_MEMORY
                                                                                     : Q35_WEIGHTS_MAPPED;
     }

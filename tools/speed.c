@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,13 +31,17 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Peak resident set (VmHWM) since the last reset_peak_rss(). */
-static long peak_rss_kb(void) {
+/* A "Key: N kB" line of /proc/self/status (0 when absent): VmHWM is the
+ * peak resident set since the last reset_peak_rss(), RssAnon and RssFile
+ * the resident set now, anonymous and file-backed. */
+static long status_kb(const char *key) {
     long kb = 0;
+    size_t n = strlen(key);
     FILE *fp = fopen("/proc/self/status", "r");
     if (!fp) return 0;
     char line[256];
-    while (fgets(line, sizeof line, fp)) sscanf(line, "VmHWM: %ld", &kb);
+    while (fgets(line, sizeof line, fp))
+        if (!strncmp(line, key, n) && line[n] == ':') kb = strtol(line + n + 1, NULL, 10);
     fclose(fp);
     return kb;
 }
@@ -47,19 +50,6 @@ static long peak_rss_kb(void) {
 static void reset_peak_rss(void) {
     FILE *fp = fopen("/proc/self/clear_refs", "w");
     if (fp) { fputs("5", fp); fclose(fp); }
-}
-
-/* The resident set now, split into anonymous and file-backed kB. */
-static void rss_now_kb(long *anon, long *file) {
-    *anon = *file = 0;
-    FILE *fp = fopen("/proc/self/status", "r");
-    if (!fp) return;
-    char line[256];
-    while (fgets(line, sizeof line, fp)) {
-        sscanf(line, "RssAnon: %ld", anon);
-        sscanf(line, "RssFile: %ld", file);
-    }
-    fclose(fp);
 }
 
 static int parse_list(const char *s, int *out, int max) {
@@ -250,7 +240,8 @@ int cmd_speed(int argc, char **argv) {
                 if (prompts[pi] == 254) ttft_254 = t;
                 fprintf(stderr, "prompt %d tokens: %.2f tok/s (%.2f s)\n", prompts[pi], prompt_tok_s[pi], t);
             }
-            rss_now_kb(&anon_kb, &file_kb);
+            anon_kb = status_kb("RssAnon");
+            file_kb = status_kb("RssFile");
             /* batched decode across sessions: cost of a step of N rows relative to one */
             q35_session *bs[8];
             int nb = 0;
@@ -336,7 +327,7 @@ int cmd_speed(int argc, char **argv) {
             }
         fclose(ci);
     }
-    long rss = peak_rss_kb();
+    long rss = status_kb("VmHWM");
     printf("\nqwen35 speed: %s\n", model);
     printf("machine: %s, %ld cores, %s kernels; bytes per token %.2f GB; peak RSS %.2f GB\n", cpu,
            sysconf(_SC_NPROCESSORS_ONLN), kernels, info.bytes_per_token / 1e9, rss / 1048576.0);

@@ -97,6 +97,15 @@ ALWAYS_INLINE __m256i bcast_x4(const int8_t *xb, int g) {
 /* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
 #define BFP4_LUT _mm256_broadcastsi128_si256(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1))
 
+/* 32 bytes of bfp4 codes (one group: 8 rows x 4 inputs, two nibbles per
+ * byte) as value + 8 bytes: w[0] the low nibbles (rows 0-7), w[1] the high. */
+ALWAYS_INLINE void bfp4_unpack(const uint8_t *p, __m256i w[2]) {
+    const __m256i lut = BFP4_LUT, nib = _mm256_set1_epi8(0x0f);
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    w[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
+    w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+}
+
 /* One block's contribution to one token and 8 rows, the same expression in
  * every tile so that a token's result does not depend on the tile: the
  * exact integer dot (bfp4: minus the offset 8 * sum(q), broadcast from
@@ -137,7 +146,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     const int64_t n_blk = n_in / 16;
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     const int block_bytes = is4 ? 128 : 256;
-    const __m256i lut = BFP4_LUT, nib = _mm256_set1_epi8(0x0f), mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
+    const __m256i mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t0 * n_in;
     const float *xd = a->d + t0 * n_blk;
     const int32_t *xs = a->sum + t0 * n_blk;
@@ -154,9 +163,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
         for (int g = 0; g < 4; g++) {
             __m256i w[2];
             if (is4) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * g));
-                w[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
-                w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+                bfp4_unpack(cb + 32 * g, w);
             } else {
                 w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), mag7);
                 w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), mag7);
@@ -195,7 +202,6 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 
 #define ISA_BFP_WIDE 1
 
-/* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
 /* Decodes one panel into a->dec / a->ws for bfp_decoded_tile: bfp4 codes
  * to value + 8 bytes, 256 bytes per block laid out as bfp8's codes are
  * (group g, half h at 64 g + 32 h), and every block's 16 row scales
@@ -204,7 +210,6 @@ ALWAYS_INLINE void bfp_panel_predecode(const int is4, const uint8_t *panel, int6
     const int64_t n_blk = n_in / 16;
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     const int block_bytes = is4 ? 128 : 256;
-    const __m256i lut = BFP4_LUT, nib = _mm256_set1_epi8(0x0f);
     bfp_prefetch_panel(codes, block_bytes);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *cb = codes + b * block_bytes;
@@ -212,10 +217,10 @@ ALWAYS_INLINE void bfp_panel_predecode(const int is4, const uint8_t *panel, int6
         if (is4) {
             #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * g));
-                __m256i *d = (__m256i *)(a->dec + 256 * b + 64 * g);
-                _mm256_store_si256(d, _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib)));
-                _mm256_store_si256(d + 1, _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
+                __m256i w[2], *d = (__m256i *)(a->dec + 256 * b + 64 * g);
+                bfp4_unpack(cb + 32 * g, w);
+                _mm256_store_si256(d, w[0]);
+                _mm256_store_si256(d + 1, w[1]);
             }
         }
         _mm256_store_ps(a->ws + 16 * b, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
