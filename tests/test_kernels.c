@@ -237,6 +237,48 @@ TEST(kernels, batch_and_split_invariant) {
     free(y);
 }
 
+/* matmul_n (x quantized once for all pieces) gives each piece the same bits
+ * as its own matmul call: mixed dtypes, a piece of another n_in, partial
+ * and empty row ranges, one token and a batch. */
+TEST(kernels, matmul_n_equals_separate_calls) {
+    const q35_kernels *tables[3] = {&q35_kernels_ref};
+    int n_tables = 1 + fast_tables(tables + 1);
+    enum { n_in = 272, n_tok_max = 9, n_out_max = 45, n_piece = 5 };
+    const q35_dtype dts[n_piece] = {Q35_DT_BFP4, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4, Q35_DT_BFP4};
+    const int64_t outs[n_piece] = {45, 20, 33, 16, 40}, ins[n_piece] = {n_in, n_in, n_in, 144, n_in};
+    const int64_t o0[n_piece] = {0, 3, 16, 0, 8}, o1[n_piece] = {45, 17, 33, 16, 8};
+    weights w[n_piece];
+    const q35_tensor *Ws[n_piece];
+    float *x = malloc(sizeof(float) * n_tok_max * n_in), *ys[n_piece], *y1 = malloc(sizeof(float) * n_tok_max * n_out_max);
+    REQUIRE(x && y1);
+    for (int i = 0; i < n_tok_max * n_in; i++) x[i] = (float)rng_unit();
+    for (int i = 0; i < n_piece; i++) {
+        REQUIRE(make_weights(&w[i], dts[i], outs[i], ins[i], 0));
+        Ws[i] = &w[i].t;
+        ys[i] = malloc(sizeof(float) * n_tok_max * n_out_max);
+        REQUIRE(ys[i]);
+    }
+    const int64_t toks[2] = {1, n_tok_max};
+    for (int k = 0; k < n_tables; k++)
+        for (int c = 0; c < 2; c++) {
+            for (int i = 0; i < n_piece; i++)
+                for (int j = 0; j < n_tok_max * n_out_max; j++) ys[i][j] = NAN;
+            tables[k]->matmul_n(n_piece, ys, Ws, x, toks[c], o0, o1);
+            for (int i = 0; i < n_piece; i++) {
+                for (int j = 0; j < n_tok_max * n_out_max; j++) y1[j] = NAN;
+                tables[k]->matmul(y1, Ws[i], x, toks[c], o0[i], o1[i]);
+                CHECK_MSG(memcmp(y1, ys[i], sizeof(float) * n_tok_max * n_out_max) == 0,
+                          "%s, %lld tokens: piece %d differs", tables[k]->name, (long long)toks[c], i);
+            }
+        }
+    for (int i = 0; i < n_piece; i++) {
+        free(w[i].data);
+        free(ys[i]);
+    }
+    free(x);
+    free(y1);
+}
+
 TEST(kernels, get_row_matches_ref) {
     const q35_kernels *tables[2];
     int n_tables = fast_tables(tables);

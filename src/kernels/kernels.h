@@ -32,6 +32,13 @@
  * where W is [n_out, n_in]. Rows outside [o0, o1) are not written. */
 void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1);
 
+/* q35_matmul_ref for n matrices of the same n_in against one x: ys[i] rows
+ * [o0[i], o1[i]) from Ws[i]. The fast tables quantize x once for all of
+ * them (bfp weights); each piece's outputs are the same bits as one matmul
+ * call would give. */
+void q35_matmul_n_ref(int n, float *const *ys, const q35_tensor *const *Ws, const float *x, int64_t n_tok,
+                      const int64_t *o0, const int64_t *o1);
+
 /* Row r of a 2-D tensor (an embedding table) widened to float. */
 void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
 
@@ -64,6 +71,8 @@ void q35_attend_head_avx2(float *o, const float *q, const float *k, const float 
 
 typedef void (*q35_matmul_fn)(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0,
                               int64_t o1);
+typedef void (*q35_matmul_n_fn)(int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
+                                int64_t n_tok, const int64_t *o0, const int64_t *o1);
 typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
 typedef void (*q35_gdn_recurrent_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
                                      const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
@@ -88,6 +97,7 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes);
 typedef struct q35_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     q35_matmul_fn matmul;
+    q35_matmul_n_fn matmul_n; /* matrices sharing an input: projections, gate and up */
     q35_get_row_fn get_row;
     q35_gdn_recurrent_fn gdn_recurrent;
     q35_attend_head_fn attend_head;

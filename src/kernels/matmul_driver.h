@@ -117,13 +117,10 @@ DRIVER_BFP_TABLE(bfp_decoded_tile)
 #define BFP_WIDE_MIN_TOKENS 8
 #endif
 
-static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
+/* y rows [o0, o1) from bfp weights W and activations a, quantized from x
+ * (n_tok, n_in) by act_quantize. */
+static void matmul_bfp(float *y, const q35_tensor *W, const act_q8 *a, int64_t n_tok, int64_t o0, int64_t o1) {
     const int64_t n_out = W->shape[0], n_in = W->shape[W->ndim - 1];
-    act_q8 a;
-    if (!act_quantize(&a, x, n_tok, n_in)) {
-        q35_matmul_ref(y, W, x, n_tok, o0, o1);
-        return;
-    }
     const size_t panel_bytes = q35_bfp_panel_bytes(W->dtype, n_in);
     const int is4 = W->dtype == Q35_DT_BFP4;
     /* Tokens in chunks whose int8 activations (chunk * n_in bytes) stay in
@@ -140,14 +137,14 @@ static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_
             const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
             const bfp_tile_fn *tiles = bfp_panel_tiles[is4];
 #ifdef ISA_BFP_WIDE
-            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && a.dec) {
-                bfp_panel_predecode(is4, panel, n_in, &a);
+            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && a->dec) {
+                bfp_panel_predecode(is4, panel, n_in, a);
                 tiles = bfp_decoded_tiles[is4];
             }
 #endif
             for (int64_t t0 = c0; t0 < c1; t0 += ISA_BFP_NT) {
                 int nt = c1 - t0 < ISA_BFP_NT ? (int)(c1 - t0) : ISA_BFP_NT;
-                tiles[nt](panel, n_in, &a, t0, y, n_out, row0, lo, hi);
+                tiles[nt](panel, n_in, a, t0, y, n_out, row0, lo, hi);
             }
         }
     }
@@ -197,15 +194,33 @@ static uint64_t read_stream(const void *p, size_t bytes) {
     return sum;
 }
 
-static void matmul_isa(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
-    switch (W->dtype) {
-    case Q35_DT_BFP4:
-    case Q35_DT_BFP8: matmul_bfp(y, W, x, n_tok, o0, o1); break;
-    case Q35_DT_F32:
-    case Q35_DT_F16:
-    case Q35_DT_BF16: matmul_float(y, W, x, n_tok, o0, o1); break;
-    default: q35_matmul_ref(y, W, x, n_tok, o0, o1); break;
+/* kernels.h's matmul_n: x is quantized once, for the first bfp piece, and
+ * serves every bfp piece after it (again only if a piece's n_in differs). */
+static void matmul_n_isa(int n, float *const *ys, const q35_tensor *const *Ws, const float *x, int64_t n_tok,
+                         const int64_t *o0, const int64_t *o1) {
+    act_q8 a;
+    int64_t a_n_in = -1; /* n_in of the activations in a; 0: no scratch, the reference runs */
+    for (int i = 0; i < n; i++) {
+        const q35_tensor *W = Ws[i];
+        const int64_t n_in = W->shape[W->ndim - 1];
+        if (o0[i] >= o1[i]) continue;
+        switch (W->dtype) {
+        case Q35_DT_BFP4:
+        case Q35_DT_BFP8:
+            if (a_n_in != n_in && a_n_in != 0) a_n_in = act_quantize(&a, x, n_tok, n_in) ? n_in : 0;
+            if (a_n_in == n_in) matmul_bfp(ys[i], W, &a, n_tok, o0[i], o1[i]);
+            else q35_matmul_ref(ys[i], W, x, n_tok, o0[i], o1[i]);
+            break;
+        case Q35_DT_F32:
+        case Q35_DT_F16:
+        case Q35_DT_BF16: matmul_float(ys[i], W, x, n_tok, o0[i], o1[i]); break;
+        default: q35_matmul_ref(ys[i], W, x, n_tok, o0[i], o1[i]); break;
+        }
     }
+}
+
+static void matmul_isa(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
+    matmul_n_isa(1, &y, &W, x, n_tok, &o0, &o1);
 }
 
 #endif

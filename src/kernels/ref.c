@@ -51,6 +51,11 @@ void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok
     }
 }
 
+void q35_matmul_n_ref(int n, float *const *ys, const q35_tensor *const *Ws, const float *x, int64_t n_tok,
+                      const int64_t *o0, const int64_t *o1) {
+    for (int i = 0; i < n; i++) q35_matmul_ref(ys[i], Ws[i], x, n_tok, o0[i], o1[i]);
+}
+
 /* The two reads of S that give a = S^T k and b = S^T q, summed over i in
  * ascending order per column j. */
 static void gdn_read(float *a, float *b, const float *S, const float *k, const float *q, int32_t DK, int32_t DV) {
@@ -113,5 +118,5 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
-const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
+const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
                                      q35_attend_head_ref, q35_read_stream_ref};
