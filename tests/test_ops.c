@@ -1,6 +1,6 @@
 /* Tests of the kernels outside the matmuls (src/kernels/, kernels.h): the
- * Gated DeltaNet recurrence and one attention head, every fast table
- * against the scalar reference, and the batching invariance the
+ * Gated DeltaNet recurrence, its chunked form and one attention head, every
+ * fast table against the scalar reference, and the batching invariance the
  * speculative verify relies on (a row gives the same bits alone or in a
  * batch, and the per-row state copies equal the states of single steps). */
 #include "kernels/kernels.h"
@@ -81,6 +81,37 @@ TEST(ops, gdn_recurrent_matches_ref) {
                           c.DV, T, rel_max_diff(S, S_ref, SN));
             }
             free(S_ref); free(o_ref); free(S); free(o);
+            gdn_case_free(&c);
+        }
+}
+
+/* The chunked form (prompts): every fast table against the reference's
+ * chunked form, over partial, whole and several chunks. */
+TEST(ops, gdn_chunked_matches_ref) {
+    const q35_kernels *tb[3];
+    int n = tables(tb);
+    const int32_t shapes[][2] = {{128, 128}, {32, 48}, {16, 16}, {24, 40}};
+    const int32_t lengths[] = {1, 5, 64, 65, 150};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            const int32_t T = lengths[li];
+            gdn_case c;
+            gdn_case_make(&c, T, shapes[si][0], shapes[si][1]);
+            size_t SN = (size_t)c.DK * c.DV, ON = (size_t)T * c.DV;
+            float *S_ref = malloc(sizeof(float) * SN), *o_ref = malloc(sizeof(float) * ON);
+            float *S = malloc(sizeof(float) * SN), *o = malloc(sizeof(float) * ON);
+            float *scratch = malloc(sizeof(float) * q35_gdn_chunk_scratch_floats(c.DK, c.DV));
+            memcpy(S_ref, c.S0, sizeof(float) * SN);
+            q35_gdn_chunked_ref(S_ref, c.q, c.k, c.v, c.g, c.beta, o_ref, T, c.DK, c.DV, scratch);
+            for (int ti = 1; ti < n; ti++) {
+                memcpy(S, c.S0, sizeof(float) * SN);
+                tb[ti]->gdn_chunked(S, c.q, c.k, c.v, c.g, c.beta, o, T, c.DK, c.DV, scratch);
+                CHECK_MSG(rel_max_diff(o, o_ref, ON) <= 1e-5, "%s DK=%d DV=%d T=%d: outputs %.3g", tb[ti]->name, c.DK,
+                          c.DV, T, rel_max_diff(o, o_ref, ON));
+                CHECK_MSG(rel_max_diff(S, S_ref, SN) <= 1e-5, "%s DK=%d DV=%d T=%d: states %.3g", tb[ti]->name, c.DK,
+                          c.DV, T, rel_max_diff(S, S_ref, SN));
+            }
+            free(S_ref); free(o_ref); free(S); free(o); free(scratch);
             gdn_case_free(&c);
         }
 }

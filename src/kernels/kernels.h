@@ -56,6 +56,20 @@ void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
 void q35_gdn_recurrent_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                            float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);
 
+/* The same recurrence over T rows in chunks of Q35_GDN_CHUNK_ROWS (prompts;
+ * HF torch_chunk_gated_delta_rule): within a chunk, with G the inclusive
+ * cumsum of g and D[i][j] = exp(G[i] - G[j]) for j <= i,
+ *   A = I + strictly_lower((beta k) k^T * D), U = A^-1 (beta v), W = A^-1 (beta k exp(G))
+ *   Vn = U - W S;  O = (q exp(G)) S + ((q k^T) * D, lower incl. diagonal) Vn
+ *   S = exp(G_last) S + (k exp(G_last - G))^T Vn
+ * A is unit lower triangular, so A^-1 is applied by forward substitution.
+ * Equal to the recurrence up to float rounding (tests/test_model.c);
+ * scratch holds q35_gdn_chunk_scratch_floats(DK, DV) floats. */
+#define Q35_GDN_CHUNK_ROWS 64
+size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV);
+void q35_gdn_chunked_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                         float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
+
 /* One query head against n_keys cached positions (rows of k and v, stride
  * kv_stride floats): o (HD) = softmax(scale * k q) v. scores (n_keys) is
  * scratch. */
@@ -66,6 +80,8 @@ void q35_attend_head_ref(float *o, const float *q, const float *k, const float *
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
                             size_t after_stride);
+void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                          float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 void q35_attend_head_avx2(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
                           int32_t HD, float scale, float *scores);
 
@@ -77,6 +93,8 @@ typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
 typedef void (*q35_gdn_recurrent_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
                                      const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
                                      size_t after_stride);
+typedef void (*q35_gdn_chunked_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
+                                   const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 typedef void (*q35_attend_head_fn)(float *o, const float *q, const float *k, const float *v, size_t kv_stride,
                                    int32_t n_keys, int32_t HD, float scale, float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
@@ -100,6 +118,7 @@ typedef struct q35_kernels {
     q35_matmul_n_fn matmul_n; /* matrices sharing an input: projections, gate and up */
     q35_get_row_fn get_row;
     q35_gdn_recurrent_fn gdn_recurrent;
+    q35_gdn_chunked_fn gdn_chunked;
     q35_attend_head_fn attend_head;
     q35_read_stream_fn read_stream;
 } q35_kernels;
