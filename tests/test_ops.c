@@ -148,27 +148,38 @@ TEST(ops, gdn_recurrent_rows_equal_single_steps) {
     }
 }
 
-TEST(ops, attend_head_matches_ref) {
+/* G heads sharing a KV head: each within 1e-5 of the reference, and the
+ * same bits as that head run alone (G = 1). */
+TEST(ops, attend_heads_match_ref) {
     const q35_kernels *tb[3];
     int n = tables(tb);
-    const int32_t dims[] = {256, 32, 24};
-    const int32_t keys[] = {1, 7, 300};
+    const int32_t dims[] = {256, 32, 24}, keys[] = {1, 7, 300}, groups[] = {1, 3, 4, 5};
     for (size_t di = 0; di < 3; di++)
-        for (size_t ki = 0; ki < 3; ki++) {
-            const int32_t HD = dims[di], NK = keys[ki];
-            const size_t stride = (size_t)HD * 3; /* other heads' rows in between */
-            float *q = malloc(sizeof(float) * HD), *kc = malloc(sizeof(float) * stride * NK);
-            float *vc = malloc(sizeof(float) * stride * NK), *scores = malloc(sizeof(float) * NK);
-            float *o_ref = malloc(sizeof(float) * HD), *o = malloc(sizeof(float) * HD);
-            for (int32_t i = 0; i < HD; i++) q[i] = 2.0f * frand();
-            for (size_t i = 0; i < stride * NK; i++) { kc[i] = frand(); vc[i] = frand(); }
-            float scale = 1.0f / sqrtf((float)HD);
-            q35_attend_head_ref(o_ref, q, kc, vc, stride, NK, HD, scale, scores);
-            for (int ti = 1; ti < n; ti++) {
-                tb[ti]->attend_head(o, q, kc, vc, stride, NK, HD, scale, scores);
-                CHECK_MSG(rel_max_diff(o, o_ref, (size_t)HD) <= 1e-5, "%s HD=%d keys=%d: %.3g", tb[ti]->name, HD, NK,
-                          rel_max_diff(o, o_ref, (size_t)HD));
+        for (size_t ki = 0; ki < 3; ki++)
+            for (size_t gi = 0; gi < 4; gi++) {
+                const int32_t HD = dims[di], NK = keys[ki], G = groups[gi];
+                const size_t stride = (size_t)HD * 3, q_stride = (size_t)HD * 2; /* other heads' rows in between */
+                float *q = malloc(sizeof(float) * q_stride * G), *kc = malloc(sizeof(float) * stride * NK);
+                float *vc = malloc(sizeof(float) * stride * NK), *scores = malloc(sizeof(float) * NK * G);
+                float *o_ref = malloc(sizeof(float) * HD * G), *o = malloc(sizeof(float) * HD * G);
+                float *o1 = malloc(sizeof(float) * HD);
+                for (size_t i = 0; i < q_stride * G; i++) q[i] = 2.0f * frand();
+                for (size_t i = 0; i < stride * NK; i++) { kc[i] = frand(); vc[i] = frand(); }
+                float scale = 1.0f / sqrtf((float)HD);
+                q35_attend_heads_ref(o_ref, (size_t)HD, q, q_stride, G, kc, vc, stride, NK, HD, scale, scores);
+                for (int ti = 1; ti < n; ti++) {
+                    tb[ti]->attend_heads(o, (size_t)HD, q, q_stride, G, kc, vc, stride, NK, HD, scale, scores);
+                    CHECK_MSG(rel_max_diff(o, o_ref, (size_t)HD * G) <= 1e-5, "%s HD=%d keys=%d G=%d: %.3g",
+                              tb[ti]->name, HD, NK, G, rel_max_diff(o, o_ref, (size_t)HD * G));
+                    long bad = 0;
+                    for (int32_t g = 0; g < G; g++) {
+                        tb[ti]->attend_heads(o1, (size_t)HD, q + g * q_stride, q_stride, 1, kc, vc, stride, NK, HD,
+                                             scale, scores);
+                        bad += memcmp(o1, o + (size_t)g * HD, sizeof(float) * HD) != 0;
+                    }
+                    CHECK_MSG(bad == 0, "%s HD=%d keys=%d G=%d: %ld heads differ from alone", tb[ti]->name, HD, NK,
+                              G, bad);
+                }
+                free(q); free(kc); free(vc); free(scores); free(o_ref); free(o); free(o1);
             }
-            free(q); free(kc); free(vc); free(scores); free(o_ref); free(o);
-        }
 }

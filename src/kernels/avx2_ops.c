@@ -17,15 +17,17 @@
  * time. It has no stream to keep up with: there is about 1% of a prompt's
  * arithmetic here, and the scalar loops took 15-20% of prefill.
  *
- * Attention of one query head against the KV cache: dot products with four
- * accumulators, a scalar softmax, then the weighted sum of value rows in
- * column blocks of 64 floats. Head dims not a multiple of 32 use the
- * reference. */
+ * Attention of the query heads that share a KV head against the KV cache:
+ * for each key, every head's dot product with four accumulators, a scalar
+ * softmax per head, then each value row, read once, added with every
+ * head's weight to that head's output; so each key and value row comes from
+ * memory once for the group. Head dims not a multiple of 32 use the reference. */
 #include "kernels.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -132,37 +134,65 @@ void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const floa
     if (stream) _mm_sfence();
 }
 
-void q35_attend_head_avx2(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
-                          int32_t HD, float scale, float *scores) {
+/* Cache rows are KV heads * HD floats apart, so the hardware prefetcher,
+ * which follows one stream within a page, does not fetch the next key's
+ * row; asking ATTN_PREFETCH_ROWS rows ahead hides the latency (prefetches
+ * past the last row are harmless). */
+#define ATTN_PREFETCH_ROWS 4
+ALWAYS_INLINE void prefetch_row(const float *row, int32_t n) {
+    for (int32_t d = 0; d < n; d += 16) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
+}
+
+/* Up to 4 heads' dot products with one key row (read from memory once,
+ * from L1 for the other heads), each exactly as for a head alone. */
+void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
+                           const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores) {
     if (HD % 32) {
-        q35_attend_head_ref(o, q, k, v, kv_stride, n_keys, HD, scale, scores);
+        q35_attend_heads_ref(o, o_stride, q, q_stride, G, k, v, kv_stride, n_keys, HD, scale, scores);
         return;
     }
-    float mx = -INFINITY;
-    for (int32_t p = 0; p < n_keys; p++) {
-        const float *kp = k + (size_t)p * kv_stride;
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int32_t d = 0; d < HD; d += 32)
-            #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++)
-                acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8 * u), _mm256_loadu_ps(kp + d + 8 * u), acc[u]);
-        float s = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) * scale;
-        scores[p] = s;
-        if (s > mx) mx = s;
-    }
-    double sum = 0.0;
-    for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
-    const float inv = (float)(1.0 / sum);
-    for (int32_t d = 0; d < HD; d += 32) {
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int32_t g0 = 0; g0 < G; g0 += 4) {
+        const int32_t ng = G - g0 < 4 ? G - g0 : 4;
+        float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, inv[4];
         for (int32_t p = 0; p < n_keys; p++) {
-            const float *vp = v + (size_t)p * kv_stride + d;
-            __m256 w = _mm256_set1_ps(scores[p] * inv);
-            #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) acc[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * u), acc[u]);
+            const float *kp = k + (size_t)p * kv_stride;
+            prefetch_row(kp + ATTN_PREFETCH_ROWS * kv_stride, HD);
+            for (int32_t g = 0; g < ng; g++) {
+                const float *qg = q + (size_t)(g0 + g) * q_stride;
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                for (int32_t d = 0; d < HD; d += 32)
+                    #pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d + 8 * u), _mm256_loadu_ps(kp + d + 8 * u), acc[u]);
+                float sc = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) * scale;
+                scores[(size_t)g * n_keys + p] = sc;
+                if (sc > mx[g]) mx[g] = sc;
+            }
         }
-        #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + d + 8 * u, acc[u]);
+        for (int32_t g = 0; g < ng; g++) {
+            float *sg = scores + (size_t)g * n_keys;
+            double sum = 0.0;
+            for (int32_t p = 0; p < n_keys; p++) { sg[p] = expf(sg[p] - mx[g]); sum += sg[p]; }
+            inv[g] = (float)(1.0 / sum);
+        }
+        /* o[g][d] = sum_p w[g][p] v[p][d], each column one chain over p in
+         * ascending order, accumulated in o (hot in L1): value rows are read
+         * whole and in order (column blocks walking the rows at the cache's
+         * stride of KV heads * HD floats thrashed L1 and L2) */
+        for (int32_t g = 0; g < ng; g++) memset(o + (size_t)(g0 + g) * o_stride, 0, sizeof(float) * (size_t)HD);
+        for (int32_t p = 0; p < n_keys; p++) {
+            const float *vp = v + (size_t)p * kv_stride;
+            prefetch_row(vp + ATTN_PREFETCH_ROWS * kv_stride, HD);
+            for (int32_t g = 0; g < ng; g++) {
+                const __m256 w = _mm256_set1_ps(scores[(size_t)g * n_keys + p] * inv[g]);
+                float *og = o + (size_t)(g0 + g) * o_stride;
+                for (int32_t d = 0; d < HD; d += 32)
+                    #pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        _mm256_storeu_ps(og + d + 8 * u, _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + d + 8 * u),
+                                                                         _mm256_loadu_ps(og + d + 8 * u)));
+            }
+        }
     }
 }
 

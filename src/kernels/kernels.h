@@ -76,14 +76,22 @@ void q35_gdn_chunked_ref(float *S, const float *q, const float *k, const float *
 void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
                          int32_t HD, float scale, float *scores);
 
+/* G query heads that share one KV head (grouped-query attention) and
+ * n_keys: head g reads q + g * q_stride and writes o + g * o_stride, the
+ * same bits whatever G is (a head alone gives them too); scores
+ * (G * n_keys) is scratch. The fast tables read each key and value row once
+ * for all G. */
+void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
+                          const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
+
 /* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
                             size_t after_stride);
 void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                           float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
-void q35_attend_head_avx2(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
-                          int32_t HD, float scale, float *scores);
+void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
+                           const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
 
 typedef void (*q35_matmul_fn)(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0,
                               int64_t o1);
@@ -95,8 +103,9 @@ typedef void (*q35_gdn_recurrent_fn)(float *S, const float *q, const float *k, c
                                      size_t after_stride);
 typedef void (*q35_gdn_chunked_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
                                    const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
-typedef void (*q35_attend_head_fn)(float *o, const float *q, const float *k, const float *v, size_t kv_stride,
-                                   int32_t n_keys, int32_t HD, float scale, float *scores);
+typedef void (*q35_attend_heads_fn)(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G,
+                                    const float *k, const float *v, size_t kv_stride, int32_t n_keys, int32_t HD,
+                                    float scale, float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
 
 /* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
@@ -119,7 +128,7 @@ typedef struct q35_kernels {
     q35_get_row_fn get_row;
     q35_gdn_recurrent_fn gdn_recurrent;
     q35_gdn_chunked_fn gdn_chunked;
-    q35_attend_head_fn attend_head;
+    q35_attend_heads_fn attend_heads;
     q35_read_stream_fn read_stream;
 } q35_kernels;
 

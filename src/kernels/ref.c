@@ -191,6 +191,13 @@ void q35_attend_head_ref(float *o, const float *q, const float *k, const float *
     }
 }
 
+void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
+                          const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores) {
+    for (int32_t g = 0; g < G; g++)
+        q35_attend_head_ref(o + (size_t)g * o_stride, q + (size_t)g * q_stride, k, v, kv_stride, n_keys, HD, scale,
+                            scores);
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -200,4 +207,4 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
 }
 
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
-                                     q35_gdn_chunked_ref, q35_attend_head_ref, q35_read_stream_ref};
+                                     q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref};
