@@ -14,9 +14,9 @@
  * (w - 1)) (vscalefps makes every E exact, subnormal scales included). A
  * panel tile serves up to 8 tokens, so the weights are read and decoded
  * once for a whole small batch, and it prefetches ahead in the panel
- * stream (matmul_driver.h). Batches of 8 tokens or more (prefill, batched
- * verify) decode each panel once into scratch (bfp_panel_predecode) and
- * then run a tile that only does the dot products (bfp_decoded_tile). Both
+ * stream (matmul_driver.h). Batches of more than 8 tokens (prefill,
+ * batched verify) decode each panel once into scratch (bfp_panel_predecode)
+ * and then run a tile that only does the dot products (bfp_decoded_tile). Both
  * tiles share the per-block arithmetic (bfp_block_fma), so a token's
  * outputs are bitwise the same in any batch and for any row split.
  *
