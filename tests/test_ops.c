@@ -16,9 +16,9 @@ static float frand(void) { /* uniform in [-1, 1) */
 
 /* Every table this CPU runs, the reference first. */
 static int tables(const q35_kernels **out) {
-    const char *names[3] = {"ref", "avx2", "avx512"};
+    const char *names[4] = {"ref", "avx2", "avx512", "avx512bf16"};
     int n = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (q35_kernels_find(names[i], &out[n], NULL) == Q35_OK) n++;
     return n;
 }
@@ -60,7 +60,7 @@ static void gdn_case_free(gdn_case *c) {
 }
 
 TEST(ops, gdn_recurrent_matches_ref) {
-    const q35_kernels *tb[3];
+    const q35_kernels *tb[4];
     int n = tables(tb);
     const int32_t shapes[][2] = {{128, 128}, {24, 40}, {16, 16}, {32, 72}, {16, 20}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -88,7 +88,7 @@ TEST(ops, gdn_recurrent_matches_ref) {
 /* The chunked form (prompts): every fast table against the reference's
  * chunked form, over partial, whole and several chunks. */
 TEST(ops, gdn_chunked_matches_ref) {
-    const q35_kernels *tb[3];
+    const q35_kernels *tb[4];
     int n = tables(tb);
     const int32_t shapes[][2] = {{128, 128}, {32, 48}, {16, 16}, {24, 40}};
     const int32_t lengths[] = {1, 5, 64, 65, 150};
@@ -118,7 +118,7 @@ TEST(ops, gdn_chunked_matches_ref) {
 
 /* T rows at once, with state copies, give the same bits as T single steps. */
 TEST(ops, gdn_recurrent_rows_equal_single_steps) {
-    const q35_kernels *tb[3];
+    const q35_kernels *tb[4];
     int n = tables(tb);
     const int32_t shapes[][2] = {{128, 128}, {24, 40}};
     for (size_t si = 0; si < 2; si++) {
@@ -151,7 +151,7 @@ TEST(ops, gdn_recurrent_rows_equal_single_steps) {
 /* G heads sharing a KV head: each within 1e-5 of the reference, and the
  * same bits as that head run alone (G = 1). */
 TEST(ops, attend_heads_match_ref) {
-    const q35_kernels *tb[3];
+    const q35_kernels *tb[4];
     int n = tables(tb);
     const int32_t dims[] = {256, 32, 24}, keys[] = {1, 7, 300}, groups[] = {1, 3, 4, 5};
     for (size_t di = 0; di < 3; di++)

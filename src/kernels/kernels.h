@@ -1,15 +1,25 @@
 /* kernels.h: the compute kernels the forward pass calls.
  *
  * ref.c is the scalar reference: plain loops, double accumulation, every
- * dtype. It is the oracle the per-ISA kernels are tested against. avx2.c
- * and avx512.c are compiled with their own instruction-set flags and each
- * exports one q35_kernels table; dispatch.c picks one at start-up by cpuid,
- * or the one named by the environment variable Q35_KERNELS (ref, avx2,
- * avx512). Nothing else in the engine needs -m flags.
+ * dtype. It is the oracle the per-ISA kernels are tested against. avx2.c,
+ * avx512.c and avx512bf16.c are compiled with their own instruction-set
+ * flags and each exports one q35_kernels table; dispatch.c picks one at
+ * start-up by cpuid (the last of ref, avx2, avx512, avx512bf16 that the CPU
+ * runs), or the one named by the environment variable Q35_KERNELS. Nothing
+ * else in the engine needs -m flags.
  *
  * Tolerances of the fast tables against ref, per output y = sum_i w_i x_i:
  *  - F32, F16, BF16 weights: float FMA with x kept in fp32; the error is
  *    float rounding, |dy| <= 1e-5 * sum_i |w_i x_i| in the tests.
+ *  - BF16 weights in avx512bf16: x is rounded to bf16 (nearest even, 8
+ *    significant bits) and vdpbf16ps adds the exact products into fp32,
+ *    with denormal inputs and results flushed to zero. Rounding to 8 bits
+ *    moves x by at most half a unit in its last place, less than 2^-8 of
+ *    |x|, so each product is off by less than 2^-8 of itself and
+ *    |dy| <= (2^-8 + 1e-5) * sum_i |w_i x_i|
+ *    (the second term the fp32 accumulation), plus 2^-126 * (sum_i |w_i| +
+ *    sum_i |x_i| + n_in) for the flushed denormals. |x| at or above
+ *    (2 - 2^-8) * 2^127 rounds to infinity.
  *  - BFP4, BFP8 weights: x is quantized per 16-value block to int8
  *    (scale d_b = max_b |x| / 127, round to nearest) and the block dot
  *    products run on integers, exactly. So |dy| <= sum_b (d_b / 2) *
@@ -122,7 +132,7 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes);
  * disjoint [o0, o1) ranges; ranges aligned to 16 rows (one bfp panel) avoid
  * decoding a panel twice. */
 typedef struct q35_kernels {
-    const char *name; /* "ref", "avx2", "avx512" */
+    const char *name; /* "ref", "avx2", "avx512", "avx512bf16" */
     q35_matmul_fn matmul;
     q35_matmul_n_fn matmul_n; /* matrices sharing an input: projections, gate and up */
     q35_get_row_fn get_row;
@@ -135,6 +145,7 @@ typedef struct q35_kernels {
 extern const q35_kernels q35_kernels_ref;
 extern const q35_kernels q35_kernels_avx2;   /* AVX2 + FMA + F16C */
 extern const q35_kernels q35_kernels_avx512; /* AVX-512 F/BW/VL/DQ + VNNI */
+extern const q35_kernels q35_kernels_avx512bf16; /* the same + AVX512_BF16 */
 
 /* Chooses the table once: Q35_KERNELS if set (an unknown name, or one this
  * CPU cannot run, fails with Q35_ERR_ARG / Q35_ERR_UNSUPPORTED and names the
@@ -142,7 +153,7 @@ extern const q35_kernels q35_kernels_avx512; /* AVX-512 F/BW/VL/DQ + VNNI */
  * table and q35_kernels_get() returns it from then on. */
 q35_status q35_kernels_init(const q35_kernels **out, q35_error *err);
 
-/* The table by name ("ref", "avx2", "avx512") if this CPU can run it. */
+/* The table by name ("ref", "avx2", "avx512", "avx512bf16") if this CPU can run it. */
 q35_status q35_kernels_find(const char *name, const q35_kernels **out, q35_error *err);
 
 /* The chosen table. Before q35_kernels_init succeeded it chooses by cpuid

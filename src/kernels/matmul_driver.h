@@ -113,7 +113,8 @@ DRIVER_BFP_TABLE(bfp_panel_tile)
 #ifdef ISA_BFP_WIDE
 DRIVER_BFP_TABLE(bfp_decoded_tile)
 /* Token chunks at least this long decode each panel once up front (from
- * 2 tokens on, it measured slower at n_tok = 2 and 4). */
+ * 2 tokens on, it measured slower at n_tok = 2 and 4), and only chunks of
+ * more than one token group: for one, the panel tile decodes once too. */
 #define BFP_WIDE_MIN_TOKENS 8
 #endif
 
@@ -137,7 +138,7 @@ static void matmul_bfp(float *y, const q35_tensor *W, const act_q8 *a, int64_t n
             const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
             const bfp_tile_fn *tiles = bfp_panel_tiles[is4];
 #ifdef ISA_BFP_WIDE
-            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && a->dec) {
+            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && c1 - c0 > ISA_BFP_NT && a->dec) {
                 bfp_panel_predecode(is4, panel, n_in, a);
                 tiles = bfp_decoded_tiles[is4];
             }
