@@ -143,7 +143,7 @@ static void check_dtype(q35_dtype dt, int extreme) {
      * n_in large enough that n_tok = 17 spans two token chunks of the bfp
      * driver (it keeps a chunk's int8 activations under 256 KiB). */
     int64_t shapes[][2] = {{37, 48}, {33, 80}, {5, 16}, {70, 272}, {48, 256}, {17, 37}, {19, 16384}};
-    int64_t n_toks[] = {1, 2, 3, 8, 17};
+    int64_t n_toks[] = {1, 2, 3, 5, 8, 17};
     long bad = 0;
     double worst = 0.0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -206,33 +206,42 @@ TEST(kernels, bfp_typical_error) {
     }
 }
 
-/* One token's outputs are bitwise the same alone or in a batch of 17, and
- * for any row range (what batched verification and thread splits rely on). */
+/* One token's outputs are bitwise the same alone or in a batch (of every
+ * size that picks a different tile, up to 17), and for any row range (what
+ * batched verification and thread splits rely on); n_in = 1040 spans
+ * several k-slices of the wide bfp path, the last one short. */
 TEST(kernels, batch_and_split_invariant) {
     const q35_kernels *tables[2];
     int n_tables = fast_tables(tables);
     q35_dtype dts[5] = {Q35_DT_F32, Q35_DT_F16, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4};
-    enum { n_out = 45, n_in = 272, n_tok = 17 };
-    float *x = malloc(sizeof(float) * n_tok * n_in), *y = malloc(sizeof(float) * n_tok * n_out);
+    enum { n_out = 45, max_in = 1040, n_tok = 17 };
+    const int64_t n_ins[2] = {272, max_in};
+    const int64_t batches[] = {2, 3, 4, 5, 7, 8, n_tok};
+    float *x = malloc(sizeof(float) * n_tok * max_in), *y = malloc(sizeof(float) * n_tok * n_out);
     float y1[n_out];
     REQUIRE(x && y);
-    for (int i = 0; i < n_tok * n_in; i++) x[i] = (float)rng_unit();
-    for (int d = 0; d < 5; d++) {
-        weights w;
-        REQUIRE(make_weights(&w, dts[d], n_out, n_in, 0));
-        for (int k = 0; k < n_tables; k++) {
-            tables[k]->matmul(y, &w.t, x, n_tok, 0, n_out);
-            long bad = 0;
-            for (int t = 0; t < n_tok; t += 5) {
-                tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 0, 7);
-                tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 7, 33);
-                tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 33, n_out);
-                bad += memcmp(y1, y + t * n_out, sizeof y1) != 0;
-            }
-            CHECK_MSG(bad == 0, "%s %s: %ld tokens differ", tables[k]->name, q35_dtype_name(dts[d]), bad);
+    for (int i = 0; i < n_tok * max_in; i++) x[i] = (float)rng_unit();
+    for (int d = 0; d < 5; d++)
+        for (int s = 0; s < 2; s++) {
+            const int64_t n_in = n_ins[s];
+            weights w;
+            REQUIRE(make_weights(&w, dts[d], n_out, n_in, 0));
+            for (int k = 0; k < n_tables; k++)
+                for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                    const int64_t n_batch = batches[bi];
+                    tables[k]->matmul(y, &w.t, x, n_batch, 0, n_out);
+                    long bad = 0;
+                    for (int64_t t = 0; t < n_batch; t++) {
+                        tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 0, 7);
+                        tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 7, 33);
+                        tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 33, n_out);
+                        bad += memcmp(y1, y + t * n_out, sizeof y1) != 0;
+                    }
+                    CHECK_MSG(bad == 0, "%s %s n_in %lld: %ld of %lld tokens differ", tables[k]->name,
+                              q35_dtype_name(dts[d]), (long long)n_in, bad, (long long)n_batch);
+                }
+            free(w.data);
         }
-        free(w.data);
-    }
     free(x);
     free(y);
 }
