@@ -14,12 +14,12 @@
  *         with the weight's sign moved onto it (vpsignb).
  * One float FMA per block, half-panel and token applies x's block scale
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
- * every exponent byte works (bfp_scale_fma). The panel tile serves 1-3
- * tokens, reading and decoding the weights once. For decode (one token)
+ * every exponent byte works (bfp_scale_fma). The panel tile serves a
+ * few tokens, reading and decoding the weights once. For decode (one token)
  * the whole tile lives in the 16 ymm registers, and it prefetches ahead in
  * the panel stream (matmul_driver.h), so that its decoding overlaps DRAM
- * reads. Calls of 4 tokens or more (prefill, batched decode and verify)
- * take a panel in k-slices: each slice is decoded once into L1 scratch
+ * reads. Calls of 4 tokens or more (bfp8: 8; prefill, batched decode and
+ * verify) take a panel in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
  * (bfp_slice_tile). Every tile forms each block's exact integer dot and
  * ends the block with bfp_scale_fma, so a token's outputs are bitwise the
@@ -52,15 +52,18 @@ ALWAYS_INLINE float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* Calls of this many tokens or more take the wide path (bfp_wide_panel): on
- * a hot [512, 4096] bfp4 matrix, 1 thread, the panel tile was as fast at 3
- * tokens and faster at 2 (40 vs 44-48 us per token), the wide path as fast
- * at 4 and faster from 5 on (31-33 vs 39-47 us per token at 5-6). */
-#define BFP_WIDE_MIN_TOKENS 4
+/* Calls of this many tokens or more take the wide path (bfp_wide_panel). On
+ * a hot [512, 4096] matrix, 1 thread: bfp4's panel tile was as fast at 3
+ * tokens and faster at 2 (40 vs 44-48 us per token), the wide path faster
+ * from 4 on (31-33 vs 39-47 us per token at 5-6); bfp8's panel tile (its
+ * decode is one AND) was faster at 4 tokens (98-99 vs 89-91 GFLOP/s) and
+ * as fast at 8. */
+#define BFP_WIDE_MIN_TOKENS(is4) ((is4) ? 4 : 8)
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS ? (size_t)n_tok : 0)) return 0;
+    /* the wide path's scratch from the smaller threshold (bfp4's) on */
+    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
     int32_t *sum = a->sum, *off = a->off;
@@ -219,7 +222,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
  * passes over it two at a time (bfp_slice_tile), its partial sums waiting
  * in a->acc between slices. The integer dot products are the panel tile's
  * (weights as value + 8 for bfp4, magnitude with the sign moved onto x for
- * bfp8), and each block and token ends in bfp_scale_fma, in block order, so
+ * bfp8, the sign read from the codes in place), and each block and token ends in bfp_scale_fma, in block order, so
  * the results are bitwise those of bfp_panel_tile.
  *
  * bfp4's offset -8 sum(q) starts the int16 sums instead of being subtracted
@@ -232,10 +235,10 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 
 #define ISA_BFP_WIDE 1
 
-/* Decodes blocks [b0, b0 + nb) of a panel: bfp4 codes to value + 8 bytes in
- * a->dec (256 bytes per block, group g and half h at 64 g + 32 h, as bfp8's
- * codes are laid out; bfp8's codes are used in place), and every block's 16
- * row scales 2^(E - bias) in a->ws. */
+/* Decodes blocks [b0, b0 + nb) of a panel: codes to bytes in a->dec, bfp4's
+ * to value + 8, bfp8's to their magnitude (256 bytes per block, group g and
+ * half h at 64 g + 32 h, as bfp8's codes are laid out), and every block's
+ * 16 row scales 2^(E - bias) in a->ws. */
 ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
                                        const act_q8 *a) {
     const int64_t n_blk = n_in / 16;
@@ -246,14 +249,17 @@ ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int6
         const int64_t b = b0 + i;
         const uint8_t *cb = codes + b * block_bytes;
         bfp_prefetch_block(exps, cb, b, block_bytes);
-        if (is4) {
-            #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m256i w[2], *d = (__m256i *)(a->dec + 256 * i + 64 * g);
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i w[2], *d = (__m256i *)(a->dec + 256 * i + 64 * g);
+            if (is4) {
                 bfp4_unpack(cb + 32 * g, w);
-                _mm256_store_si256(d, w[0]);
-                _mm256_store_si256(d + 1, w[1]);
+            } else {
+                w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), _mm256_set1_epi8(0x7f));
+                w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), _mm256_set1_epi8(0x7f));
             }
+            _mm256_store_si256(d, w[0]);
+            _mm256_store_si256(d + 1, w[1]);
         }
         _mm256_store_ps(a->ws + 16 * i, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
         _mm256_store_ps(a->ws + 16 * i + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
@@ -279,7 +285,7 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
                                   int rows_lo, int rows_hi) {
     const int64_t n_blk = n_in / 16;
     const uint8_t *codes = panel + n_blk * 16;
-    const __m256i mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t * n_in;
     const float *xd = a->d + t * n_blk;
     const int32_t *xo = a->off + t * n_blk;
@@ -291,14 +297,13 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
         for (int h = 0; h < 2; h++) acc[j][h] = b0 ? _mm256_load_ps(pacc + 16 * j + 8 * h) : _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const int64_t b = b0 + i;
-        const uint8_t *wb = is4 ? a->dec + 256 * i : codes + 256 * b;
+        const uint8_t *wb = a->dec + 256 * i, *cb = codes + 256 * b; /* cb: bfp8's signs */
         __m256i sum[2][2];
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m256i wv = in_register(_mm256_loadu_si256((const __m256i *)(wb + 64 * g + 32 * h)));
-                if (!is4) wv = _mm256_and_si256(wv, mag7);
+                __m256i wv = in_register(_mm256_load_si256((const __m256i *)(wb + 64 * g + 32 * h)));
                 #pragma GCC unroll 2
                 for (int j = 0; j < nt; j++) {
                     __m256i xg = bcast_x4(xq + j * n_in + 16 * b, g);
@@ -307,9 +312,9 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
                         sum[j][h] = in_register(
                             _mm256_add_epi16(g ? sum[j][h] : bcast_x4((const int8_t *)(xo + j * n_blk + b), 0), p));
                     } else {
-                        __m256i sg = _mm256_loadu_si256((const __m256i *)(wb + 64 * g + 32 * h));
+                        __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
                         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, _mm256_sign_epi8(xg, sg)), ones);
-                        sum[j][h] = g ? _mm256_add_epi32(sum[j][h], p) : p;
+                        sum[j][h] = g ? in_register(_mm256_add_epi32(sum[j][h], p)) : p;
                     }
                 }
             }

@@ -11,9 +11,9 @@
  *   void float_tile(dt, nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o)
  *        rows [o, o + nr), tokens [t0, t0 + nt)
  *   ISA_VEC, ISA_VEC_ADD64(a, b)   the widest integer vector, 64-bit lane add
- * and optionally ISA_BFP_WIDE, BFP_WIDE_MIN_TOKENS and
+ * and optionally ISA_BFP_WIDE, BFP_WIDE_MIN_TOKENS(is4) and
  *   void bfp_wide_panel(is4, panel, n_in, a, t0, t1, y, n_out, row0, lo, hi)
- *        bfp_panel_tile's rows for tokens [t0, t1) (at least BFP_WIDE_MIN_TOKENS),
+ *        bfp_panel_tile's rows for tokens [t0, t1) (at least BFP_WIDE_MIN_TOKENS(is4)),
  *        bitwise the same results, using act_alloc's wide scratch
  * The tiles are always_inline and every size reaches them as a literal, so
  * each (dtype, rows, tokens) case compiles to its own fully unrolled loop. */
@@ -159,7 +159,7 @@ static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_
             int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
             const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
 #ifdef ISA_BFP_WIDE
-            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && a.dec) {
+            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS(is4) && a.dec) {
                 bfp_wide_panels[is4](panel, n_in, &a, c0, c1, y, n_out, row0, lo, hi);
                 continue;
             }
