@@ -136,6 +136,14 @@ ALWAYS_INLINE __m256 bfp_block_fma(const int is4, __m256i sum, const int32_t *xs
     return bfp_scale_fma(dot, xd, ws, acc);
 }
 
+/* v, held in a register: GCC otherwise loads a vector shared by two tokens
+ * once per token, and reassociates a token's block sums into a tree whose
+ * many live products spill. */
+ALWAYS_INLINE __m256i in_register(__m256i v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+
 /* Stores nt tokens' 16 rows (only rows_lo..rows_hi) at y, token stride n_out. */
 ALWAYS_INLINE void bfp_store(const int nt, __m256 acc[][2], float *y, int64_t n_out, int rows_lo, int rows_hi) {
     #pragma GCC unroll 8
@@ -194,12 +202,12 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
                     if (is4) {
                         /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
                         __m256i p = _mm256_maddubs_epi16(w[h], xg);
-                        sum[t][h] = g ? _mm256_add_epi16(sum[t][h], p) : p;
+                        sum[t][h] = g ? in_register(_mm256_add_epi16(sum[t][h], p)) : p;
                     } else {
                         /* the weight's sign moves onto x (codes reloaded from L1) */
                         __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
                         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], _mm256_sign_epi8(xg, sg)), ones);
-                        sum[t][h] = g ? _mm256_add_epi32(sum[t][h], p) : p;
+                        sum[t][h] = g ? in_register(_mm256_add_epi32(sum[t][h], p)) : p;
                     }
                 }
             }
@@ -264,14 +272,6 @@ ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int6
         _mm256_store_ps(a->ws + 16 * i, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
         _mm256_store_ps(a->ws + 16 * i + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
     }
-}
-
-/* v, held in a register: GCC otherwise loads a vector shared by two tokens
- * once per token, and reassociates a token's int16 sums into a tree whose
- * many live products spill. */
-ALWAYS_INLINE __m256i in_register(__m256i v) {
-    __asm__("" : "+x"(v));
-    return v;
 }
 
 /* Tokens [t, t + nt) (nt = 1, 2) over the slice [b0, b0 + nb) that
