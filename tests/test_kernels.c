@@ -158,7 +158,7 @@ static void check_dtype(q35_dtype dt, int extreme) {
      * n_in large enough that n_tok = 17 spans two token chunks of the bfp
      * driver (it keeps a chunk's int8 activations under 256 KiB). */
     int64_t shapes[][2] = {{37, 48}, {33, 80}, {5, 16}, {70, 272}, {48, 256}, {17, 37}, {19, 16384}};
-    int64_t n_toks[] = {1, 2, 3, 8, 17};
+    int64_t n_toks[] = {1, 2, 3, 5, 8, 17};
     long bad = 0;
     double worst = 0.0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -229,19 +229,21 @@ static void matmul_split(const q35_kernels *k, float *y, const q35_tensor *W, co
         if (cut[c] < n_out) k->matmul(y, W, x, n_tok, cut[c], cut[c + 1] < n_out ? cut[c + 1] : n_out);
 }
 
-/* A token's outputs are bitwise the same alone, in a small batch or in a
- * prompt of 64 (panel tiles and the decode-once tiles of long batches, one
- * token chunk or two), and for any row range: what batched verification,
- * prompt processing and thread splits rely on. */
+/* A token's outputs are bitwise the same alone, in a batch of every size
+ * that picks a different tile or in a prompt of 64 (panel tiles and the
+ * k-slice tiles of the wide path, one token chunk or two), and for any row
+ * range: what batched verification, prompt processing and thread splits
+ * rely on. */
 TEST(kernels, batch_and_split_invariant) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     q35_dtype dts[5] = {Q35_DT_F32, Q35_DT_F16, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4};
-    /* n_in = 8192 makes the bfp driver's token chunks 32 tokens long */
-    int64_t shapes[][2] = {{45, 272}, {18, 8192}};
-    int64_t n_toks[] = {1, 3, 8, 9, 17, 64};
+    /* n_in = 1040 spans several k-slices of the wide bfp path, the last one
+     * short; 8192 makes the bfp driver's token chunks 32 tokens long */
+    int64_t shapes[][2] = {{45, 272}, {45, 1040}, {18, 8192}};
+    int64_t n_toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 64};
     enum { max_tok = 64 };
-    for (size_t s = 0; s < 2; s++) {
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n_out = shapes[s][0], n_in = shapes[s][1];
         float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
         float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));

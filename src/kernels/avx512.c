@@ -15,10 +15,11 @@
  * panel tile serves up to 8 tokens, so the weights are read and decoded
  * once for a whole small batch, and it prefetches ahead in the panel
  * stream (matmul_driver.h). Batches of more than 8 tokens (prefill,
- * batched verify) decode each panel once into scratch (bfp_panel_predecode)
- * and then run a tile that only does the dot products (bfp_decoded_tile). Both
- * tiles share the per-block arithmetic (bfp_block_fma), so a token's
- * outputs are bitwise the same in any batch and for any row split.
+ * batched verify) decode each k-slice of a panel once into scratch
+ * (bfp_slice_predecode) and then run a tile that only does the dot products
+ * (bfp_slice_tile). Both tiles share the per-block arithmetic
+ * (bfp_block_fma), so a token's outputs are bitwise the same in any batch
+ * and for any row split.
  *
  * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x up
  * to 3 tokens x 2 halves of k of fp32 accumulators, x kept in fp32. In the
@@ -40,12 +41,14 @@
  * loops over stack arrays. */
 
 #define ISA_BFP_NT 8
+/* calls of more tokens than one panel tile serves take the wide path (bfp_wide_panel) */
+#define BFP_WIDE_MIN_TOKENS(is4) (ISA_BFP_NT + 1)
 
 /* ---- activations quantized per block of 16 ---- */
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    if (!act_alloc(a, n_blk, (size_t)(n_in / 16))) return 0;
+    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
     int32_t *sum = a->sum;
@@ -163,55 +166,82 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
 }
 
-/* ---- long batches (prefill): a panel decoded once, then every token ---- */
+/* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
+ * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks (matmul_driver.h):
+ * a slice is decoded once into L1 scratch (bfp_slice_predecode), then every
+ * token of the chunk passes over it, 8 at a time (bfp_slice_tile), its
+ * partial sums waiting in a->acc between slices. Each block and token is
+ * bfp_block_fma, in block order, so the results are bitwise those of
+ * bfp_panel_tile. Up to 8 tokens the panel tile decodes each panel once
+ * anyway, so the wide path starts above one token group. */
 
 #define ISA_BFP_WIDE 1
 
-/* Decodes one panel into a->dec (every block's four groups as offset
- * bytes, 256 bytes per block, bfp4 and bfp8 alike) and a->ws (every
- * block's 16 row scales) for bfp_decoded_tile. */
-ALWAYS_INLINE void bfp_panel_predecode(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a) {
+/* Decodes blocks [b0, b0 + nb) of a panel into a->dec (every block's four
+ * groups as offset bytes, 256 bytes per block, bfp4 and bfp8 alike) and
+ * a->ws (every block's 16 row scales). */
+ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
+                                       const act_q8 *a) {
     const int64_t n_blk = n_in / 16;
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
-    bfp_prefetch_panel(codes, is4 ? 128 : 256);
-    for (int64_t b = 0; b < n_blk; b++) {
+    if (b0 == 0) bfp_prefetch_panel(codes, is4 ? 128 : 256);
+    for (int i = 0; i < nb; i++) {
         __m512i w[4];
-        _mm512_storeu_ps(a->ws + 16 * b, bfp_block_read(is4, exps, codes, b, w));
+        _mm512_storeu_ps(a->ws + 16 * i, bfp_block_read(is4, exps, codes, b0 + i, w));
         #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) _mm512_storeu_si512(a->dec + 256 * b + 64 * g, w[g]);
+        for (int g = 0; g < 4; g++) _mm512_storeu_si512(a->dec + 256 * i + 64 * g, w[g]);
     }
 }
 
-/* bfp_panel_tile's results from a pre-decoded panel (bfp_block_fma, so
- * bitwise the same): per block, four loads of weights and one of row
+/* Tokens [t, t + nt) over the slice [b0, b0 + nb) that bfp_slice_predecode
+ * left in a->dec / a->ws: per block, four loads of weights and one of row
  * scales, held in registers for the tile's tokens, then only each token's
- * x broadcasts, four vpdpbusd and one FMA. The register tile is the
- * driver's group of 8 tokens: 8 accumulators, 5 weight vectors and a few
- * tokens' dot chains in flight take about 20 of the 32 zmm registers.
- * 16 tokens would still fit, but the per-token work is the same either way
- * (the decode is already gone); it would only halve the 5 weight loads per
- * block and 8 tokens, a small share of a group's 8 * 6 loads (x and its
- * block scale and sum), so the driver keeps one token group size for both
- * tiles. */
-ALWAYS_INLINE void bfp_decoded_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
-                                    int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
+ * x broadcasts, four vpdpbusd and one FMA. 8 accumulators, 5 weight vectors
+ * and a few tokens' dot chains in flight take about 20 of the 32 zmm
+ * registers. The accumulators start at zero on the first slice and go to y
+ * after the last one; in between they wait in a->acc (row t - t0). */
+ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, int64_t n_in, const act_q8 *a, int64_t t0, int64_t t,
+                                  int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
     const int64_t n_blk = n_in / 16;
-    const int8_t *xq = a->q + t0 * n_in;
-    const float *xd = a->d + t0 * n_blk;
-    const int32_t *xs = a->sum + t0 * n_blk;
+    const int8_t *xq = a->q + t * n_in;
+    const float *xd = a->d + t * n_blk;
+    const int32_t *xs = a->sum + t * n_blk;
+    float *pacc = a->acc + 16 * (t - t0);
     __m512 acc[8];
     #pragma GCC unroll 8
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < n_blk; b++) {
+    for (int j = 0; j < nt; j++) acc[j] = b0 ? _mm512_loadu_ps(pacc + 16 * j) : _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const int64_t b = b0 + i;
         __m512i w[4];
         #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) w[g] = _mm512_loadu_si512(a->dec + 256 * b + 64 * g);
-        __m512 ws = _mm512_loadu_ps(a->ws + 16 * b);
+        for (int g = 0; g < 4; g++) w[g] = _mm512_loadu_si512(a->dec + 256 * i + 64 * g);
+        __m512 ws = _mm512_loadu_ps(a->ws + 16 * i);
         #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++)
-            acc[t] = bfp_block_fma(is4, w, xq + t * n_in + 16 * b, xs[t * n_blk + b], xd[t * n_blk + b], ws, acc[t]);
+        for (int j = 0; j < nt; j++)
+            acc[j] = bfp_block_fma(is4, w, xq + j * n_in + 16 * b, xs[j * n_blk + b], xd[j * n_blk + b], ws, acc[j]);
     }
-    bfp_store(nt, acc, y + t0 * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
+    if (b0 + nb < n_blk) {
+        #pragma GCC unroll 8
+        for (int j = 0; j < nt; j++) _mm512_storeu_ps(pacc + 16 * j, acc[j]);
+    } else {
+        bfp_store(nt, acc, y + t * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
+    }
+}
+
+/* Tokens [t0, t1) of one panel through the wide path: groups of 8, then of
+ * 4, 2 and 1 (a token's results do not depend on its group). */
+ALWAYS_INLINE void bfp_wide_panel(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
+                                  int64_t t1, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
+    const int64_t n_blk = n_in / 16;
+    for (int64_t b0 = 0; b0 < n_blk; b0 += BFP_SLICE_BLOCKS) {
+        int nb = n_blk - b0 < BFP_SLICE_BLOCKS ? (int)(n_blk - b0) : BFP_SLICE_BLOCKS;
+        bfp_slice_predecode(is4, panel, n_in, b0, nb, a);
+        int64_t t = t0;
+        for (; t + 8 <= t1; t += 8) bfp_slice_tile(is4, 8, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+        if (t + 4 <= t1) bfp_slice_tile(is4, 4, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi), t += 4;
+        if (t + 2 <= t1) bfp_slice_tile(is4, 2, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi), t += 2;
+        if (t < t1) bfp_slice_tile(is4, 1, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    }
 }
 
 /* ---- F32 / F16 / BF16 weights ---- */

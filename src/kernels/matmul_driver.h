@@ -11,36 +11,49 @@
  *   void float_tile(dt, nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o)
  *        rows [o, o + nr), tokens [t0, t0 + nt)
  *   ISA_VEC, ISA_VEC_ADD64(a, b)   the widest integer vector, 64-bit lane add
- * and optionally ISA_BFP_WIDE with
- *   void bfp_panel_predecode(is4, panel, n_in, a)   decode a panel into a->dec, a->ws
- *   void bfp_decoded_tile(...)   bfp_panel_tile's arguments and results, from a->dec
+ * and optionally ISA_BFP_WIDE, BFP_WIDE_MIN_TOKENS(is4) and
+ *   void bfp_wide_panel(is4, panel, n_in, a, t0, t1, y, n_out, row0, lo, hi)
+ *        bfp_panel_tile's rows for tokens [t0, t1) (at least BFP_WIDE_MIN_TOKENS(is4)),
+ *        bitwise the same results, using act_alloc's wide scratch
  * The tiles are always_inline and every size reaches them as a literal, so
  * each (dtype, rows, tokens) case compiles to its own fully unrolled loop. */
 #ifndef Q35_MATMUL_DRIVER_H
 #define Q35_MATMUL_DRIVER_H
 
+/* Blocks per k-slice of a panel in the wide path: a slice's decoded weights
+ * and row scales (320 bytes per block) stay in L1 while every token of a
+ * chunk passes over them. */
+#define BFP_SLICE_BLOCKS 32
+
 /* Activations quantized per block of 16 inputs, in per-thread scratch
  * (q35_kernels_scratch), for bfp weights. */
 typedef struct act_q8 {
-    int8_t *q;    /* (n_tok, n_in) */
-    float *d;     /* (n_tok, n_in / 16): x ~= q * d */
-    int32_t *sum; /* (n_tok, n_in / 16): sum of q over the block */
-    uint8_t *dec; /* (n_in / 16, 256): one panel's decoded weights, for ISA_BFP_WIDE */
-    float *ws;    /* (n_in / 16, 16): that panel's row scales */
+    int8_t *q;     /* (n_tok, n_in) */
+    float *d;      /* (n_tok, n_in / 16): x ~= q * d */
+    int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block */
+    /* ISA_BFP_WIDE only (NULL otherwise): */
+    int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
+    uint8_t *dec;  /* (BFP_SLICE_BLOCKS, 256): one k-slice of a panel, decoded */
+    float *ws;     /* (BFP_SLICE_BLOCKS, 16): that slice's row scales */
+    float *acc;    /* (n_tok, 16): one panel's partial sums between slices */
 } act_q8;
 
-/* Carves the arrays for n_blk activation blocks and, when n_panel_blk > 0,
- * one decoded panel of n_panel_blk blocks out of this thread's scratch. */
-static inline int act_alloc(act_q8 *a, size_t n_blk, size_t n_panel_blk) {
+/* Carves the arrays for n_blk activation blocks out of this thread's
+ * scratch and, when wide_tok > 0 (the tokens of a call that takes the wide
+ * path), those of the wide path too. */
+static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     size_t q_bytes = (n_blk * 16 + 63) & ~(size_t)63, d_bytes = (n_blk * 4 + 63) & ~(size_t)63;
-    size_t dec_bytes = n_panel_blk * 256, ws_bytes = n_panel_blk * 64;
-    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes + dec_bytes + ws_bytes);
+    size_t wide_bytes = wide_tok ? d_bytes + BFP_SLICE_BLOCKS * (256 + 64) + wide_tok * 64 : 0;
+    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes + wide_bytes);
     if (!s) return 0;
     a->q = (int8_t *)s;
     a->d = (float *)(s + q_bytes);
     a->sum = (int32_t *)(s + q_bytes + d_bytes);
-    a->dec = n_panel_blk ? (uint8_t *)(s + q_bytes + 2 * d_bytes) : NULL;
-    a->ws = n_panel_blk ? (float *)(s + q_bytes + 2 * d_bytes + dec_bytes) : NULL;
+    s += q_bytes + 2 * d_bytes;
+    a->off = wide_tok ? (int32_t *)s : NULL;
+    a->dec = wide_tok ? (uint8_t *)(s + d_bytes) : NULL;
+    a->ws = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 256) : NULL;
+    a->acc = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 320) : NULL;
     return 1;
 }
 
@@ -111,11 +124,17 @@ typedef void (*bfp_tile_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a,
     };
 DRIVER_BFP_TABLE(bfp_panel_tile)
 #ifdef ISA_BFP_WIDE
-DRIVER_BFP_TABLE(bfp_decoded_tile)
-/* Token chunks at least this long decode each panel once up front (from
- * 2 tokens on, it measured slower at n_tok = 2 and 4), and only chunks of
- * more than one token group: for one, the panel tile decodes once too. */
-#define BFP_WIDE_MIN_TOKENS 8
+typedef void (*bfp_wide_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0, int64_t t1, float *y,
+                            int64_t n_out, int64_t row0, int lo, int hi);
+#define DRIVER_BFP_WIDE(is4)                                                                                      \
+    static __attribute__((noinline)) void bfp_wide_panel_##is4(const uint8_t *panel, int64_t n_in, const act_q8 *a, \
+                                                                int64_t t0, int64_t t1, float *y, int64_t n_out,    \
+                                                                int64_t row0, int lo, int hi) {                     \
+        bfp_wide_panel(is4, panel, n_in, a, t0, t1, y, n_out, row0, lo, hi);                                      \
+    }
+DRIVER_BFP_WIDE(0)
+DRIVER_BFP_WIDE(1)
+static const bfp_wide_fn bfp_wide_panels[2] = {bfp_wide_panel_0, bfp_wide_panel_1};
 #endif
 
 /* y rows [o0, o1) from bfp weights W and activations a, quantized from x
@@ -136,16 +155,15 @@ static void matmul_bfp(float *y, const q35_tensor *W, const act_q8 *a, int64_t n
         for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
             int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
             const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
-            const bfp_tile_fn *tiles = bfp_panel_tiles[is4];
 #ifdef ISA_BFP_WIDE
-            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && c1 - c0 > ISA_BFP_NT && a->dec) {
-                bfp_panel_predecode(is4, panel, n_in, a);
-                tiles = bfp_decoded_tiles[is4];
+            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS(is4) && a->dec) {
+                bfp_wide_panels[is4](panel, n_in, a, c0, c1, y, n_out, row0, lo, hi);
+                continue;
             }
 #endif
             for (int64_t t0 = c0; t0 < c1; t0 += ISA_BFP_NT) {
                 int nt = c1 - t0 < ISA_BFP_NT ? (int)(c1 - t0) : ISA_BFP_NT;
-                tiles[nt](panel, n_in, a, t0, y, n_out, row0, lo, hi);
+                bfp_panel_tiles[is4][nt](panel, n_in, a, t0, y, n_out, row0, lo, hi);
             }
         }
     }
