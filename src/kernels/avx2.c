@@ -338,17 +338,14 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
     }
 }
 
-/* Tokens [t0, t1) of one panel through the wide path (see above). */
-ALWAYS_INLINE void bfp_wide_panel(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
-                                  int64_t t1, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
-    const int64_t n_blk = n_in / 16;
-    for (int64_t b0 = 0; b0 < n_blk; b0 += BFP_SLICE_BLOCKS) {
-        int nb = n_blk - b0 < BFP_SLICE_BLOCKS ? (int)(n_blk - b0) : BFP_SLICE_BLOCKS;
-        bfp_slice_predecode(is4, panel, n_in, b0, nb, a);
-        int64_t t = t0;
-        for (; t + 2 <= t1; t += 2) bfp_slice_tile(is4, 2, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, rows_lo, rows_hi);
-        if (t < t1) bfp_slice_tile(is4, 1, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, rows_lo, rows_hi);
-    }
+/* Tokens [t0, t1) over one slice, two at a time (matmul_driver.h's
+ * bfp_wide_panel walks the slices). */
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
+                                    int64_t t1, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo,
+                                    int hi) {
+    int64_t t = t0;
+    for (; t + 2 <= t1; t += 2) bfp_slice_tile(is4, 2, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    if (t < t1) bfp_slice_tile(is4, 1, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
 }
 
 /* ---- F32 / F16 / BF16 weights ---- */

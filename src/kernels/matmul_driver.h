@@ -11,10 +11,13 @@
  *   void float_tile(dt, nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o)
  *        rows [o, o + nr), tokens [t0, t0 + nt)
  *   ISA_VEC, ISA_VEC_ADD64(a, b)   the widest integer vector, 64-bit lane add
- * and optionally ISA_BFP_WIDE, BFP_WIDE_MIN_TOKENS(is4) and
- *   void bfp_wide_panel(is4, panel, n_in, a, t0, t1, y, n_out, row0, lo, hi)
- *        bfp_panel_tile's rows for tokens [t0, t1) (at least BFP_WIDE_MIN_TOKENS(is4)),
- *        bitwise the same results, using act_alloc's wide scratch
+ * and optionally ISA_BFP_WIDE, BFP_WIDE_MIN_TOKENS(is4) (calls of that many
+ * tokens take a panel in k-slices of BFP_SLICE_BLOCKS, bfp_wide_panel) and
+ *   void bfp_slice_predecode(is4, panel, n_in, b0, nb, a)
+ *        decode blocks [b0, b0 + nb) of a panel into act_alloc's wide scratch
+ *   void bfp_slice_tokens(is4, panel, n_in, a, t0, t1, b0, nb, y, n_out, row0, lo, hi)
+ *        tokens [t0, t1) over that slice, partial sums in a->acc between slices:
+ *        after the last slice, bfp_panel_tile's rows, bitwise the same
  * The tiles are always_inline and every size reaches them as a literal, so
  * each (dtype, rows, tokens) case compiles to its own fully unrolled loop. */
 #ifndef Q35_MATMUL_DRIVER_H
@@ -124,6 +127,17 @@ typedef void (*bfp_tile_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a,
     };
 DRIVER_BFP_TABLE(bfp_panel_tile)
 #ifdef ISA_BFP_WIDE
+/* Tokens [t0, t1) of one panel through the wide path, slice by slice. */
+static inline __attribute__((always_inline)) void bfp_wide_panel(const int is4, const uint8_t *panel, int64_t n_in,
+                                                                 const act_q8 *a, int64_t t0, int64_t t1, float *y,
+                                                                 int64_t n_out, int64_t row0, int lo, int hi) {
+    const int64_t n_blk = n_in / 16;
+    for (int64_t b0 = 0; b0 < n_blk; b0 += BFP_SLICE_BLOCKS) {
+        int nb = n_blk - b0 < BFP_SLICE_BLOCKS ? (int)(n_blk - b0) : BFP_SLICE_BLOCKS;
+        bfp_slice_predecode(is4, panel, n_in, b0, nb, a);
+        bfp_slice_tokens(is4, panel, n_in, a, t0, t1, b0, nb, y, n_out, row0, lo, hi);
+    }
+}
 typedef void (*bfp_wide_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0, int64_t t1, float *y,
                             int64_t n_out, int64_t row0, int lo, int hi);
 #define DRIVER_BFP_WIDE(is4)                                                                                      \
