@@ -15,9 +15,10 @@
  * One float FMA per block, half-panel and token applies x's block scale
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
  * every exponent byte works. A tile serves up to 4 tokens, so a small
- * batch reads and decodes the weights once. For decode (one token) the
- * whole tile lives in the 16 ymm registers, and it prefetches ahead in the
- * panel stream (matmul_driver.h), so that its decoding overlaps DRAM reads.
+ * batch reads and decodes the weights once. Decode (one token) runs two
+ * whole panels side by side (bfp_gemv_tile), two streams that the hardware
+ * prefetcher serves better than one, and prefetches ahead in each
+ * (matmul_driver.h), so that its decoding overlaps DRAM reads.
  * Batches of 8 tokens or more (prefill, batched verify) decode each panel
  * once into scratch (bfp_panel_predecode) and then run a tile that only
  * does the dot products (bfp_decoded_tile), with the same per-block
@@ -135,6 +136,39 @@ ALWAYS_INLINE void bfp_store(const int nt, __m256 acc[][2], float *y, int64_t n_
     }
 }
 
+/* Group g (4 inputs x 16 rows) of the block at cb decoded for
+ * bfp_group_dot: bfp4 as value + 8, bfp8 as its magnitude; w[h] holds rows
+ * 8h..8h+7. */
+ALWAYS_INLINE void bfp_group_decode(const int is4, const uint8_t *cb, int g, __m256i w[2]) {
+    if (is4) {
+        bfp4_unpack(cb + 32 * g, w);
+    } else {
+        const __m256i mag7 = _mm256_set1_epi8(0x7f);
+        w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), mag7);
+        w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), mag7);
+    }
+}
+
+/* Adds group g's products with one token's broadcast x group xg to that
+ * token's block sums of both halves (int16 for bfp4, int32 for bfp8; g = 0
+ * starts them). */
+ALWAYS_INLINE void bfp_group_dot(const int is4, const uint8_t *cb, int g, const __m256i w[2], __m256i xg,
+                                 __m256i sum[2]) {
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        if (is4) {
+            /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
+            __m256i p = _mm256_maddubs_epi16(w[h], xg);
+            sum[h] = g ? _mm256_add_epi16(sum[h], p) : p;
+        } else {
+            /* the weight's sign moves onto x (codes reloaded from L1) */
+            __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], _mm256_sign_epi8(xg, sg)), _mm256_set1_epi16(1));
+            sum[h] = g ? _mm256_add_epi32(sum[h], p) : p;
+        }
+    }
+}
+
 /* y rows [row0, row0 + 16) (those in rows_lo..rows_hi) for tokens
  * [t0, t0 + nt) from one panel; is4 and nt are constants after inlining.
  * Group by group, each token's int16 (bfp4) or int32 (bfp8) block sums of
@@ -146,7 +180,6 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     const int64_t n_blk = n_in / 16;
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     const int block_bytes = is4 ? 128 : 256;
-    const __m256i mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t0 * n_in;
     const float *xd = a->d + t0 * n_blk;
     const int32_t *xs = a->sum + t0 * n_blk;
@@ -162,29 +195,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i w[2];
-            if (is4) {
-                bfp4_unpack(cb + 32 * g, w);
-            } else {
-                w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), mag7);
-                w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), mag7);
-            }
+            bfp_group_decode(is4, cb, g, w);
             #pragma GCC unroll 8
-            for (int t = 0; t < nt; t++) {
-                __m256i xg = bcast_x4(xq + t * n_in + 16 * b, g);
-                #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    if (is4) {
-                        /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
-                        __m256i p = _mm256_maddubs_epi16(w[h], xg);
-                        sum[t][h] = g ? _mm256_add_epi16(sum[t][h], p) : p;
-                    } else {
-                        /* the weight's sign moves onto x (codes reloaded from L1) */
-                        __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
-                        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], _mm256_sign_epi8(xg, sg)), ones);
-                        sum[t][h] = g ? _mm256_add_epi32(sum[t][h], p) : p;
-                    }
-                }
-            }
+            for (int t = 0; t < nt; t++) bfp_group_dot(is4, cb, g, w, bcast_x4(xq + t * n_in + 16 * b, g), sum[t]);
         }
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -196,6 +209,59 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
         }
     }
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
+}
+
+/* Decode (one token) over BFP_GEMV_PANELS adjacent whole panels at once,
+ * their blocks interleaved: that many sequential streams instead of one.
+ * The hardware prefetcher keeps more lines in flight over several streams
+ * than over one: one panel at a time reached about 80% of a plain
+ * sequential read on one core (bfp8 and bfp4 alike, also with the decode
+ * work taken out), two panels 90-105%. Four spill registers and measured
+ * slower. Each panel's outputs are bfp_panel_tile's for nt = 1, bit for
+ * bit (the same integer sums and bfp_block_fma, block by block in order). */
+#define BFP_GEMV_PANELS 2
+
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t panel_bytes, int64_t n_in,
+                                 const act_q8 *a, float *y) {
+    const int np = BFP_GEMV_PANELS;
+    const int64_t n_blk = n_in / 16;
+    const int block_bytes = is4 ? 128 : 256;
+    __m256 acc[BFP_GEMV_PANELS][2];
+    #pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        acc[p][0] = acc[p][1] = _mm256_setzero_ps();
+        bfp_prefetch_panel(panel + p * panel_bytes + n_blk * 16, block_bytes);
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256i sum[BFP_GEMV_PANELS][2];
+        #pragma GCC unroll 4
+        for (int p = 0; p < np; p++)
+            bfp_prefetch_block(panel + p * panel_bytes, panel + p * panel_bytes + n_blk * 16 + b * block_bytes, b,
+                               block_bytes);
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i xg = bcast_x4(a->q + 16 * b, g);
+            #pragma GCC unroll 4
+            for (int p = 0; p < np; p++) {
+                const uint8_t *cb = panel + p * panel_bytes + n_blk * 16 + b * block_bytes;
+                __m256i w[2];
+                bfp_group_decode(is4, cb, g, w);
+                bfp_group_dot(is4, cb, g, w, xg, sum[p]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int p = 0; p < np; p++)
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256 ws = exp_scale8(panel + p * panel_bytes + 16 * b + 8 * h, is4 ? 129 : 133);
+                acc[p][h] = bfp_block_fma(is4, sum[p][h], a->sum + b, a->d[b], ws, acc[p][h]);
+            }
+    }
+    #pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        _mm256_storeu_ps(y + 16 * p, acc[p][0]);
+        _mm256_storeu_ps(y + 16 * p + 8, acc[p][1]);
+    }
 }
 
 /* ---- long batches (prefill): a panel decoded once, then every token ---- */

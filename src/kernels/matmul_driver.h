@@ -11,6 +11,8 @@
  *   void float_tile(dt, nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o)
  *        rows [o, o + nr), tokens [t0, t0 + nt)
  *   ISA_VEC, ISA_VEC_ADD64(a, b)   the widest integer vector, 64-bit lane add
+ * and optionally BFP_GEMV_PANELS (one token over that many whole panels) with
+ *   void bfp_gemv_tile(is4, panel, panel_bytes, n_in, a, y)   y = the first panel's row0
  * and optionally ISA_BFP_WIDE with
  *   void bfp_panel_predecode(is4, panel, n_in, a)   decode a panel into a->dec, a->ws
  *   void bfp_decoded_tile(...)   bfp_panel_tile's arguments and results, from a->dec
@@ -117,6 +119,16 @@ DRIVER_BFP_TABLE(bfp_decoded_tile)
 #define BFP_WIDE_MIN_TOKENS 8
 #endif
 
+#ifdef BFP_GEMV_PANELS
+#define DRIVER_BFP_GEMV(is4)                                                                                      \
+    static __attribute__((noinline)) void bfp_gemv_##is4(const uint8_t *panel, size_t panel_bytes, int64_t n_in,   \
+                                                         const act_q8 *a, float *y) {                              \
+        bfp_gemv_tile(is4, panel, panel_bytes, n_in, a, y);                                                       \
+    }
+DRIVER_BFP_GEMV(0)
+DRIVER_BFP_GEMV(1)
+#endif
+
 static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
     const int64_t n_out = W->shape[0], n_in = W->shape[W->ndim - 1];
     act_q8 a;
@@ -133,6 +145,21 @@ static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_
      * are one chunk. */
     int64_t chunk = ((int64_t)256 << 10) / n_in / ISA_BFP_NT * ISA_BFP_NT;
     if (chunk < ISA_BFP_NT) chunk = ISA_BFP_NT;
+#ifdef BFP_GEMV_PANELS
+    /* decode: whole panels BFP_GEMV_PANELS at a time, the rest one by one */
+    for (int64_t row0 = o0 / 16 * 16; n_tok == 1 && row0 < o1;) {
+        const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
+        if (row0 >= o0 && row0 + 16 * BFP_GEMV_PANELS <= o1) {
+            (is4 ? bfp_gemv_1 : bfp_gemv_0)(panel, panel_bytes, n_in, &a, y + row0);
+            row0 += 16 * BFP_GEMV_PANELS;
+        } else {
+            int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
+            bfp_panel_tiles[is4][1](panel, n_in, &a, 0, y, n_out, row0, lo, hi);
+            row0 += 16;
+        }
+    }
+    if (n_tok == 1) return;
+#endif
     for (int64_t c0 = 0; c0 < n_tok; c0 += chunk) {
         int64_t c1 = c0 + chunk < n_tok ? c0 + chunk : n_tok;
         for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
