@@ -215,11 +215,17 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
  * their blocks interleaved: that many sequential streams instead of one.
  * The hardware prefetcher keeps more lines in flight over several streams
  * than over one: one panel at a time reached about 80% of a plain
- * sequential read on one core (bfp8 and bfp4 alike, also with the decode
- * work taken out), two panels 90-105%. Four spill registers and measured
- * slower. Each panel's outputs are bfp_panel_tile's for nt = 1, bit for
- * bit (the same integer sums and bfp_block_fma, block by block in order). */
+ * sequential read (read_stream over the same weights, interleaved call by
+ * call) on one core, bfp8 and bfp4 alike and also with the decode work
+ * taken out; two panels 85-105%. Four spill registers and measured slower.
+ * Each stream prefetches BFP_GEMV_PREFETCH_BLOCKS ahead: for bfp8 1 KiB
+ * (4 blocks) measured best of 0.5-4 KiB (about +5%; farther ahead the
+ * software prefetches seem to compete with the hardware prefetcher), for
+ * bfp4 2 KiB (16 blocks) as for the other tiles. Each panel's outputs are
+ * bfp_panel_tile's for nt = 1, bit for bit (the same integer sums and
+ * bfp_block_fma, block by block in order). */
 #define BFP_GEMV_PANELS 2
+#define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
 
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t panel_bytes, int64_t n_in,
                                  const act_q8 *a, float *y) {
@@ -230,14 +236,14 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t pan
     #pragma GCC unroll 4
     for (int p = 0; p < np; p++) {
         acc[p][0] = acc[p][1] = _mm256_setzero_ps();
-        bfp_prefetch_panel(panel + p * panel_bytes + n_blk * 16, block_bytes);
+        bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
     }
     for (int64_t b = 0; b < n_blk; b++) {
         __m256i sum[BFP_GEMV_PANELS][2];
         #pragma GCC unroll 4
         for (int p = 0; p < np; p++)
-            bfp_prefetch_block(panel + p * panel_bytes, panel + p * panel_bytes + n_blk * 16 + b * block_bytes, b,
-                               block_bytes);
+            bfp_prefetch_block_ahead(panel + p * panel_bytes, panel + p * panel_bytes + n_blk * 16 + b * block_bytes, b,
+                                     block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i xg = bcast_x4(a->q + 16 * b, g);
@@ -370,6 +376,14 @@ ALWAYS_INLINE float widen(const q35_dtype dt, const void *row, int64_t i) {
     return dt == Q35_DT_F16 ? q35_f16_to_f32(h) : q35_bf16_to_f32(h);
 }
 
+/* Software prefetch distance of the float tiles, per row. The hardware
+ * prefetcher alone reached about 90-94% of a plain sequential read on one
+ * core for bf16 (4 rows, 4 streams); 256 bytes ahead added 2-6%, while 512
+ * bytes was no better and 0.75-2 KiB were 5-15% slower, as was asking for
+ * the next tile's row heads early. More rows per tile (5-8 streams) did
+ * not help either. */
+#define FLOAT_PREFETCH_BYTES 256
+
 /* Rows [o, o + nr) for tokens [t0, t0 + nt); dt, nr, nt constant after inlining. */
 ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
                               const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
@@ -385,8 +399,18 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
             #pragma GCC unroll 8
             for (int t = 0; t < nt; t++) acc[u][r][t] = _mm256_setzero_ps();
     const float *xt0 = x + t0 * n_in;
+    const int elt = dt == Q35_DT_F32 ? 4 : 2;
     int64_t i = 0;
     for (; i + 8 * nu <= n_in; i += 8 * nu) {
+        /* The first token group, which reads the rows from memory, asks for
+         * each row's line FLOAT_PREFETCH_BYTES ahead, past a row's end the
+         * same place in the next tile's rows. */
+        if (t0 == 0 && ((i * elt) & 63) == 0) {
+            size_t ahead = (size_t)(i * elt) + FLOAT_PREFETCH_BYTES;
+            if (ahead >= row_bytes) ahead += (size_t)(nr - 1) * row_bytes;
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) _mm_prefetch(w0 + (size_t)r * row_bytes + ahead, _MM_HINT_T0);
+        }
         #pragma GCC unroll 8
         for (int u = 0; u < nu; u++) {
             __m256 w[ISA_FLOAT_NR];

@@ -59,16 +59,28 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t n_panel_blk) {
  * 13.4-13.8 to 14.8-17.7 GB/s on 2 threads (bench_kernels). */
 #define BFP_PREFETCH_BLOCKS 16
 
+/* The same, `ahead` blocks ahead (a literal after inlining). */
+static inline __attribute__((always_inline)) void bfp_prefetch_panel_ahead(const uint8_t *codes, int block_bytes,
+                                                                           int ahead) {
+    for (int l = 0; l < ahead * block_bytes; l += 64) _mm_prefetch((const char *)codes + l, _MM_HINT_T0);
+}
+
+static inline __attribute__((always_inline)) void bfp_prefetch_block_ahead(const uint8_t *exps,
+                                                                           const uint8_t *block_codes, int64_t b,
+                                                                           int block_bytes, int ahead) {
+    #pragma GCC unroll 4
+    for (int l = 0; l < block_bytes; l += 64)
+        _mm_prefetch((const char *)block_codes + ahead * block_bytes + l, _MM_HINT_T0);
+    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + ahead), _MM_HINT_T0);
+}
+
 static inline __attribute__((always_inline)) void bfp_prefetch_panel(const uint8_t *codes, int block_bytes) {
-    for (int l = 0; l < BFP_PREFETCH_BLOCKS * block_bytes; l += 64) _mm_prefetch((const char *)codes + l, _MM_HINT_T0);
+    bfp_prefetch_panel_ahead(codes, block_bytes, BFP_PREFETCH_BLOCKS);
 }
 
 static inline __attribute__((always_inline)) void bfp_prefetch_block(const uint8_t *exps, const uint8_t *block_codes,
                                                                      int64_t b, int block_bytes) {
-    #pragma GCC unroll 4
-    for (int l = 0; l < block_bytes; l += 64)
-        _mm_prefetch((const char *)block_codes + BFP_PREFETCH_BLOCKS * block_bytes + l, _MM_HINT_T0);
-    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + BFP_PREFETCH_BLOCKS), _MM_HINT_T0);
+    bfp_prefetch_block_ahead(exps, block_codes, b, block_bytes, BFP_PREFETCH_BLOCKS);
 }
 
 #endif
