@@ -14,7 +14,8 @@ LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lcrypto -lcurl -lmicrohttpd -lpthread
 
 ISA_FLAGS_avx2   = -mavx2 -mfma -mf16c
 ISA_FLAGS_avx2_ops = $(ISA_FLAGS_avx2)
-ISA_FLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+ISA_FLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+ISA_FLAGS_avx512bf16 = $(ISA_FLAGS_avx512) -mavx512bf16
 
 LIB_SRC   := $(wildcard src/*.c) $(wildcard src/kernels/*.c)
 TOOL_SRC  := $(wildcard tools/*.c)

@@ -501,12 +501,13 @@ int main(int argc, char **argv) {
     if (!w || !x || !y) return 1;
     for (size_t i = 0; i < (size_t)N_OUT * N_IN; i++) w[i] = rnd() * rnd();
     for (size_t i = 0; i < (size_t)64 * N_IN; i++) x[i] = rnd();
-    const char *names[2] = {"avx2", "avx512"};
+    const char *names[3] = {"avx2", "avx512", "avx512bf16"};
     q35_dtype dts[5] = {Q35_DT_BFP4, Q35_DT_BFP8, Q35_DT_BF16, Q35_DT_F16, Q35_DT_F32};
     for (int d = 0; d < 5; d++) {
         if (only && strcmp(only, q35_dtype_name(dts[d]))) continue;
-        for (int n = 0; n < 2; n++) {
+        for (int n = 0; n < 3; n++) {
             const q35_kernels *k;
+            if (n == 2 && dts[d] != Q35_DT_BF16) continue; /* avx512bf16 differs from avx512 only there */
             if (q35_kernels_find(names[n], &k, NULL) == Q35_OK) bench_table(k, dts[d], w, x, y);
         }
     }

@@ -82,7 +82,7 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params,
                            q35_engine **out, q35_error *err);
 void q35_engine_free(q35_engine *engine);
 const q35_model_info *q35_engine_info(const q35_engine *engine);
-/* The kernel table in use ("ref", "avx2", "avx512"; the environment variable
+/* The kernel table in use ("ref", "avx2", "avx512", "avx512bf16"; the environment variable
  * Q35_KERNELS forces one) and a note for the user, or NULL, e.g. that this
  * CPU has no AVX2 and runs the slow scalar kernels. */
 const char *q35_engine_kernels(const q35_engine *engine, const char **note);

@@ -1,5 +1,5 @@
 /* attention.c: gated full attention (see attention.h); the softmax over the
- * cache is the kernel table's attend_head.
+ * cache is the kernel table's attend_heads, per KV head and its query heads.
  *
  *   qg = q_proj xn viewed (NH, 2*HD): query = first HD, gate = last HD of each head
  *   q = rmsnorm1p(query, q_norm), k = rmsnorm1p(k_proj xn, k_norm), per head
@@ -15,9 +15,9 @@
 
 size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx, int32_t n_workers) {
     size_t T = (size_t)n_tok, NH = (size_t)c->n_head, HD = (size_t)c->head_dim, NKV = (size_t)c->n_head_kv;
-    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq, scores (n_ctx) per worker */
+    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq, scores (NH/NKV, n_ctx) per worker */
     return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)c->rotary_dim +
-           (size_t)n_workers * (size_t)n_ctx;
+           (size_t)n_workers * (NH / NKV) * (size_t)n_ctx;
 }
 
 void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
@@ -51,29 +51,34 @@ typedef struct {
     size_t scores_stride;
 } attn_job;
 
-/* Row r (of sequence sg, at position pos) and query head h: causal softmax
- * attention over the sequence's cache, then the sigmoid output gate. */
-static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t h, float *scores) {
+/* Row r of sequence sg and KV head kvh: causal softmax attention of the
+ * query heads that read kvh over the sequence's cache, then their sigmoid
+ * output gates. */
+static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t kvh, float *scores) {
     const q35_config *c = j->c;
     const int32_t NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
-    const int32_t kvh = h / (NH / NKV), n_keys = sg->pos0 + (r - sg->row0) + 1;
-    const float *qh = j->qg + (size_t)r * QD * 2 + (size_t)h * 2 * HD, *gate = qh + HD;
-    float *oh = j->o + (size_t)r * QD + (size_t)h * HD;
-    j->k->attend_head(oh, qh, sg->k_cache + (size_t)kvh * HD, sg->v_cache + (size_t)kvh * HD, (size_t)KVD, n_keys, HD,
-                      1.0f / sqrtf((float)HD), scores);
-    for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
+    const int32_t G = NH / NKV, h0 = kvh * G, n_keys = sg->pos0 + (r - sg->row0) + 1;
+    const float *q = j->qg + (size_t)r * QD * 2 + (size_t)h0 * 2 * HD;
+    float *o = j->o + (size_t)r * QD + (size_t)h0 * HD;
+    j->k->attend_heads(o, (size_t)HD, q, (size_t)2 * HD, G, sg->k_cache + (size_t)kvh * HD,
+                       sg->v_cache + (size_t)kvh * HD, (size_t)KVD, n_keys, HD, 1.0f / sqrtf((float)HD), scores);
+    for (int32_t g = 0; g < G; g++) {
+        const float *gate = q + (size_t)g * 2 * HD + HD;
+        float *oh = o + (size_t)g * HD;
+        for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
+    }
 }
 
 static void attn_worker(void *p, int ith, int nth) {
     const attn_job *j = p;
-    const int64_t NH = j->c->n_head;
+    const int64_t NKV = j->c->n_head_kv;
     int64_t lo, hi;
-    q35_split((int64_t)j->n_tok * NH, 1, ith, nth, &lo, &hi);
+    q35_split((int64_t)j->n_tok * NKV, 1, ith, nth, &lo, &hi);
     int32_t si = 0;
     for (int64_t i = lo; i < hi; i++) {
-        int32_t r = (int32_t)(i / NH), h = (int32_t)(i % NH);
+        int32_t r = (int32_t)(i / NKV), kvh = (int32_t)(i % NKV);
         while (r >= j->segs[si].row0 + j->segs[si].n_rows) si++; /* rows are in segment order */
-        attend(j, &j->segs[si], r, h, j->scores + (size_t)ith * j->scores_stride);
+        attend(j, &j->segs[si], r, kvh, j->scores + (size_t)ith * j->scores_stride);
     }
 }
 
@@ -107,7 +112,7 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, cons
             memcpy(sg->v_cache + (size_t)pos * KVD, v + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
         }
     }
-    attn_job j = {c, q35_kernels_get(), segs, n_segs, T, qg, o, scores, (size_t)n_ctx};
+    attn_job j = {c, q35_kernels_get(), segs, n_segs, T, qg, o, scores, (size_t)(NH / NKV) * n_ctx};
     double work = 0; /* multiply-adds, to keep tiny jobs off the pool */
     for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
     if (work < 1e5) attn_worker(&j, 0, 1);

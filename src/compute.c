@@ -5,6 +5,7 @@
 #include <math.h>
 
 #define ROW_ALIGN 64 /* whole weight panels per worker */
+#define Q35_MATMUL_MAX_PIECES 8 /* per job */
 
 typedef struct {
     const q35_kernels *k;
@@ -19,22 +20,22 @@ typedef struct {
 static int64_t piece_blocks(const q35_tensor *W) { return (W->shape[0] + ROW_ALIGN - 1) / ROW_ALIGN; }
 
 /* The pieces' rows, concatenated and cut into blocks of ROW_ALIGN (a piece's
- * last block may be short), are split over the workers in fixed ranges. */
+ * last block may be short), are split over the workers in fixed ranges; a
+ * worker's ranges go to the kernels in one call, so x is quantized once. */
 static void matmul_worker(void *p, int ith, int nth) {
     const matmul_job *j = p;
-    int64_t lo, hi, base = 0;
+    int64_t lo, hi, base = 0, o0[Q35_MATMUL_MAX_PIECES], o1[Q35_MATMUL_MAX_PIECES];
     q35_split(j->n_blocks, 1, ith, nth, &lo, &hi);
-    for (int i = 0; i < j->n && lo < hi; i++) {
+    for (int i = 0; i < j->n; i++) {
         const q35_tensor *W = j->Ws[i];
         int64_t nb = piece_blocks(W), b0 = lo - base, b1 = hi - base;
         if (b0 < 0) b0 = 0;
         if (b1 > nb) b1 = nb;
-        if (b0 < b1) {
-            int64_t o0 = b0 * ROW_ALIGN, o1 = b1 * ROW_ALIGN < W->shape[0] ? b1 * ROW_ALIGN : W->shape[0];
-            j->k->matmul(j->ys[i], W, j->x, j->n_tok, o0, o1);
-        }
+        o0[i] = b0 * ROW_ALIGN;
+        o1[i] = b0 >= b1 ? o0[i] : b1 * ROW_ALIGN < W->shape[0] ? b1 * ROW_ALIGN : W->shape[0];
         base += nb;
     }
+    if (lo < hi) j->k->matmul_n(j->n, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
 }
 
 static double job_work(const matmul_job *j) {
@@ -56,8 +57,11 @@ void q35_matmul(q35_pool *pool, float *y, const q35_tensor *W, const float *x, i
 
 void q35_matmul_multi(q35_pool *pool, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                       int64_t n_tok) {
-    matmul_job j = {q35_kernels_get(), n, ys, Ws, x, n_tok, 0, NULL};
-    run_job(pool, &j, matmul_worker);
+    for (int i = 0; i < n; i += Q35_MATMUL_MAX_PIECES) { /* callers pass 2-4 */
+        matmul_job j = {q35_kernels_get(), n - i < Q35_MATMUL_MAX_PIECES ? n - i : Q35_MATMUL_MAX_PIECES,
+                        ys + i, Ws + i, x, n_tok, 0, NULL};
+        run_job(pool, &j, matmul_worker);
+    }
 }
 
 /* Each worker owns the same block range of gate and up (the split of one
@@ -69,8 +73,8 @@ static void swiglu_worker(void *p, int ith, int nth) {
     int64_t lo, hi;
     q35_split(I, ROW_ALIGN, ith, nth, &lo, &hi);
     if (lo >= hi) return;
-    j->k->matmul(j->ys[0], j->Ws[0], j->x, j->n_tok, lo, hi);
-    j->k->matmul(j->ys[1], j->Ws[1], j->x, j->n_tok, lo, hi);
+    const int64_t o0[2] = {lo, lo}, o1[2] = {hi, hi};
+    j->k->matmul_n(2, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
     for (int64_t t = 0; t < j->n_tok; t++) {
         const float *g = j->ys[0] + t * I, *u = j->ys[1] + t * I;
         float *h = j->swiglu_out + t * I;

@@ -12,7 +12,8 @@
 void q35_matmul(q35_pool *pool, float *y, const q35_tensor *W, const float *x, int64_t n_tok);
 
 /* ys[i] = x Ws[i]^T for n matrices of the same n_in, in one handoff to the
- * pool: the rows of all of them are split over the workers together. */
+ * pool: the rows of all of them are split over the workers together, and
+ * each worker quantizes x once for all its rows (kernels' matmul_n). */
 void q35_matmul_multi(q35_pool *pool, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                       int64_t n_tok);
 

@@ -23,12 +23,6 @@ static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch threshold 20 */
 
-size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV) {
-    int32_t C = Q35_GDN_CHUNK;
-    /* A (C,C), QK (C,C), U (C,DV), W (C,DK), gamma (C), tmp (DV) */
-    return (size_t)C * C * 2 + (size_t)C * DV + (size_t)C * DK + (size_t)C + (size_t)DV + (size_t)DK;
-}
-
 /* Per worker: packed q, k (T, DK), v, o (T, DV), g, beta (T) of one head, and the chunk scratch. */
 static size_t head_scratch_floats(const q35_config *c, int32_t n_tok) {
     size_t T = (size_t)n_tok, DK = (size_t)c->lin_head_k_dim, DV = (size_t)c->lin_head_v_dim;
@@ -47,84 +41,9 @@ void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v,
     q35_kernels_get()->gdn_recurrent(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride);
 }
 
-/* Chunked form (HF torch_chunk_gated_delta_rule, chunk 64). Within a chunk,
- * with G = inclusive cumsum of g and D[i][j] = exp(G[i]-G[j]) for j <= i:
- *   A = I + strictly_lower((beta k) k^T * D), U = A^-1 (beta v), W = A^-1 (beta k exp(G))
- *   Vn = U - W S;  O = (q exp(G)) S + ((q k^T) * D, lower incl. diagonal) Vn
- *   S = exp(G_last) S + (k exp(G_last - G))^T Vn
- * A is unit lower triangular, so A^-1 is applied by forward substitution. */
 void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                      float *o, int32_t T, int32_t DK, int32_t DV, float *scratch) {
-    const int32_t C = Q35_GDN_CHUNK;
-    float *A = scratch, *QK = A + C * C, *U = QK + C * C, *W = U + (size_t)C * DV, *G = W + (size_t)C * DK;
-    float *tmp = G + C, *tmpk = tmp + DV;
-    for (int32_t c0 = 0; c0 < T; c0 += C) {
-        int32_t n = T - c0 < C ? T - c0 : C;
-        const float *qc = q + (size_t)c0 * DK, *kc = k + (size_t)c0 * DK, *vc = v + (size_t)c0 * DV;
-        const float *gc = g + c0, *bc = beta + c0;
-        float *oc = o + (size_t)c0 * DV;
-        float acc = 0.0f;
-        for (int32_t i = 0; i < n; i++) { acc += gc[i]; G[i] = acc; }
-        /* strictly lower part of (beta k) k^T * D, and the (q k^T) * D lower part */
-        for (int32_t i = 0; i < n; i++)
-            for (int32_t j = 0; j < n; j++) {
-                float kk = 0.0f, qk = 0.0f;
-                if (j <= i) {
-                    for (int32_t d = 0; d < DK; d++) {
-                        kk += kc[(size_t)i * DK + d] * kc[(size_t)j * DK + d];
-                        qk += qc[(size_t)i * DK + d] * kc[(size_t)j * DK + d];
-                    }
-                }
-                float dm = j <= i ? expf(G[i] - G[j]) : 0.0f;
-                A[i * C + j] = j < i ? bc[i] * kk * dm : 0.0f;
-                QK[i * C + j] = qk * dm;
-            }
-        /* forward substitution: row i of U = beta_i v_i - sum_{j<i} A[i][j] U[j] (same for W) */
-        for (int32_t i = 0; i < n; i++) {
-            float eg = expf(G[i]);
-            for (int32_t d = 0; d < DV; d++) {
-                float s = bc[i] * vc[(size_t)i * DV + d];
-                for (int32_t j = 0; j < i; j++) s -= A[i * C + j] * U[(size_t)j * DV + d];
-                U[(size_t)i * DV + d] = s;
-            }
-            for (int32_t d = 0; d < DK; d++) {
-                float s = bc[i] * kc[(size_t)i * DK + d] * eg;
-                for (int32_t j = 0; j < i; j++) s -= A[i * C + j] * W[(size_t)j * DK + d];
-                W[(size_t)i * DK + d] = s;
-            }
-        }
-        /* Vn = U - W S (in place in U), then the outputs */
-        for (int32_t i = 0; i < n; i++) {
-            for (int32_t d = 0; d < DV; d++) tmp[d] = 0.0f;
-            for (int32_t e = 0; e < DK; e++) {
-                float w = W[(size_t)i * DK + e];
-                for (int32_t d = 0; d < DV; d++) tmp[d] += w * S[(size_t)e * DV + d];
-            }
-            for (int32_t d = 0; d < DV; d++) U[(size_t)i * DV + d] -= tmp[d];
-        }
-        for (int32_t i = 0; i < n; i++) {
-            float eg = expf(G[i]);
-            for (int32_t d = 0; d < DV; d++) tmp[d] = 0.0f;
-            for (int32_t e = 0; e < DK; e++) {
-                float qe = qc[(size_t)i * DK + e] * eg;
-                for (int32_t d = 0; d < DV; d++) tmp[d] += qe * S[(size_t)e * DV + d];
-            }
-            for (int32_t j = 0; j <= i; j++) {
-                float a = QK[i * C + j];
-                for (int32_t d = 0; d < DV; d++) tmp[d] += a * U[(size_t)j * DV + d];
-            }
-            for (int32_t d = 0; d < DV; d++) oc[(size_t)i * DV + d] = tmp[d];
-        }
-        /* carry the state to the end of the chunk */
-        float glast = G[n - 1], elast = expf(glast);
-        for (int32_t e = 0; e < DK * DV; e++) S[e] *= elast;
-        for (int32_t i = 0; i < n; i++) {
-            float sc = expf(glast - G[i]);
-            for (int32_t e = 0; e < DK; e++) tmpk[e] = kc[(size_t)i * DK + e] * sc;
-            for (int32_t e = 0; e < DK; e++)
-                for (int32_t d = 0; d < DV; d++) S[(size_t)e * DV + d] += tmpk[e] * U[(size_t)i * DV + d];
-        }
-    }
+    q35_kernels_get()->gdn_chunked(S, q, k, v, g, beta, o, T, DK, DV, scratch);
 }
 
 static void l2norm(float *x, int32_t n) {

@@ -10,8 +10,8 @@
 
 #include "model.h"
 #include "threadpool.h"
+#include "kernels/kernels.h"
 
-#define Q35_GDN_CHUNK 64
 
 /* One sequence's rows within a batch, and that sequence's layer state.
  * With ckpt_conv and ckpt_ssm (recurrent path only), the states after each
@@ -34,13 +34,13 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_work
 void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
                      const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool);
 
-/* The two delta-rule kernels, per V head, exposed for tests; the recurrence
- * is the kernel table's gdn_recurrent (kernels.h).
+/* The two delta-rule kernels, per V head, exposed for tests: the kernel
+ * table's gdn_recurrent and gdn_chunked (kernels.h; scratch for the chunked
+ * one: q35_gdn_chunk_scratch_floats).
  * S (DK, DV); q, k (T, DK) already L2-normalised, q scaled; v (T, DV); g, beta (T); o (T, DV). */
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                        float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);
 void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                      float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
-size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV);
 
 #endif

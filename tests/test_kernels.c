@@ -1,11 +1,13 @@
 /* Tests of src/kernels/: every fast table against the scalar reference, for
  * every weight dtype, awkward shapes, partial output ranges, extreme values
- * and n_tok = 1, 2, 3, 8, 17; and the start-up dispatch. */
+ * and n_tok = 1, 2, 3, 8, 17; results independent of batching and row
+ * splits up to 64 tokens; and the start-up dispatch. */
 #include "bfp.h"
 #include "kernels/kernels.h"
 #include "test.h"
 #include "util.h"
 
+#include <float.h>
 #include <stdint.h>
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -16,13 +18,20 @@ static double rng_unit(void) { /* uniform in [-1, 1) */
     return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
-/* The fast tables this CPU can run. */
+enum { MAX_FAST_TABLES = 3 };
+
+/* The fast tables this CPU can run, in the order of preference. */
 static int fast_tables(const q35_kernels **out) {
     int n = 0;
-    const char *names[2] = {"avx2", "avx512"};
-    for (int i = 0; i < 2; i++)
+    const char *names[MAX_FAST_TABLES] = {"avx2", "avx512", "avx512bf16"};
+    for (int i = 0; i < MAX_FAST_TABLES; i++)
         if (q35_kernels_find(names[i], &out[n], NULL) == Q35_OK) n++;
     return n;
+}
+
+/* Whether table k rounds x to bf16 for BF16 weights (kernels.h). */
+static int rounds_x_to_bf16(const q35_kernels *k, q35_dtype dt) {
+    return dt == Q35_DT_BF16 && !strcmp(k->name, "avx512bf16");
 }
 
 typedef struct weights {
@@ -69,14 +78,20 @@ static int make_weights(weights *w, q35_dtype dt, int64_t n_out, int64_t n_in, i
     return w->data != NULL;
 }
 
-/* The bound stated in kernels.h for output (t, o): float rounding of
- * sum |w x|, plus for bfp weights half an int8 step of x's block scale times
- * the block's sum |w|. */
-static double error_bound(const q35_tensor *W, const float *x, const float *row, int64_t t) {
+/* The bound stated in kernels.h for output (t, o) of table k: float
+ * rounding of sum |w x|, plus for bfp weights half an int8 step of x's
+ * block scale times the block's sum |w|, or for x rounded to bf16 2^-8 of
+ * sum |w x| and the flushed denormals. */
+static double error_bound(const q35_kernels *k, const q35_tensor *W, const float *x, const float *row, int64_t t) {
     int64_t n_in = W->shape[1];
     const float *xt = x + t * n_in;
     double sum_abs = 0.0, quant = 0.0;
     for (int64_t i = 0; i < n_in; i++) sum_abs += fabs((double)row[i] * xt[i]);
+    if (rounds_x_to_bf16(k, W->dtype)) {
+        double flushed = (double)n_in;
+        for (int64_t i = 0; i < n_in; i++) flushed += fabs((double)row[i]) + fabs((double)xt[i]);
+        return (0x1p-8 + 1e-5) * sum_abs + 0x1p-126 * flushed + 1e-37;
+    }
     if (W->dtype == Q35_DT_BFP4 || W->dtype == Q35_DT_BFP8) {
         for (int64_t b = 0; b < n_in; b += 16) {
             double amax = 0.0, wsum = 0.0;
@@ -116,7 +131,7 @@ static long check_case(const q35_kernels *k, const q35_tensor *W, int64_t n_tok,
                 bad += !isnan(a);
                 continue;
             }
-            double bound = error_bound(W, x, row, t), err = fabs((double)a - b);
+            double bound = error_bound(k, W, x, row, t), err = fabs((double)a - b);
             if (!(err <= bound)) {
                 if (bad < 3)
                     fprintf(stderr, "    %s %s [%lld,%lld] tok %lld/%lld row %lld: %.9g vs ref %.9g (bound %.3g)\n",
@@ -136,14 +151,14 @@ done:
 }
 
 static void check_dtype(q35_dtype dt, int extreme) {
-    const q35_kernels *tables[2];
+    const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     int is_bfp = dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8;
     /* n_in multiples of 16 but not of 64 or 256; odd n_out; one plain shape;
      * n_in large enough that n_tok = 17 spans two token chunks of the bfp
      * driver (it keeps a chunk's int8 activations under 256 KiB). */
     int64_t shapes[][2] = {{37, 48}, {33, 80}, {5, 16}, {70, 272}, {48, 256}, {17, 37}, {19, 16384}};
-    int64_t n_toks[] = {1, 2, 3, 8, 17};
+    int64_t n_toks[] = {1, 2, 3, 5, 8, 17};
     long bad = 0;
     double worst = 0.0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -180,7 +195,7 @@ TEST(kernels, extreme_values_match_ref) {
 /* On random data the int8 activation error is far below the worst-case
  * bound: a few 1e-3 of sum |w x| at most for one output. */
 TEST(kernels, bfp_typical_error) {
-    const q35_kernels *tables[2];
+    const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
     for (int d = 0; d < 2; d++) {
@@ -206,43 +221,161 @@ TEST(kernels, bfp_typical_error) {
     }
 }
 
-/* One token's outputs are bitwise the same alone or in a batch of 17, and
- * for any row range (what batched verification and thread splits rely on):
- * the ranges cut panels, and hold runs of several whole ones (the decode
- * path takes whole panels in pairs). */
+/* y (n_tok, n_out) for x (n_tok, n_in) in three calls on row ranges split
+ * at 7 and 33 (not panel-aligned, like uneven thread splits). */
+static void matmul_split(const q35_kernels *k, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {
+    int64_t n_out = W->shape[0], cut[4] = {0, 7, 33, n_out};
+    for (int c = 0; c < 3; c++)
+        if (cut[c] < n_out) k->matmul(y, W, x, n_tok, cut[c], cut[c + 1] < n_out ? cut[c + 1] : n_out);
+}
+
+/* A token's outputs are bitwise the same alone, in a batch of every size
+ * that picks a different tile or in a prompt of 64 (panel tiles and the
+ * k-slice tiles of the wide path, one token chunk or two), and for any row
+ * range: what batched verification, prompt processing and thread splits
+ * rely on. The ranges of 93 rows hold runs of whole panels (decode takes
+ * them in pairs). */
 TEST(kernels, batch_and_split_invariant) {
-    const q35_kernels *tables[2];
+    const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     q35_dtype dts[5] = {Q35_DT_F32, Q35_DT_F16, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4};
-    enum { n_out = 93, n_in = 272, n_tok = 17 };
-    float *x = malloc(sizeof(float) * n_tok * n_in), *y = malloc(sizeof(float) * n_tok * n_out);
-    float y1[n_out];
-    REQUIRE(x && y);
-    for (int i = 0; i < n_tok * n_in; i++) x[i] = (float)rng_unit();
-    for (int d = 0; d < 5; d++) {
-        weights w;
-        REQUIRE(make_weights(&w, dts[d], n_out, n_in, 0));
-        for (int k = 0; k < n_tables; k++) {
-            tables[k]->matmul(y, &w.t, x, n_tok, 0, n_out);
-            long bad = 0;
-            for (int t = 0; t < n_tok; t += 5) {
-                tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 0, 7);
-                tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 7, 71);
-                tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 71, n_out);
-                bad += memcmp(y1, y + t * n_out, sizeof y1) != 0;
-                tables[k]->matmul(y1, &w.t, x + t * n_in, 1, 0, n_out);
-                bad += memcmp(y1, y + t * n_out, sizeof y1) != 0;
+    /* n_in = 1040 spans several k-slices of the wide bfp path, the last one
+     * short; 8192 makes the bfp driver's token chunks 32 tokens long */
+    int64_t shapes[][2] = {{45, 272}, {93, 272}, {45, 1040}, {18, 8192}};
+    int64_t n_toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 64};
+    enum { max_tok = 64 };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n_out = shapes[s][0], n_in = shapes[s][1];
+        float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
+        float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+        float *yb = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+        REQUIRE(x && y && yb);
+        for (int64_t i = 0; i < max_tok * n_in; i++) x[i] = (float)rng_unit();
+        for (int d = 0; d < 5; d++) {
+            weights w;
+            REQUIRE(make_weights(&w, dts[d], n_out, n_in, 0));
+            for (int k = 0; k < n_tables; k++) {
+                tables[k]->matmul(y, &w.t, x, max_tok, 0, n_out);
+                long bad = 0;
+                for (size_t ti = 0; ti < sizeof n_toks / sizeof n_toks[0]; ti++) {
+                    int64_t n = n_toks[ti];
+                    int64_t starts[2] = {0, max_tok - n}; /* the batch's first and last tokens */
+                    for (int si = 0; si < (n < max_tok ? 2 : 1); si++) {
+                        matmul_split(tables[k], yb, &w.t, x + starts[si] * n_in, n);
+                        for (int64_t t = 0; t < n; t++)
+                            bad += memcmp(yb + t * n_out, y + (starts[si] + t) * n_out, sizeof(float) * n_out) != 0;
+                    }
+                }
+                CHECK_MSG(bad == 0, "%s %s [%lld,%lld]: %ld tokens differ", tables[k]->name, q35_dtype_name(dts[d]),
+                          (long long)n_out, (long long)n_in, bad);
             }
-            CHECK_MSG(bad == 0, "%s %s: %ld tokens differ", tables[k]->name, q35_dtype_name(dts[d]), bad);
+            free(w.data);
         }
-        free(w.data);
+        free(x);
+        free(y);
+        free(yb);
+    }
+}
+
+/* x rounded to bf16 the way kernels.h says avx512bf16 does for BF16
+ * weights: nearest even, denormals to zero. */
+static float round_to_bf16(float f) {
+    if (fabsf(f) < FLT_MIN) return 0.0f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* BF16 weights with small integer values and x on a 1/64 grid, so that
+ * every product and partial sum is exact in fp32: each table's output is
+ * exactly sum w x, with x rounded to bf16 (ties to even) where the table
+ * says it rounds x (many x here need rounding, some are ties). n_in = 83
+ * leaves a tail of 19 past 64. Denormal x count as zero there. */
+TEST(kernels, bf16_x_rounding_is_exact) {
+    const q35_kernels *tables[MAX_FAST_TABLES + 1] = {&q35_kernels_ref};
+    int n_tables = 1 + fast_tables(tables + 1);
+    enum { n_out = 6, n_in = 83, n_tok = 2 };
+    float wf[n_out * n_in], x[n_tok * n_in], y[n_tok * n_out];
+    uint16_t wb[n_out * n_in];
+    for (int i = 0; i < n_out * n_in; i++) {
+        wf[i] = (float)(int)(rng_unit() * 3.0); /* -2 .. 2 */
+        wb[i] = q35_f32_to_bf16(wf[i]);
+    }
+    for (int i = 0; i < n_tok * n_in; i++) x[i] = (float)(int)(rng_unit() * 8192.0) / 64.0f;
+    q35_tensor W = {.name = "w", .dtype = Q35_DT_BF16, .ndim = 2, .shape = {n_out, n_in}, .data = wb,
+                    .nbytes = sizeof wb};
+    long rounded = 0;
+    for (int i = 0; i < n_tok * n_in; i++) rounded += round_to_bf16(x[i]) != x[i];
+    CHECK(rounded > n_tok * n_in / 4); /* the case does test rounding */
+    for (int k = 0; k < n_tables; k++) {
+        int r = rounds_x_to_bf16(tables[k], Q35_DT_BF16);
+        tables[k]->matmul(y, &W, x, n_tok, 0, n_out);
+        long bad = 0;
+        for (int t = 0; t < n_tok; t++)
+            for (int o = 0; o < n_out; o++) {
+                double want = 0.0;
+                for (int i = 0; i < n_in; i++) {
+                    float xi = x[t * n_in + i];
+                    want += (double)wf[o * n_in + i] * (r ? round_to_bf16(xi) : xi);
+                }
+                bad += y[t * n_out + o] != (float)want;
+            }
+        CHECK_MSG(bad == 0, "%s: %ld outputs are not the exact sum", tables[k]->name, bad);
+        if (r) { /* denormal x reads as zero */
+            float xd[n_tok * n_in], yd[n_tok * n_out];
+            for (int i = 0; i < n_tok * n_in; i++) xd[i] = 0x1p-130f;
+            tables[k]->matmul(yd, &W, xd, n_tok, 0, n_out);
+            for (int i = 0; i < n_tok * n_out; i++) CHECK(yd[i] == 0.0f);
+        }
+    }
+}
+
+/* matmul_n (x quantized once for all pieces) gives each piece the same bits
+ * as its own matmul call: mixed dtypes, a piece of another n_in, partial
+ * and empty row ranges, one token and a batch. */
+TEST(kernels, matmul_n_equals_separate_calls) {
+    const q35_kernels *tables[1 + MAX_FAST_TABLES] = {&q35_kernels_ref};
+    int n_tables = 1 + fast_tables(tables + 1);
+    enum { n_in = 272, n_tok_max = 9, n_out_max = 45, n_piece = 5 };
+    const q35_dtype dts[n_piece] = {Q35_DT_BFP4, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4, Q35_DT_BFP4};
+    const int64_t outs[n_piece] = {45, 20, 33, 16, 40}, ins[n_piece] = {n_in, n_in, n_in, 144, n_in};
+    const int64_t o0[n_piece] = {0, 3, 16, 0, 8}, o1[n_piece] = {45, 17, 33, 16, 8};
+    weights w[n_piece];
+    const q35_tensor *Ws[n_piece];
+    float *x = malloc(sizeof(float) * n_tok_max * n_in), *ys[n_piece], *y1 = malloc(sizeof(float) * n_tok_max * n_out_max);
+    REQUIRE(x && y1);
+    for (int i = 0; i < n_tok_max * n_in; i++) x[i] = (float)rng_unit();
+    for (int i = 0; i < n_piece; i++) {
+        REQUIRE(make_weights(&w[i], dts[i], outs[i], ins[i], 0));
+        Ws[i] = &w[i].t;
+        ys[i] = malloc(sizeof(float) * n_tok_max * n_out_max);
+        REQUIRE(ys[i]);
+    }
+    const int64_t toks[2] = {1, n_tok_max};
+    for (int k = 0; k < n_tables; k++)
+        for (int c = 0; c < 2; c++) {
+            for (int i = 0; i < n_piece; i++)
+                for (int j = 0; j < n_tok_max * n_out_max; j++) ys[i][j] = NAN;
+            tables[k]->matmul_n(n_piece, ys, Ws, x, toks[c], o0, o1);
+            for (int i = 0; i < n_piece; i++) {
+                for (int j = 0; j < n_tok_max * n_out_max; j++) y1[j] = NAN;
+                tables[k]->matmul(y1, Ws[i], x, toks[c], o0[i], o1[i]);
+                CHECK_MSG(memcmp(y1, ys[i], sizeof(float) * n_tok_max * n_out_max) == 0,
+                          "%s, %lld tokens: piece %d differs", tables[k]->name, (long long)toks[c], i);
+            }
+        }
+    for (int i = 0; i < n_piece; i++) {
+        free(w[i].data);
+        free(ys[i]);
     }
     free(x);
-    free(y);
+    free(y1);
 }
 
 TEST(kernels, get_row_matches_ref) {
-    const q35_kernels *tables[2];
+    const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     q35_dtype dts[5] = {Q35_DT_F32, Q35_DT_F16, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4};
     for (int d = 0; d < 5; d++) {
@@ -263,7 +396,7 @@ TEST(kernels, get_row_matches_ref) {
  * 64-bit words, wrapping) equal the reference's, for sizes of one and
  * several 4 KiB steps. */
 TEST(kernels, read_stream_reads_everything) {
-    const q35_kernels *tables[2];
+    const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     size_t max_bytes = 5 * 4096;
     uint64_t *buf = aligned_alloc(64, max_bytes);
@@ -287,18 +420,28 @@ TEST(kernels, dispatch_by_cpu_and_env) {
     q35_error err = {0};
     CHECK(q35_kernels_find("ref", &k, &err) == Q35_OK && k == &q35_kernels_ref);
     CHECK(q35_kernels_find("sse9", &k, &err) == Q35_ERR_ARG);
-    CHECK(strstr(err.msg, "sse9") && strstr(err.msg, "avx512"));
+    CHECK(strstr(err.msg, "sse9") && strstr(err.msg, "avx512") && strstr(err.msg, "avx512bf16"));
+    /* avx512bf16 needs avx512 and more; where the CPU lacks it, it is refused naming what is missing */
+    const q35_kernels *k512 = NULL, *kbf16 = NULL;
+    q35_status st512 = q35_kernels_find("avx512", &k512, NULL);
+    q35_status stbf16 = q35_kernels_find("avx512bf16", &kbf16, &err);
+    CHECK(stbf16 == Q35_OK || stbf16 == Q35_ERR_UNSUPPORTED);
+    if (stbf16 == Q35_OK) CHECK(kbf16 == &q35_kernels_avx512bf16 && st512 == Q35_OK && k512 == &q35_kernels_avx512);
+    else CHECK(strstr(err.msg, "avx512bf16") && strstr(err.msg, "BF16"));
 
     const char *old = getenv("Q35_KERNELS");
     char *saved = old ? strdup(old) : NULL;
     setenv("Q35_KERNELS", "bogus", 1);
     CHECK(q35_kernels_init(&k, &err) == Q35_ERR_ARG);
     CHECK(strstr(err.msg, "Q35_KERNELS=bogus") != NULL);
+    setenv("Q35_KERNELS", "avx512bf16", 1); /* forced: taken where it runs, a clear error elsewhere */
+    if (stbf16 == Q35_OK) CHECK(q35_kernels_init(&k, &err) == Q35_OK && k == &q35_kernels_avx512bf16);
+    else CHECK(q35_kernels_init(&k, &err) == Q35_ERR_UNSUPPORTED && strstr(err.msg, "Q35_KERNELS=avx512bf16"));
     setenv("Q35_KERNELS", "ref", 1);
     CHECK(q35_kernels_init(&k, &err) == Q35_OK && k == &q35_kernels_ref && q35_kernels_get() == k);
     unsetenv("Q35_KERNELS");
     CHECK(q35_kernels_init(&k, &err) == Q35_OK && q35_kernels_get() == k);
-    const q35_kernels *fast[2];
+    const q35_kernels *fast[MAX_FAST_TABLES];
     int n = fast_tables(fast);
     CHECK(k == (n ? fast[n - 1] : &q35_kernels_ref)); /* the best this CPU runs */
     CHECK((k == &q35_kernels_ref) == (q35_kernels_note() != NULL));

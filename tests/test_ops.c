@@ -1,6 +1,6 @@
 /* Tests of the kernels outside the matmuls (src/kernels/, kernels.h): the
- * Gated DeltaNet recurrence and one attention head, every fast table
- * against the scalar reference, and the batching invariance the
+ * Gated DeltaNet recurrence, its chunked form and one attention head, every
+ * fast table against the scalar reference, and the batching invariance the
  * speculative verify relies on (a row gives the same bits alone or in a
  * batch, and the per-row state copies equal the states of single steps). */
 #include "kernels/kernels.h"
@@ -16,9 +16,9 @@ static float frand(void) { /* uniform in [-1, 1) */
 
 /* Every table this CPU runs, the reference first. */
 static int tables(const q35_kernels **out) {
-    const char *names[3] = {"ref", "avx2", "avx512"};
+    const char *names[4] = {"ref", "avx2", "avx512", "avx512bf16"};
     int n = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (q35_kernels_find(names[i], &out[n], NULL) == Q35_OK) n++;
     return n;
 }
@@ -60,7 +60,7 @@ static void gdn_case_free(gdn_case *c) {
 }
 
 TEST(ops, gdn_recurrent_matches_ref) {
-    const q35_kernels *tb[3];
+    const q35_kernels *tb[4];
     int n = tables(tb);
     const int32_t shapes[][2] = {{128, 128}, {24, 40}, {16, 16}, {32, 72}, {16, 20}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -85,9 +85,40 @@ TEST(ops, gdn_recurrent_matches_ref) {
         }
 }
 
+/* The chunked form (prompts): every fast table against the reference's
+ * chunked form, over partial, whole and several chunks. */
+TEST(ops, gdn_chunked_matches_ref) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    const int32_t shapes[][2] = {{128, 128}, {32, 48}, {16, 16}, {24, 40}};
+    const int32_t lengths[] = {1, 5, 64, 65, 150};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            const int32_t T = lengths[li];
+            gdn_case c;
+            gdn_case_make(&c, T, shapes[si][0], shapes[si][1]);
+            size_t SN = (size_t)c.DK * c.DV, ON = (size_t)T * c.DV;
+            float *S_ref = malloc(sizeof(float) * SN), *o_ref = malloc(sizeof(float) * ON);
+            float *S = malloc(sizeof(float) * SN), *o = malloc(sizeof(float) * ON);
+            float *scratch = malloc(sizeof(float) * q35_gdn_chunk_scratch_floats(c.DK, c.DV));
+            memcpy(S_ref, c.S0, sizeof(float) * SN);
+            q35_gdn_chunked_ref(S_ref, c.q, c.k, c.v, c.g, c.beta, o_ref, T, c.DK, c.DV, scratch);
+            for (int ti = 1; ti < n; ti++) {
+                memcpy(S, c.S0, sizeof(float) * SN);
+                tb[ti]->gdn_chunked(S, c.q, c.k, c.v, c.g, c.beta, o, T, c.DK, c.DV, scratch);
+                CHECK_MSG(rel_max_diff(o, o_ref, ON) <= 1e-5, "%s DK=%d DV=%d T=%d: outputs %.3g", tb[ti]->name, c.DK,
+                          c.DV, T, rel_max_diff(o, o_ref, ON));
+                CHECK_MSG(rel_max_diff(S, S_ref, SN) <= 1e-5, "%s DK=%d DV=%d T=%d: states %.3g", tb[ti]->name, c.DK,
+                          c.DV, T, rel_max_diff(S, S_ref, SN));
+            }
+            free(S_ref); free(o_ref); free(S); free(o); free(scratch);
+            gdn_case_free(&c);
+        }
+}
+
 /* T rows at once, with state copies, give the same bits as T single steps. */
 TEST(ops, gdn_recurrent_rows_equal_single_steps) {
-    const q35_kernels *tb[3];
+    const q35_kernels *tb[4];
     int n = tables(tb);
     const int32_t shapes[][2] = {{128, 128}, {24, 40}};
     for (size_t si = 0; si < 2; si++) {
@@ -117,27 +148,38 @@ TEST(ops, gdn_recurrent_rows_equal_single_steps) {
     }
 }
 
-TEST(ops, attend_head_matches_ref) {
-    const q35_kernels *tb[3];
+/* G heads sharing a KV head: each within 1e-5 of the reference, and the
+ * same bits as that head run alone (G = 1). */
+TEST(ops, attend_heads_match_ref) {
+    const q35_kernels *tb[4];
     int n = tables(tb);
-    const int32_t dims[] = {256, 32, 24};
-    const int32_t keys[] = {1, 7, 300};
+    const int32_t dims[] = {256, 32, 24}, keys[] = {1, 7, 300}, groups[] = {1, 3, 4, 5};
     for (size_t di = 0; di < 3; di++)
-        for (size_t ki = 0; ki < 3; ki++) {
-            const int32_t HD = dims[di], NK = keys[ki];
-            const size_t stride = (size_t)HD * 3; /* other heads' rows in between */
-            float *q = malloc(sizeof(float) * HD), *kc = malloc(sizeof(float) * stride * NK);
-            float *vc = malloc(sizeof(float) * stride * NK), *scores = malloc(sizeof(float) * NK);
-            float *o_ref = malloc(sizeof(float) * HD), *o = malloc(sizeof(float) * HD);
-            for (int32_t i = 0; i < HD; i++) q[i] = 2.0f * frand();
-            for (size_t i = 0; i < stride * NK; i++) { kc[i] = frand(); vc[i] = frand(); }
-            float scale = 1.0f / sqrtf((float)HD);
-            q35_attend_head_ref(o_ref, q, kc, vc, stride, NK, HD, scale, scores);
-            for (int ti = 1; ti < n; ti++) {
-                tb[ti]->attend_head(o, q, kc, vc, stride, NK, HD, scale, scores);
-                CHECK_MSG(rel_max_diff(o, o_ref, (size_t)HD) <= 1e-5, "%s HD=%d keys=%d: %.3g", tb[ti]->name, HD, NK,
-                          rel_max_diff(o, o_ref, (size_t)HD));
+        for (size_t ki = 0; ki < 3; ki++)
+            for (size_t gi = 0; gi < 4; gi++) {
+                const int32_t HD = dims[di], NK = keys[ki], G = groups[gi];
+                const size_t stride = (size_t)HD * 3, q_stride = (size_t)HD * 2; /* other heads' rows in between */
+                float *q = malloc(sizeof(float) * q_stride * G), *kc = malloc(sizeof(float) * stride * NK);
+                float *vc = malloc(sizeof(float) * stride * NK), *scores = malloc(sizeof(float) * NK * G);
+                float *o_ref = malloc(sizeof(float) * HD * G), *o = malloc(sizeof(float) * HD * G);
+                float *o1 = malloc(sizeof(float) * HD);
+                for (size_t i = 0; i < q_stride * G; i++) q[i] = 2.0f * frand();
+                for (size_t i = 0; i < stride * NK; i++) { kc[i] = frand(); vc[i] = frand(); }
+                float scale = 1.0f / sqrtf((float)HD);
+                q35_attend_heads_ref(o_ref, (size_t)HD, q, q_stride, G, kc, vc, stride, NK, HD, scale, scores);
+                for (int ti = 1; ti < n; ti++) {
+                    tb[ti]->attend_heads(o, (size_t)HD, q, q_stride, G, kc, vc, stride, NK, HD, scale, scores);
+                    CHECK_MSG(rel_max_diff(o, o_ref, (size_t)HD * G) <= 1e-5, "%s HD=%d keys=%d G=%d: %.3g",
+                              tb[ti]->name, HD, NK, G, rel_max_diff(o, o_ref, (size_t)HD * G));
+                    long bad = 0;
+                    for (int32_t g = 0; g < G; g++) {
+                        tb[ti]->attend_heads(o1, (size_t)HD, q + g * q_stride, q_stride, 1, kc, vc, stride, NK, HD,
+                                             scale, scores);
+                        bad += memcmp(o1, o + (size_t)g * HD, sizeof(float) * HD) != 0;
+                    }
+                    CHECK_MSG(bad == 0, "%s HD=%d keys=%d G=%d: %ld heads differ from alone", tb[ti]->name, HD, NK,
+                              G, bad);
+                }
+                free(q); free(kc); free(vc); free(scores); free(o_ref); free(o); free(o1);
             }
-            free(q); free(kc); free(vc); free(scores); free(o_ref); free(o);
-        }
 }

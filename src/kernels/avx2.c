@@ -14,16 +14,16 @@
  *         with the weight's sign moved onto it (vpsignb).
  * One float FMA per block, half-panel and token applies x's block scale
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
- * every exponent byte works. A tile serves up to 4 tokens, so a small
- * batch reads and decodes the weights once. Decode (one token) runs two
- * whole panels side by side (bfp_gemv_tile), two streams that the hardware
- * prefetcher serves better than one, and prefetches ahead in each
- * (matmul_driver.h), so that its decoding overlaps DRAM reads.
- * Batches of 8 tokens or more (prefill, batched verify) decode each panel
- * once into scratch (bfp_panel_predecode) and then run a tile that only
- * does the dot products (bfp_decoded_tile), with the same per-block
- * arithmetic (bfp_block_fma), so a token's outputs are bitwise the same
- * in any batch.
+ * every exponent byte works (bfp_scale_fma). The panel tile serves a
+ * few tokens, reading and decoding the weights once. Decode (one token)
+ * runs two whole panels side by side (bfp_gemv_tile), two streams that the
+ * hardware prefetcher serves better than one, and prefetches ahead in each
+ * (matmul_driver.h), so that its decoding overlaps DRAM reads. Calls of 4 tokens or more (bfp8: 8; prefill, batched decode and
+ * verify) take a panel in k-slices: each slice is decoded once into L1 scratch
+ * (bfp_slice_predecode) and every token passes over it two at a time
+ * (bfp_slice_tile). Every tile forms each block's exact integer dot and
+ * ends the block with bfp_scale_fma, so a token's outputs are bitwise the
+ * same in any batch.
  *
  * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x 1
  * token x 2 halves of k of accumulators, x kept in fp32; each token passes
@@ -52,12 +52,21 @@ ALWAYS_INLINE float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
+/* Calls of this many tokens or more take the wide path (bfp_wide_panel). On
+ * a hot [512, 4096] matrix, 1 thread: bfp4's panel tile was as fast at 3
+ * tokens and faster at 2 (40 vs 44-48 us per token), the wide path faster
+ * from 4 on (31-33 vs 39-47 us per token at 5-6); bfp8's panel tile (its
+ * decode is one AND) was faster at 4 tokens (98-99 vs 89-91 GFLOP/s) and
+ * as fast at 8. */
+#define BFP_WIDE_MIN_TOKENS(is4) ((is4) ? 4 : 8)
+
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    if (!act_alloc(a, n_blk, n_in / 16)) return 0;
+    /* the wide path's scratch from the smaller threshold (bfp4's) on */
+    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
-    int32_t *sum = a->sum;
+    int32_t *sum = a->sum, *off = a->off;
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (size_t i = 0; i < n_blk; i++) {
         __m256 v0 = _mm256_loadu_ps(x + 16 * i), v1 = _mm256_loadu_ps(x + 16 * i + 8);
@@ -72,6 +81,7 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
         /* sum of 16 signed bytes: |q + 128| sums with psadbw, minus 16 * 128 */
         __m128i sad = _mm_sad_epu8(_mm_xor_si128(qb, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
         sum[i] = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
+        if (off) off[i] = (int32_t)((uint32_t)(uint16_t)(-4 * sum[i]) * 0x10001u);
         d[i] = amax / 127.0f;
     }
     return 1;
@@ -107,16 +117,31 @@ ALWAYS_INLINE void bfp4_unpack(const uint8_t *p, __m256i w[2]) {
     w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
 }
 
-/* One block's contribution to one token and 8 rows, the same expression in
- * every tile so that a token's result does not depend on the tile: the
- * exact integer dot (bfp4: minus the offset 8 * sum(q), broadcast from
- * memory and shifted in the vector unit), then one FMA with x's block
- * scale times the rows' 2^(E - bias). */
+/* One block's contribution to one token and 8 rows from its exact integer
+ * dot products: one FMA with x's block scale times the rows' 2^(E - bias).
+ * Every tile ends a block with this expression, so a token's result does
+ * not depend on the tile (the integer dot is exact however a tile forms
+ * it). */
+ALWAYS_INLINE __m256 bfp_scale_fma(__m256i dot, float xd, __m256 ws, __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xd)), acc);
+}
+
+/* bfp_scale_fma for the panel tile's sums: bfp4's int16 pairs (weights as
+ * value + 8) minus the offset 8 * sum(q), broadcast from memory and shifted
+ * in the vector unit; bfp8's int32 dot as it is. */
 ALWAYS_INLINE __m256 bfp_block_fma(const int is4, __m256i sum, const int32_t *xs, float xd, __m256 ws, __m256 acc) {
     __m256i dot = is4 ? _mm256_sub_epi32(_mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
                                          _mm256_slli_epi32(bcast_x4((const int8_t *)xs, 0), 3))
                       : sum;
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xd)), acc);
+    return bfp_scale_fma(dot, xd, ws, acc);
+}
+
+/* v, held in a register: GCC otherwise loads a vector shared by two tokens
+ * once per token, and reassociates a token's block sums into a tree whose
+ * many live products spill. */
+ALWAYS_INLINE __m256i in_register(__m256i v) {
+    __asm__("" : "+x"(v));
+    return v;
 }
 
 /* Stores nt tokens' 16 rows (only rows_lo..rows_hi) at y, token stride n_out. */
@@ -159,12 +184,12 @@ ALWAYS_INLINE void bfp_group_dot(const int is4, const uint8_t *cb, int g, const 
         if (is4) {
             /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
             __m256i p = _mm256_maddubs_epi16(w[h], xg);
-            sum[h] = g ? _mm256_add_epi16(sum[h], p) : p;
+            sum[h] = g ? in_register(_mm256_add_epi16(sum[h], p)) : p;
         } else {
             /* the weight's sign moves onto x (codes reloaded from L1) */
             __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
             __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], _mm256_sign_epi8(xg, sg)), _mm256_set1_epi16(1));
-            sum[h] = g ? _mm256_add_epi32(sum[h], p) : p;
+            sum[h] = g ? in_register(_mm256_add_epi32(sum[h], p)) : p;
         }
     }
 }
@@ -270,81 +295,128 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t pan
     }
 }
 
-/* ---- long batches (prefill): a panel decoded once, then every token ---- */
+/* ---- calls of BFP_WIDE_MIN_TOKENS or more (prefill, batched decode and verify) ----
+ * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks: a slice is decoded
+ * once into L1 scratch (bfp_slice_predecode), then every token of the chunk
+ * passes over it two at a time (bfp_slice_tile), its partial sums waiting
+ * in a->acc between slices. The integer dot products are the panel tile's
+ * (weights as value + 8 for bfp4, magnitude with the sign moved onto x for
+ * bfp8, the sign read from the codes in place), and each block and token ends in bfp_scale_fma, in block order, so
+ * the results are bitwise those of bfp_panel_tile.
+ *
+ * bfp4's offset -8 sum(q) starts the int16 sums instead of being subtracted
+ * from the int32 dot: a->off holds -4 sum(q) in both int16 halves of a
+ * lane, which vpmaddwd adds back to -8 sum(q). Bounds per int16 lane (one
+ * row; inputs k = 4g + {0, 1} or {2, 3} of the four groups g): a vpmaddubsw
+ * pair |(v + 8) q + (v' + 8) q'| <= 2 * 15 * 127 = 3810, four of them
+ * <= 15240, the start |4 sum(q)| <= 4 * 16 * 127 = 8128: |lane| <= 23368
+ * < 32767, so the int16 sums are exact and the int32 dot is too. */
 
 #define ISA_BFP_WIDE 1
 
-/* Decodes one panel into a->dec / a->ws for bfp_decoded_tile: bfp4 codes
- * to value + 8 bytes, 256 bytes per block laid out as bfp8's codes are
- * (group g, half h at 64 g + 32 h), and every block's 16 row scales
- * 2^(E - bias). bfp8's codes are used in place (their decode is one AND). */
-ALWAYS_INLINE void bfp_panel_predecode(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a) {
+/* Decodes blocks [b0, b0 + nb) of a panel: codes to bytes in a->dec, bfp4's
+ * to value + 8, bfp8's to their magnitude (256 bytes per block, group g and
+ * half h at 64 g + 32 h, as bfp8's codes are laid out), and every block's
+ * 16 row scales 2^(E - bias) in a->ws. */
+ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
+                                       const act_q8 *a) {
     const int64_t n_blk = n_in / 16;
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     const int block_bytes = is4 ? 128 : 256;
-    bfp_prefetch_panel(codes, block_bytes);
-    for (int64_t b = 0; b < n_blk; b++) {
+    if (b0 == 0) bfp_prefetch_panel(codes, block_bytes);
+    for (int i = 0; i < nb; i++) {
+        const int64_t b = b0 + i;
         const uint8_t *cb = codes + b * block_bytes;
         bfp_prefetch_block(exps, cb, b, block_bytes);
-        if (is4) {
-            #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m256i w[2], *d = (__m256i *)(a->dec + 256 * b + 64 * g);
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i w[2], *d = (__m256i *)(a->dec + 256 * i + 64 * g);
+            if (is4) {
                 bfp4_unpack(cb + 32 * g, w);
-                _mm256_store_si256(d, w[0]);
-                _mm256_store_si256(d + 1, w[1]);
+            } else {
+                w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), _mm256_set1_epi8(0x7f));
+                w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), _mm256_set1_epi8(0x7f));
             }
+            _mm256_store_si256(d, w[0]);
+            _mm256_store_si256(d + 1, w[1]);
         }
-        _mm256_store_ps(a->ws + 16 * b, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
-        _mm256_store_ps(a->ws + 16 * b + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
+        _mm256_store_ps(a->ws + 16 * i, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
+        _mm256_store_ps(a->ws + 16 * i + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
     }
 }
 
-/* bfp_panel_tile's results from a pre-decoded panel: no decode or exponent
- * work per token group, only the integer dot products and one FMA per
- * block, half and token (bfp_block_fma, so the results are bitwise the
- * same). Token by token, each group's weights are reloaded from L1/L2
- * (loads are cheap) so that only a token's two sums, one broadcast x group
- * and the accumulators are live: nothing spills at nt = 4. */
-ALWAYS_INLINE void bfp_decoded_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
-                                    int64_t t0, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
+/* Tokens [t, t + nt) (nt = 1, 2) over the slice [b0, b0 + nb) that
+ * bfp_slice_predecode left in a->dec / a->ws. Group by group, each weight
+ * vector is loaded once for both tokens; each token's two block sums and
+ * two accumulators are live, 8 registers for two tokens. The accumulators
+ * start at zero on the first slice and go to y after the last one; in
+ * between they wait in a->acc (row t - t0). */
+ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+                                  int64_t t0, int64_t t, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0,
+                                  int rows_lo, int rows_hi) {
     const int64_t n_blk = n_in / 16;
-    const uint8_t *src = is4 ? a->dec : panel + n_blk * 16;
-    const __m256i mag7 = _mm256_set1_epi8(0x7f), ones = _mm256_set1_epi16(1);
-    const int8_t *xq = a->q + t0 * n_in;
-    const float *xd = a->d + t0 * n_blk;
-    const int32_t *xs = a->sum + t0 * n_blk;
-    __m256 acc[ISA_BFP_NT][2];
-    #pragma GCC unroll 8
-    for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n_blk; b++) {
-        const uint8_t *wb = src + 256 * b;
-        #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            __m256i sum[2];
-            #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m256i xg = bcast_x4(xq + t * n_in + 16 * b, g);
+    const uint8_t *codes = panel + n_blk * 16;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *xq = a->q + t * n_in;
+    const float *xd = a->d + t * n_blk;
+    const int32_t *xo = a->off + t * n_blk;
+    float *pacc = a->acc + 16 * (t - t0);
+    __m256 acc[2][2];
+    #pragma GCC unroll 2
+    for (int j = 0; j < nt; j++)
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) acc[j][h] = b0 ? _mm256_load_ps(pacc + 16 * j + 8 * h) : _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const int64_t b = b0 + i;
+        const uint8_t *wb = a->dec + 256 * i, *cb = codes + 256 * b; /* cb: bfp8's signs */
+        __m256i sum[2][2];
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i wv = in_register(_mm256_load_si256((const __m256i *)(wb + 64 * g + 32 * h)));
                 #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    __m256i wv = _mm256_loadu_si256((const __m256i *)(wb + 64 * g + 32 * h)), p;
+                for (int j = 0; j < nt; j++) {
+                    __m256i xg = bcast_x4(xq + j * n_in + 16 * b, g);
                     if (is4) {
-                        p = _mm256_maddubs_epi16(wv, xg);
-                        sum[h] = g ? _mm256_add_epi16(sum[h], p) : p;
+                        __m256i p = _mm256_maddubs_epi16(wv, xg);
+                        sum[j][h] = in_register(
+                            _mm256_add_epi16(g ? sum[j][h] : bcast_x4((const int8_t *)(xo + j * n_blk + b), 0), p));
                     } else {
-                        p = _mm256_maddubs_epi16(_mm256_and_si256(wv, mag7), _mm256_sign_epi8(xg, wv));
-                        p = _mm256_madd_epi16(p, ones);
-                        sum[h] = g ? _mm256_add_epi32(sum[h], p) : p;
+                        __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
+                        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, _mm256_sign_epi8(xg, sg)), ones);
+                        sum[j][h] = g ? in_register(_mm256_add_epi32(sum[j][h], p)) : p;
                     }
                 }
             }
+        }
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 ws = _mm256_load_ps(a->ws + 16 * i + 8 * h);
             #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++)
-                acc[t][h] = bfp_block_fma(is4, sum[h], xs + t * n_blk + b, xd[t * n_blk + b],
-                                          _mm256_load_ps(a->ws + 16 * b + 8 * h), acc[t][h]);
+            for (int j = 0; j < nt; j++)
+                acc[j][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[j][h], ones) : sum[j][h], xd[j * n_blk + b], ws,
+                                          acc[j][h]);
         }
     }
-    bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
+    if (b0 + nb < n_blk) {
+        #pragma GCC unroll 2
+        for (int j = 0; j < nt; j++)
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) _mm256_store_ps(pacc + 16 * j + 8 * h, acc[j][h]);
+    } else {
+        bfp_store(nt, acc, y + t * n_out + row0, n_out, rows_lo, rows_hi);
+    }
+}
+
+/* Tokens [t0, t1) over one slice, two at a time (matmul_driver.h's
+ * bfp_wide_panel walks the slices). */
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
+                                    int64_t t1, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo,
+                                    int hi) {
+    int64_t t = t0;
+    for (; t + 2 <= t1; t += 2) bfp_slice_tile(is4, 2, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    if (t < t1) bfp_slice_tile(is4, 1, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
 }
 
 /* ---- F32 / F16 / BF16 weights ---- */
@@ -437,5 +509,5 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 #include "matmul_driver.h"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
-const q35_kernels q35_kernels_avx2 = {"avx2", matmul_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
-                                       q35_attend_head_avx2, read_stream};
+const q35_kernels q35_kernels_avx2 = {"avx2", matmul_isa, matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
+                                       q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream};

@@ -28,8 +28,16 @@ static int cpu_has_avx512(void) {
            __builtin_cpu_supports("avx512vnni");
 }
 
+/* AVX512_BF16 from cpuid leaf 7, sub-leaf 1, EAX bit 5 (GCC 12's
+ * __builtin_cpu_supports does not know it). */
+static int cpu_has_avx512bf16(void) {
+    unsigned a, b, c, d;
+    return cpu_has_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+
 static const q35_kernels *best_for_cpu(void) {
     __builtin_cpu_init();
+    if (cpu_has_avx512bf16()) return &q35_kernels_avx512bf16;
     if (cpu_has_avx512()) return &q35_kernels_avx512;
     if (cpu_has_avx2()) return &q35_kernels_avx2;
     return &q35_kernels_ref;
@@ -42,10 +50,14 @@ q35_status q35_kernels_find(const char *name, const q35_kernels **out, q35_error
     if (!strcmp(name, "ref")) k = &q35_kernels_ref, ok = 1;
     else if (!strcmp(name, "avx2")) k = &q35_kernels_avx2, ok = cpu_has_avx2();
     else if (!strcmp(name, "avx512")) k = &q35_kernels_avx512, ok = cpu_has_avx512();
-    else return q35_fail(err, Q35_ERR_ARG, "kernels \"%s\": unknown (choose ref, avx2 or avx512)", name);
+    else if (!strcmp(name, "avx512bf16")) k = &q35_kernels_avx512bf16, ok = cpu_has_avx512bf16();
+    else
+        return q35_fail(err, Q35_ERR_ARG, "kernels \"%s\": unknown (choose ref, avx2, avx512 or avx512bf16)", name);
     if (!ok)
         return q35_fail(err, Q35_ERR_UNSUPPORTED, "kernels \"%s\": this CPU lacks the instructions (%s)", name,
-                        k == &q35_kernels_avx2 ? "AVX2, FMA, F16C" : "AVX-512 F/BW/VL/DQ and VNNI");
+                        k == &q35_kernels_avx2     ? "AVX2, FMA, F16C"
+                        : k == &q35_kernels_avx512 ? "AVX-512 F/BW/VL/DQ and VNNI"
+                                                   : "AVX-512 F/BW/VL/DQ, VNNI and BF16");
     *out = k;
     return Q35_OK;
 }

@@ -13,36 +13,52 @@
  *   ISA_VEC, ISA_VEC_ADD64(a, b)   the widest integer vector, 64-bit lane add
  * and optionally BFP_GEMV_PANELS (one token over that many whole panels) with
  *   void bfp_gemv_tile(is4, panel, panel_bytes, n_in, a, y)   y = the first panel's row0
- * and optionally ISA_BFP_WIDE with
- *   void bfp_panel_predecode(is4, panel, n_in, a)   decode a panel into a->dec, a->ws
- *   void bfp_decoded_tile(...)   bfp_panel_tile's arguments and results, from a->dec
+ * and optionally ISA_BFP_WIDE, BFP_WIDE_MIN_TOKENS(is4) (calls of that many
+ * tokens take a panel in k-slices of BFP_SLICE_BLOCKS, bfp_wide_panel) and
+ *   void bfp_slice_predecode(is4, panel, n_in, b0, nb, a)
+ *        decode blocks [b0, b0 + nb) of a panel into act_alloc's wide scratch
+ *   void bfp_slice_tokens(is4, panel, n_in, a, t0, t1, b0, nb, y, n_out, row0, lo, hi)
+ *        tokens [t0, t1) over that slice, partial sums in a->acc between slices:
+ *        after the last slice, bfp_panel_tile's rows, bitwise the same
  * The tiles are always_inline and every size reaches them as a literal, so
  * each (dtype, rows, tokens) case compiles to its own fully unrolled loop. */
 #ifndef Q35_MATMUL_DRIVER_H
 #define Q35_MATMUL_DRIVER_H
 
+/* Blocks per k-slice of a panel in the wide path: a slice's decoded weights
+ * and row scales (320 bytes per block) stay in L1 while every token of a
+ * chunk passes over them. */
+#define BFP_SLICE_BLOCKS 32
+
 /* Activations quantized per block of 16 inputs, in per-thread scratch
  * (q35_kernels_scratch), for bfp weights. */
 typedef struct act_q8 {
-    int8_t *q;    /* (n_tok, n_in) */
-    float *d;     /* (n_tok, n_in / 16): x ~= q * d */
-    int32_t *sum; /* (n_tok, n_in / 16): sum of q over the block */
-    uint8_t *dec; /* (n_in / 16, 256): one panel's decoded weights, for ISA_BFP_WIDE */
-    float *ws;    /* (n_in / 16, 16): that panel's row scales */
+    int8_t *q;     /* (n_tok, n_in) */
+    float *d;      /* (n_tok, n_in / 16): x ~= q * d */
+    int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block */
+    /* ISA_BFP_WIDE only (NULL otherwise): */
+    int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
+    uint8_t *dec;  /* (BFP_SLICE_BLOCKS, 256): one k-slice of a panel, decoded */
+    float *ws;     /* (BFP_SLICE_BLOCKS, 16): that slice's row scales */
+    float *acc;    /* (n_tok, 16): one panel's partial sums between slices */
 } act_q8;
 
-/* Carves the arrays for n_blk activation blocks and, when n_panel_blk > 0,
- * one decoded panel of n_panel_blk blocks out of this thread's scratch. */
-static inline int act_alloc(act_q8 *a, size_t n_blk, size_t n_panel_blk) {
+/* Carves the arrays for n_blk activation blocks out of this thread's
+ * scratch and, when wide_tok > 0 (the tokens of a call that takes the wide
+ * path), those of the wide path too. */
+static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     size_t q_bytes = (n_blk * 16 + 63) & ~(size_t)63, d_bytes = (n_blk * 4 + 63) & ~(size_t)63;
-    size_t dec_bytes = n_panel_blk * 256, ws_bytes = n_panel_blk * 64;
-    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes + dec_bytes + ws_bytes);
+    size_t wide_bytes = wide_tok ? d_bytes + BFP_SLICE_BLOCKS * (256 + 64) + wide_tok * 64 : 0;
+    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes + wide_bytes);
     if (!s) return 0;
     a->q = (int8_t *)s;
     a->d = (float *)(s + q_bytes);
     a->sum = (int32_t *)(s + q_bytes + d_bytes);
-    a->dec = n_panel_blk ? (uint8_t *)(s + q_bytes + 2 * d_bytes) : NULL;
-    a->ws = n_panel_blk ? (float *)(s + q_bytes + 2 * d_bytes + dec_bytes) : NULL;
+    s += q_bytes + 2 * d_bytes;
+    a->off = wide_tok ? (int32_t *)s : NULL;
+    a->dec = wide_tok ? (uint8_t *)(s + d_bytes) : NULL;
+    a->ws = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 256) : NULL;
+    a->acc = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 320) : NULL;
     return 1;
 }
 
@@ -125,10 +141,28 @@ typedef void (*bfp_tile_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a,
     };
 DRIVER_BFP_TABLE(bfp_panel_tile)
 #ifdef ISA_BFP_WIDE
-DRIVER_BFP_TABLE(bfp_decoded_tile)
-/* Token chunks at least this long decode each panel once up front (from
- * 2 tokens on, it measured slower at n_tok = 2 and 4). */
-#define BFP_WIDE_MIN_TOKENS 8
+/* Tokens [t0, t1) of one panel through the wide path, slice by slice. */
+static inline __attribute__((always_inline)) void bfp_wide_panel(const int is4, const uint8_t *panel, int64_t n_in,
+                                                                 const act_q8 *a, int64_t t0, int64_t t1, float *y,
+                                                                 int64_t n_out, int64_t row0, int lo, int hi) {
+    const int64_t n_blk = n_in / 16;
+    for (int64_t b0 = 0; b0 < n_blk; b0 += BFP_SLICE_BLOCKS) {
+        int nb = n_blk - b0 < BFP_SLICE_BLOCKS ? (int)(n_blk - b0) : BFP_SLICE_BLOCKS;
+        bfp_slice_predecode(is4, panel, n_in, b0, nb, a);
+        bfp_slice_tokens(is4, panel, n_in, a, t0, t1, b0, nb, y, n_out, row0, lo, hi);
+    }
+}
+typedef void (*bfp_wide_fn)(const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0, int64_t t1, float *y,
+                            int64_t n_out, int64_t row0, int lo, int hi);
+#define DRIVER_BFP_WIDE(is4)                                                                                      \
+    static __attribute__((noinline)) void bfp_wide_panel_##is4(const uint8_t *panel, int64_t n_in, const act_q8 *a, \
+                                                                int64_t t0, int64_t t1, float *y, int64_t n_out,    \
+                                                                int64_t row0, int lo, int hi) {                     \
+        bfp_wide_panel(is4, panel, n_in, a, t0, t1, y, n_out, row0, lo, hi);                                      \
+    }
+DRIVER_BFP_WIDE(0)
+DRIVER_BFP_WIDE(1)
+static const bfp_wide_fn bfp_wide_panels[2] = {bfp_wide_panel_0, bfp_wide_panel_1};
 #endif
 
 #ifdef BFP_GEMV_PANELS
@@ -141,13 +175,10 @@ DRIVER_BFP_GEMV(0)
 DRIVER_BFP_GEMV(1)
 #endif
 
-static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
+/* y rows [o0, o1) from bfp weights W and activations a, quantized from x
+ * (n_tok, n_in) by act_quantize. */
+static void matmul_bfp(float *y, const q35_tensor *W, const act_q8 *a, int64_t n_tok, int64_t o0, int64_t o1) {
     const int64_t n_out = W->shape[0], n_in = W->shape[W->ndim - 1];
-    act_q8 a;
-    if (!act_quantize(&a, x, n_tok, n_in)) {
-        q35_matmul_ref(y, W, x, n_tok, o0, o1);
-        return;
-    }
     const size_t panel_bytes = q35_bfp_panel_bytes(W->dtype, n_in);
     const int is4 = W->dtype == Q35_DT_BFP4;
     /* Tokens in chunks whose int8 activations (chunk * n_in bytes) stay in
@@ -162,11 +193,11 @@ static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_
     for (int64_t row0 = o0 / 16 * 16; n_tok == 1 && row0 < o1;) {
         const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
         if (row0 >= o0 && row0 + 16 * BFP_GEMV_PANELS <= o1) {
-            (is4 ? bfp_gemv_1 : bfp_gemv_0)(panel, panel_bytes, n_in, &a, y + row0);
+            (is4 ? bfp_gemv_1 : bfp_gemv_0)(panel, panel_bytes, n_in, a, y + row0);
             row0 += 16 * BFP_GEMV_PANELS;
         } else {
             int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
-            bfp_panel_tiles[is4][1](panel, n_in, &a, 0, y, n_out, row0, lo, hi);
+            bfp_panel_tiles[is4][1](panel, n_in, a, 0, y, n_out, row0, lo, hi);
             row0 += 16;
         }
     }
@@ -177,16 +208,15 @@ static void matmul_bfp(float *y, const q35_tensor *W, const float *x, int64_t n_
         for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
             int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
             const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
-            const bfp_tile_fn *tiles = bfp_panel_tiles[is4];
 #ifdef ISA_BFP_WIDE
-            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS && a.dec) {
-                bfp_panel_predecode(is4, panel, n_in, &a);
-                tiles = bfp_decoded_tiles[is4];
+            if (c1 - c0 >= BFP_WIDE_MIN_TOKENS(is4) && a->dec) {
+                bfp_wide_panels[is4](panel, n_in, a, c0, c1, y, n_out, row0, lo, hi);
+                continue;
             }
 #endif
             for (int64_t t0 = c0; t0 < c1; t0 += ISA_BFP_NT) {
                 int nt = c1 - t0 < ISA_BFP_NT ? (int)(c1 - t0) : ISA_BFP_NT;
-                tiles[nt](panel, n_in, &a, t0, y, n_out, row0, lo, hi);
+                bfp_panel_tiles[is4][nt](panel, n_in, a, t0, y, n_out, row0, lo, hi);
             }
         }
     }
@@ -236,15 +266,33 @@ static uint64_t read_stream(const void *p, size_t bytes) {
     return sum;
 }
 
-static void matmul_isa(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
-    switch (W->dtype) {
-    case Q35_DT_BFP4:
-    case Q35_DT_BFP8: matmul_bfp(y, W, x, n_tok, o0, o1); break;
-    case Q35_DT_F32:
-    case Q35_DT_F16:
-    case Q35_DT_BF16: matmul_float(y, W, x, n_tok, o0, o1); break;
-    default: q35_matmul_ref(y, W, x, n_tok, o0, o1); break;
+/* kernels.h's matmul_n: x is quantized once, for the first bfp piece, and
+ * serves every bfp piece after it (again only if a piece's n_in differs). */
+static void matmul_n_isa(int n, float *const *ys, const q35_tensor *const *Ws, const float *x, int64_t n_tok,
+                         const int64_t *o0, const int64_t *o1) {
+    act_q8 a;
+    int64_t a_n_in = -1; /* n_in of the activations in a; 0: no scratch, the reference runs */
+    for (int i = 0; i < n; i++) {
+        const q35_tensor *W = Ws[i];
+        const int64_t n_in = W->shape[W->ndim - 1];
+        if (o0[i] >= o1[i]) continue;
+        switch (W->dtype) {
+        case Q35_DT_BFP4:
+        case Q35_DT_BFP8:
+            if (a_n_in != n_in && a_n_in != 0) a_n_in = act_quantize(&a, x, n_tok, n_in) ? n_in : 0;
+            if (a_n_in == n_in) matmul_bfp(ys[i], W, &a, n_tok, o0[i], o1[i]);
+            else q35_matmul_ref(ys[i], W, x, n_tok, o0[i], o1[i]);
+            break;
+        case Q35_DT_F32:
+        case Q35_DT_F16:
+        case Q35_DT_BF16: matmul_float(ys[i], W, x, n_tok, o0[i], o1[i]); break;
+        default: q35_matmul_ref(ys[i], W, x, n_tok, o0[i], o1[i]); break;
+        }
     }
+}
+
+static void matmul_isa(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
+    matmul_n_isa(1, &y, &W, x, n_tok, &o0, &o1);
 }
 
 #endif

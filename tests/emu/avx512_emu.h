@@ -101,4 +101,42 @@ static inline emu_v E_add_epi64(emu_v a, emu_v b) { for (int i = 0; i < 8; i++) 
 #define _mm512_broadcast_i64x4 E_broadcast_i64x4
 #define _mm512_mask_srli_epi16 E_mask_srli_epi16
 
+static inline void E_storeu_si512(void *p, emu_v a) { memcpy(p, a.ub, 64); }
+static inline void E_storeu_ps(float *p, emu_v a) { memcpy(p, a.f, 64); }
+static inline emu_v E_maskz_loadu_epi16_512(emu_mask32 k, const void *p) { emu_v r = E_setzero(); for (int i = 0; i < 32; i++) if (k >> i & 1) memcpy(&r.h[i], (const char *)p + 2 * i, 2); return r; }
+#define _mm512_storeu_si512 E_storeu_si512
+#define _mm512_storeu_ps E_storeu_ps
+#define _mm512_maskz_loadu_epi16 E_maskz_loadu_epi16_512
+
+/* AVX512_BF16, after Intel's pseudo-code for VCVTNE2PS2BF16 and VDPBF16PS:
+ * rounding to nearest even, denormal inputs read as (signed) zero, denormal
+ * results flushed to (signed) zero, MXCSR ignored. vdpbf16ps adds the odd
+ * element's product first, then the even one's, each as an fp32 FMA (the
+ * product of two bf16 is exact in fp32 unless it underflows). NaN payloads
+ * are not modelled beyond "a NaN stays a NaN". */
+#define __m512bh emu_v
+static inline uint16_t E_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u); /* zero or denormal: signed zero */
+    if ((u & 0x7f800000u) == 0x7f800000u) /* infinity as is; NaN quiet */
+        return (uint16_t)((u >> 16) | ((u & 0x007fffffu) ? 0x0040u : 0));
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float E_daz(float f) { return fpclassify(f) == FP_SUBNORMAL ? copysignf(0.0f, f) : f; }
+static inline float E_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return E_daz(f); }
+static inline emu_v E_cvtne2ps_pbh(emu_v a, emu_v b) { emu_v r; for (int i = 0; i < 16; i++) { r.h[i] = E_f32_to_bf16(b.f[i]); r.h[16 + i] = E_f32_to_bf16(a.f[i]); } return r; }
+static inline emu_v E_dpbf16_ps(emu_v src, emu_v a, emu_v b) {
+    for (int i = 0; i < 16; i++) {
+        float acc = E_daz(src.f[i]);
+        acc = E_daz(fmaf(E_bf16_to_f32(a.h[2 * i + 1]), E_bf16_to_f32(b.h[2 * i + 1]), acc));
+        acc = E_daz(fmaf(E_bf16_to_f32(a.h[2 * i]), E_bf16_to_f32(b.h[2 * i]), acc));
+        src.f[i] = acc;
+    }
+    return src;
+}
+#define _mm512_cvtne2ps_pbh E_cvtne2ps_pbh
+#define _mm512_dpbf16_ps E_dpbf16_ps
+
 #endif
