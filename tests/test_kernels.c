@@ -233,14 +233,15 @@ static void matmul_split(const q35_kernels *k, float *y, const q35_tensor *W, co
  * that picks a different tile or in a prompt of 64 (panel tiles and the
  * k-slice tiles of the wide path, one token chunk or two), and for any row
  * range: what batched verification, prompt processing and thread splits
- * rely on. */
+ * rely on. The ranges of 93 rows hold runs of whole panels (decode takes
+ * them in pairs). */
 TEST(kernels, batch_and_split_invariant) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     q35_dtype dts[5] = {Q35_DT_F32, Q35_DT_F16, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4};
     /* n_in = 1040 spans several k-slices of the wide bfp path, the last one
      * short; 8192 makes the bfp driver's token chunks 32 tokens long */
-    int64_t shapes[][2] = {{45, 272}, {45, 1040}, {18, 8192}};
+    int64_t shapes[][2] = {{45, 272}, {93, 272}, {45, 1040}, {18, 8192}};
     int64_t n_toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 64};
     enum { max_tok = 64 };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

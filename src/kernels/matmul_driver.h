@@ -11,6 +11,8 @@
  *   void float_tile(dt, nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o)
  *        rows [o, o + nr), tokens [t0, t0 + nt)
  *   ISA_VEC, ISA_VEC_ADD64(a, b)   the widest integer vector, 64-bit lane add
+ * and optionally BFP_GEMV_PANELS (one token over that many whole panels) with
+ *   void bfp_gemv_tile(is4, panel, panel_bytes, n_in, a, y)   y = the first panel's row0
  * and optionally ISA_BFP_WIDE, BFP_WIDE_MIN_TOKENS(is4) (calls of that many
  * tokens take a panel in k-slices of BFP_SLICE_BLOCKS, bfp_wide_panel) and
  *   void bfp_slice_predecode(is4, panel, n_in, b0, nb, a)
@@ -73,16 +75,28 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
  * 13.4-13.8 to 14.8-17.7 GB/s on 2 threads (bench_kernels). */
 #define BFP_PREFETCH_BLOCKS 16
 
+/* The same, `ahead` blocks ahead (a literal after inlining). */
+static inline __attribute__((always_inline)) void bfp_prefetch_panel_ahead(const uint8_t *codes, int block_bytes,
+                                                                           int ahead) {
+    for (int l = 0; l < ahead * block_bytes; l += 64) _mm_prefetch((const char *)codes + l, _MM_HINT_T0);
+}
+
+static inline __attribute__((always_inline)) void bfp_prefetch_block_ahead(const uint8_t *exps,
+                                                                           const uint8_t *block_codes, int64_t b,
+                                                                           int block_bytes, int ahead) {
+    #pragma GCC unroll 4
+    for (int l = 0; l < block_bytes; l += 64)
+        _mm_prefetch((const char *)block_codes + ahead * block_bytes + l, _MM_HINT_T0);
+    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + ahead), _MM_HINT_T0);
+}
+
 static inline __attribute__((always_inline)) void bfp_prefetch_panel(const uint8_t *codes, int block_bytes) {
-    for (int l = 0; l < BFP_PREFETCH_BLOCKS * block_bytes; l += 64) _mm_prefetch((const char *)codes + l, _MM_HINT_T0);
+    bfp_prefetch_panel_ahead(codes, block_bytes, BFP_PREFETCH_BLOCKS);
 }
 
 static inline __attribute__((always_inline)) void bfp_prefetch_block(const uint8_t *exps, const uint8_t *block_codes,
                                                                      int64_t b, int block_bytes) {
-    #pragma GCC unroll 4
-    for (int l = 0; l < block_bytes; l += 64)
-        _mm_prefetch((const char *)block_codes + BFP_PREFETCH_BLOCKS * block_bytes + l, _MM_HINT_T0);
-    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + BFP_PREFETCH_BLOCKS), _MM_HINT_T0);
+    bfp_prefetch_block_ahead(exps, block_codes, b, block_bytes, BFP_PREFETCH_BLOCKS);
 }
 
 #endif
@@ -151,6 +165,16 @@ DRIVER_BFP_WIDE(1)
 static const bfp_wide_fn bfp_wide_panels[2] = {bfp_wide_panel_0, bfp_wide_panel_1};
 #endif
 
+#ifdef BFP_GEMV_PANELS
+#define DRIVER_BFP_GEMV(is4)                                                                                      \
+    static __attribute__((noinline)) void bfp_gemv_##is4(const uint8_t *panel, size_t panel_bytes, int64_t n_in,   \
+                                                         const act_q8 *a, float *y) {                              \
+        bfp_gemv_tile(is4, panel, panel_bytes, n_in, a, y);                                                       \
+    }
+DRIVER_BFP_GEMV(0)
+DRIVER_BFP_GEMV(1)
+#endif
+
 /* y rows [o0, o1) from bfp weights W and activations a, quantized from x
  * (n_tok, n_in) by act_quantize. */
 static void matmul_bfp(float *y, const q35_tensor *W, const act_q8 *a, int64_t n_tok, int64_t o0, int64_t o1) {
@@ -164,6 +188,21 @@ static void matmul_bfp(float *y, const q35_tensor *W, const act_q8 *a, int64_t n
      * are one chunk. */
     int64_t chunk = ((int64_t)256 << 10) / n_in / ISA_BFP_NT * ISA_BFP_NT;
     if (chunk < ISA_BFP_NT) chunk = ISA_BFP_NT;
+#ifdef BFP_GEMV_PANELS
+    /* decode: whole panels BFP_GEMV_PANELS at a time, the rest one by one */
+    for (int64_t row0 = o0 / 16 * 16; n_tok == 1 && row0 < o1;) {
+        const uint8_t *panel = (const uint8_t *)W->data + (size_t)(row0 / 16) * panel_bytes;
+        if (row0 >= o0 && row0 + 16 * BFP_GEMV_PANELS <= o1) {
+            (is4 ? bfp_gemv_1 : bfp_gemv_0)(panel, panel_bytes, n_in, a, y + row0);
+            row0 += 16 * BFP_GEMV_PANELS;
+        } else {
+            int lo = o0 > row0 ? (int)(o0 - row0) : 0, hi = o1 < row0 + 16 ? (int)(o1 - row0) : 16;
+            bfp_panel_tiles[is4][1](panel, n_in, a, 0, y, n_out, row0, lo, hi);
+            row0 += 16;
+        }
+    }
+    if (n_tok == 1) return;
+#endif
     for (int64_t c0 = 0; c0 < n_tok; c0 += chunk) {
         int64_t c1 = c0 + chunk < n_tok ? c0 + chunk : n_tok;
         for (int64_t row0 = o0 / 16 * 16; row0 < o1; row0 += 16) {
