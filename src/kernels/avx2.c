@@ -18,8 +18,9 @@
  * few tokens, reading and decoding the weights once. Decode (one token)
  * runs two whole panels side by side (bfp_gemv_tile), two streams that the
  * hardware prefetcher serves better than one, and prefetches ahead in each
- * (matmul_driver.h), so that its decoding overlaps DRAM reads. Calls of 4 tokens or more (bfp8: 8; prefill, batched decode and
- * verify) take a panel in k-slices: each slice is decoded once into L1 scratch
+ * (matmul_driver.h), so that its decoding overlaps DRAM reads. Calls of 4
+ * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
+ * in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
  * (bfp_slice_tile). Every tile forms each block's exact integer dot and
  * ends the block with bfp_scale_fma, so a token's outputs are bitwise the
@@ -301,8 +302,9 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t pan
  * passes over it two at a time (bfp_slice_tile), its partial sums waiting
  * in a->acc between slices. The integer dot products are the panel tile's
  * (weights as value + 8 for bfp4, magnitude with the sign moved onto x for
- * bfp8, the sign read from the codes in place), and each block and token ends in bfp_scale_fma, in block order, so
- * the results are bitwise those of bfp_panel_tile.
+ * bfp8, the sign read from the codes in place), and each block and token
+ * ends in bfp_scale_fma, in block order, so the results are bitwise those
+ * of bfp_panel_tile.
  *
  * bfp4's offset -8 sum(q) starts the int16 sums instead of being subtracted
  * from the int32 dot: a->off holds -4 sum(q) in both int16 halves of a
@@ -331,12 +333,7 @@ ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int6
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i w[2], *d = (__m256i *)(a->dec + 256 * i + 64 * g);
-            if (is4) {
-                bfp4_unpack(cb + 32 * g, w);
-            } else {
-                w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), _mm256_set1_epi8(0x7f));
-                w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), _mm256_set1_epi8(0x7f));
-            }
+            bfp_group_decode(is4, cb, g, w);
             _mm256_store_si256(d, w[0]);
             _mm256_store_si256(d + 1, w[1]);
         }

@@ -163,7 +163,8 @@ void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_s
                 for (int32_t d = 0; d < HD; d += 32)
                     #pragma GCC unroll 4
                     for (int u = 0; u < 4; u++)
-                        acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d + 8 * u), _mm256_loadu_ps(kp + d + 8 * u), acc[u]);
+                        acc[u] =
+                            _mm256_fmadd_ps(_mm256_loadu_ps(qg + d + 8 * u), _mm256_loadu_ps(kp + d + 8 * u), acc[u]);
                 float sc = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) * scale;
                 scores[(size_t)g * n_keys + p] = sc;
                 if (sc > mx[g]) mx[g] = sc;
