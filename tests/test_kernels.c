@@ -443,7 +443,8 @@ TEST(kernels, dispatch_by_cpu_and_env) {
     CHECK(q35_kernels_init(&k, &err) == Q35_OK && q35_kernels_get() == k);
     const q35_kernels *fast[MAX_FAST_TABLES];
     int n = fast_tables(fast);
-    CHECK(k == (n ? fast[n - 1] : &q35_kernels_ref)); /* the best this CPU runs */
+    if (n && fast[n - 1] == &q35_kernels_avx512bf16) n--; /* only when asked for */
+    CHECK(k == (n ? fast[n - 1] : &q35_kernels_ref));     /* the best this CPU runs */
     CHECK((k == &q35_kernels_ref) == (q35_kernels_note() != NULL));
     if (saved) {
         setenv("Q35_KERNELS", saved, 1);

@@ -35,9 +35,12 @@ static int cpu_has_avx512bf16(void) {
     return cpu_has_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
 }
 
+/* avx512bf16 is taken only when Q35_KERNELS names it: it rounds x to bf16
+ * for BF16 weights (kernels.h), up to 2^-9 of each product, which on a
+ * BF16 checkpoint can move the logits by more than the 1e-4 the engine
+ * keeps against transformers' fp32 (tests/test_model.c). */
 static const q35_kernels *best_for_cpu(void) {
     __builtin_cpu_init();
-    if (cpu_has_avx512bf16()) return &q35_kernels_avx512bf16;
     if (cpu_has_avx512()) return &q35_kernels_avx512;
     if (cpu_has_avx2()) return &q35_kernels_avx2;
     return &q35_kernels_ref;

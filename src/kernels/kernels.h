@@ -4,9 +4,10 @@
  * dtype. It is the oracle the per-ISA kernels are tested against. avx2.c,
  * avx512.c and avx512bf16.c are compiled with their own instruction-set
  * flags and each exports one q35_kernels table; dispatch.c picks one at
- * start-up by cpuid (the last of ref, avx2, avx512, avx512bf16 that the CPU
- * runs), or the one named by the environment variable Q35_KERNELS. Nothing
- * else in the engine needs -m flags.
+ * start-up by cpuid (the last of ref, avx2, avx512 that the CPU runs), or
+ * the one named by the environment variable Q35_KERNELS, the only way to
+ * get avx512bf16 (less exact for BF16 weights, below). Nothing else in the
+ * engine needs -m flags.
  *
  * Tolerances of the fast tables against ref, per output y = sum_i w_i x_i:
  *  - F32, F16, BF16 weights: float FMA with x kept in fp32; the error is
