@@ -132,7 +132,7 @@ typedef struct mm_ctx {
 
 static void mm_work(void *v, int copy, int64_t o0, int64_t o1) {
     mm_ctx *c = v;
-    c->k->matmul(c->y, &c->W[copy], c->x, c->n_tok, o0, o1);
+    q35_kernels_matmul(c->k, c->y, &c->W[copy], c->x, c->n_tok, o0, o1);
 }
 
 static uint64_t g_rng = 88172645463325252ull;

@@ -122,7 +122,7 @@ static long check_case(const q35_kernels *k, const q35_tensor *W, int64_t n_tok,
     }
     for (int64_t i = 0; i < n_tok * n_out; i++) y[i] = y_ref[i] = NAN;
     q35_matmul_ref(y_ref, W, x, n_tok, o0, o1);
-    k->matmul(y, W, x, n_tok, o0, o1);
+    q35_kernels_matmul(k, y, W, x, n_tok, o0, o1);
     for (int64_t o = 0; o < n_out; o++) {
         q35_get_row_ref(row, W, o);
         for (int64_t t = 0; t < n_tok; t++) {
@@ -205,7 +205,7 @@ TEST(kernels, bfp_typical_error) {
         for (int i = 0; i < 1024; i++) x[i] = (float)rng_unit();
         q35_matmul_ref(y_ref, &w.t, x, 1, 0, 64);
         for (int k = 0; k < n_tables; k++) {
-            tables[k]->matmul(y, &w.t, x, 1, 0, 64);
+            q35_kernels_matmul(tables[k], y, &w.t, x, 1, 0, 64);
             double worst = 0.0;
             for (int o = 0; o < 64; o++) {
                 q35_get_row_ref(row, &w.t, o);
@@ -226,7 +226,7 @@ TEST(kernels, bfp_typical_error) {
 static void matmul_split(const q35_kernels *k, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {
     int64_t n_out = W->shape[0], cut[4] = {0, 7, 33, n_out};
     for (int c = 0; c < 3; c++)
-        if (cut[c] < n_out) k->matmul(y, W, x, n_tok, cut[c], cut[c + 1] < n_out ? cut[c + 1] : n_out);
+        if (cut[c] < n_out) q35_kernels_matmul(k, y, W, x, n_tok, cut[c], cut[c + 1] < n_out ? cut[c + 1] : n_out);
 }
 
 /* A token's outputs are bitwise the same alone, in a batch of every size
@@ -255,7 +255,7 @@ TEST(kernels, batch_and_split_invariant) {
             weights w;
             REQUIRE(make_weights(&w, dts[d], n_out, n_in, 0));
             for (int k = 0; k < n_tables; k++) {
-                tables[k]->matmul(y, &w.t, x, max_tok, 0, n_out);
+                q35_kernels_matmul(tables[k], y, &w.t, x, max_tok, 0, n_out);
                 long bad = 0;
                 for (size_t ti = 0; ti < sizeof n_toks / sizeof n_toks[0]; ti++) {
                     int64_t n = n_toks[ti];
@@ -311,7 +311,7 @@ TEST(kernels, bf16_x_rounding_is_exact) {
     CHECK(rounded > n_tok * n_in / 4); /* the case does test rounding */
     for (int k = 0; k < n_tables; k++) {
         int r = rounds_x_to_bf16(tables[k], Q35_DT_BF16);
-        tables[k]->matmul(y, &W, x, n_tok, 0, n_out);
+        q35_kernels_matmul(tables[k], y, &W, x, n_tok, 0, n_out);
         long bad = 0;
         for (int t = 0; t < n_tok; t++)
             for (int o = 0; o < n_out; o++) {
@@ -326,14 +326,14 @@ TEST(kernels, bf16_x_rounding_is_exact) {
         if (r) { /* denormal x reads as zero */
             float xd[n_tok * n_in], yd[n_tok * n_out];
             for (int i = 0; i < n_tok * n_in; i++) xd[i] = 0x1p-130f;
-            tables[k]->matmul(yd, &W, xd, n_tok, 0, n_out);
+            q35_kernels_matmul(tables[k], yd, &W, xd, n_tok, 0, n_out);
             for (int i = 0; i < n_tok * n_out; i++) CHECK(yd[i] == 0.0f);
         }
     }
 }
 
 /* matmul_n (x quantized once for all pieces) gives each piece the same bits
- * as its own matmul call: mixed dtypes, a piece of another n_in, partial
+ * as a call for that piece alone: mixed dtypes, a piece of another n_in, partial
  * and empty row ranges, one token and a batch. */
 TEST(kernels, matmul_n_equals_separate_calls) {
     const q35_kernels *tables[1 + MAX_FAST_TABLES] = {&q35_kernels_ref};
@@ -361,7 +361,7 @@ TEST(kernels, matmul_n_equals_separate_calls) {
             tables[k]->matmul_n(n_piece, ys, Ws, x, toks[c], o0, o1);
             for (int i = 0; i < n_piece; i++) {
                 for (int j = 0; j < n_tok_max * n_out_max; j++) y1[j] = NAN;
-                tables[k]->matmul(y1, Ws[i], x, toks[c], o0[i], o1[i]);
+                q35_kernels_matmul(tables[k], y1, Ws[i], x, toks[c], o0[i], o1[i]);
                 CHECK_MSG(memcmp(y1, ys[i], sizeof(float) * n_tok_max * n_out_max) == 0,
                           "%s, %lld tokens: piece %d differs", tables[k]->name, (long long)toks[c], i);
             }

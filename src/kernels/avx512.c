@@ -367,10 +367,10 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
 #ifdef Q35_KERNELS_BF16
-const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_isa, matmul_n_isa, q35_get_row_ref,
+const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_row_ref,
                                              q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, q35_attend_heads_avx2,
                                              read_stream};
 #else
-const q35_kernels q35_kernels_avx512 = {"avx512", matmul_isa, matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
+const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
                                          q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream};
 #endif

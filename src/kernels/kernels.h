@@ -45,8 +45,8 @@ void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok
 
 /* q35_matmul_ref for n matrices of the same n_in against one x: ys[i] rows
  * [o0[i], o1[i]) from Ws[i]. The fast tables quantize x once for all of
- * them (bfp weights); each piece's outputs are the same bits as one matmul
- * call would give. */
+ * them (bfp weights); each piece's outputs are the same bits as a call for
+ * that matrix alone. */
 void q35_matmul_n_ref(int n, float *const *ys, const q35_tensor *const *Ws, const float *x, int64_t n_tok,
                       const int64_t *o0, const int64_t *o1);
 
@@ -104,8 +104,6 @@ void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float 
 void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
                            const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
 
-typedef void (*q35_matmul_fn)(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0,
-                              int64_t o1);
 typedef void (*q35_matmul_n_fn)(int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                                 int64_t n_tok, const int64_t *o0, const int64_t *o1);
 typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
@@ -128,14 +126,13 @@ typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
 uint64_t q35_read_stream_ref(const void *p, size_t bytes);
 
 /* One instruction set's kernels. Every entry has the semantics of the _ref
- * function of the same name; matmul and get_row take every dtype (F32, F16,
- * BF16, BFP8, BFP4). matmul may be called from several threads at once on
- * disjoint [o0, o1) ranges; ranges aligned to 16 rows (one bfp panel) avoid
- * decoding a panel twice. */
+ * function of the same name; matmul_n and get_row take every dtype (F32,
+ * F16, BF16, BFP8, BFP4). matmul_n may be called from several threads at
+ * once on disjoint [o0, o1) ranges; ranges aligned to 16 rows (one bfp
+ * panel) avoid decoding a panel twice. */
 typedef struct q35_kernels {
     const char *name; /* "ref", "avx2", "avx512", "avx512bf16" */
-    q35_matmul_fn matmul;
-    q35_matmul_n_fn matmul_n; /* matrices sharing an input: projections, gate and up */
+    q35_matmul_n_fn matmul_n; /* one matrix, or several sharing an input (projections, gate and up) */
     q35_get_row_fn get_row;
     q35_gdn_recurrent_fn gdn_recurrent;
     q35_gdn_chunked_fn gdn_chunked;
@@ -147,6 +144,12 @@ extern const q35_kernels q35_kernels_ref;
 extern const q35_kernels q35_kernels_avx2;   /* AVX2 + FMA + F16C */
 extern const q35_kernels q35_kernels_avx512; /* AVX-512 F/BW/VL/DQ + VNNI */
 extern const q35_kernels q35_kernels_avx512bf16; /* the same + AVX512_BF16 */
+
+/* q35_matmul_ref's y for one matrix through table k (matmul_n with n = 1). */
+static inline void q35_kernels_matmul(const q35_kernels *k, float *y, const q35_tensor *W, const float *x,
+                                      int64_t n_tok, int64_t o0, int64_t o1) {
+    k->matmul_n(1, &y, &W, x, n_tok, &o0, &o1);
+}
 
 /* Chooses the table once: Q35_KERNELS if set (an unknown name, or one this
  * CPU cannot run, fails with Q35_ERR_ARG / Q35_ERR_UNSUPPORTED and names the

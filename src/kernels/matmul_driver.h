@@ -291,8 +291,4 @@ static void matmul_n_isa(int n, float *const *ys, const q35_tensor *const *Ws, c
     }
 }
 
-static void matmul_isa(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1) {
-    matmul_n_isa(1, &y, &W, x, n_tok, &o0, &o1);
-}
-
 #endif

@@ -206,5 +206,5 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
-const q35_kernels q35_kernels_ref = {"ref", q35_matmul_ref, q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
+const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
                                      q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref};
