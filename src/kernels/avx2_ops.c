@@ -286,21 +286,15 @@ static void chunk_product(const int op, const chunk_mats *m, int32_t rows) {
         }
 }
 
-/* (a . c, b . c) over n floats (n a multiple of 8). */
+/* (a . c, b . c) over n floats (n a multiple of 16). */
 ALWAYS_INLINE void dot2(const float *a, const float *b, const float *c, int32_t n, float *ac, float *bc) {
     __m256 x0 = _mm256_setzero_ps(), x1 = _mm256_setzero_ps(), y0 = _mm256_setzero_ps(), y1 = _mm256_setzero_ps();
-    int32_t d = 0;
-    for (; d + 16 <= n; d += 16) {
+    for (int32_t d = 0; d < n; d += 16) {
         __m256 c0 = _mm256_loadu_ps(c + d), c1 = _mm256_loadu_ps(c + d + 8);
         x0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), c0, x0);
         x1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), c1, x1);
         y0 = _mm256_fmadd_ps(_mm256_loadu_ps(b + d), c0, y0);
         y1 = _mm256_fmadd_ps(_mm256_loadu_ps(b + d + 8), c1, y1);
-    }
-    if (d < n) {
-        __m256 c0 = _mm256_loadu_ps(c + d);
-        x0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), c0, x0);
-        y0 = _mm256_fmadd_ps(_mm256_loadu_ps(b + d), c0, y0);
     }
     *ac = hsum8(_mm256_add_ps(x0, x1));
     *bc = hsum8(_mm256_add_ps(y0, y1));
