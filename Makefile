@@ -1,8 +1,9 @@
 # qwen35 build. `make help` lists the targets.
 #
-# Every .c under src/ goes into libqwen35.a; each kernel file under
-# src/kernels/ is compiled with the flags of its instruction set only, and the
-# one to use is picked at run time, so no -march=native is needed.
+# Every .c under src/ (one folder per layer, docs/architecture.md) goes into
+# libqwen35.a; each kernel file under src/backend/cpu/kernels/ is compiled with
+# the flags of its instruction set only, and the one to use is picked at run
+# time, so no -march=native is needed.
 
 CC      ?= cc
 BUILD   ?= build
@@ -17,7 +18,7 @@ ISA_FLAGS_avx2_ops = $(ISA_FLAGS_avx2)
 ISA_FLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 ISA_FLAGS_avx512bf16 = $(ISA_FLAGS_avx512) -mavx512bf16
 
-LIB_SRC   := $(wildcard src/*.c) $(wildcard src/kernels/*.c)
+LIB_SRC   := $(sort $(shell find src -name '*.c'))
 TOOL_SRC  := $(wildcard tools/*.c)
 TEST_SRC  := $(wildcard tests/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -21,9 +21,9 @@
  *     TT's own orientation with blocks along N (16-output panels, fp32 x,
  *     the layout a TT cache maps to without re-encoding).
  * Every line is also written as one JSON object per line with --json. */
-#include "bfp.h"
-#include "kernels/kernels.h"
-#include "util.h"
+#include "formats/bfp.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 #include <math.h>

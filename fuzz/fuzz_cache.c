@@ -3,7 +3,7 @@
  * mutations reach the record checks instead of stopping at the hash. Any
  * input must give Q35_OK with in-bounds tensors of consistent size, or an
  * error; never a crash, a leak or an out-of-bounds read. */
-#include "cache.h"
+#include "formats/cache.h"
 
 #include <assert.h>
 #include <openssl/evp.h>

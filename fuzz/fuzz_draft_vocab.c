@@ -1,7 +1,7 @@
 /* libFuzzer target: the draft vocabulary list parser on arbitrary bytes.
  * Any input must give distinct ids inside the vocabulary, or an error;
  * never a crash, a leak or an out-of-bounds read. */
-#include "session.h"
+#include "core/session.h"
 
 #include <assert.h>
 #include <stdlib.h>

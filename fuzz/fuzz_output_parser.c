@@ -2,7 +2,7 @@
  * through the reasoning / tool-call parser, with and without tools. The
  * concatenated content and reasoning deltas must equal the final fields. */
 #include "qwen35.h"
-#include "text.h"
+#include "base/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* libFuzzer target: the safetensors header parser on arbitrary bytes.
  * Any input must give Q35_OK with in-bounds tensors, or an error; never a
  * crash, a leak or an out-of-bounds read. */
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 #include <assert.h>
 #include <stdlib.h>

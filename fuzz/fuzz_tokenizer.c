@@ -3,7 +3,7 @@
  * (Q35_FUZZ_TOKENIZER names another directory). Aborts if the decoder ever
  * emits invalid UTF-8 or the round trip of valid text loses anything. */
 #include "qwen35.h"
-#include "text.h"
+#include "base/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>

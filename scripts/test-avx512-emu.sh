@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the kernel tests (tests/test_kernels.c) against src/kernels/avx512.c
-# and src/kernels/avx512bf16.c (the avx512 and avx512bf16 tables) with every
+# Runs the kernel tests (tests/test_kernels.c) against src/backend/cpu/kernels/avx512.c
+# and src/backend/cpu/kernels/avx512bf16.c (the avx512 and avx512bf16 tables) with every
 # AVX-512 intrinsic replaced by the plain-C stand-ins of
 # tests/emu/avx512_emu.h, for machines without AVX-512. Slow but exact.
 # Needs `make` to have built build/libqwen35.a. The dispatch tests are left
@@ -10,11 +10,11 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 OUT="$BUILD/emu"
 mkdir -p "$OUT"
-CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -Isrc/kernels -Itests"
+CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -Isrc/backend/cpu/kernels -Itests"
 EMU="-mavx2 -mfma -mf16c -include tests/emu/avx512_emu.h"
 sed -e 's/q35_kernels_avx512 =/q35_kernels_avx512_emu =/' -e 's/q35_kernels_avx512bf16 =/q35_kernels_avx512bf16_emu =/' \
-    src/kernels/avx512.c > "$OUT/avx512_emu.c"
-sed 's/#include "avx512.c"/#include "avx512_emu.c"/' src/kernels/avx512bf16.c > "$OUT/avx512bf16_emu.c"
+    src/backend/cpu/kernels/avx512.c > "$OUT/avx512_emu.c"
+sed 's/#include "avx512.c"/#include "avx512_emu.c"/' src/backend/cpu/kernels/avx512bf16.c > "$OUT/avx512bf16_emu.c"
 cc $CFLAGS $EMU -c "$OUT/avx512_emu.c" -o "$OUT/avx512_emu.o"
 cc $CFLAGS $EMU -c "$OUT/avx512bf16_emu.c" -o "$OUT/avx512bf16_emu.o"
 sed -e 's/q35_kernels_find(names\[i\]/emu_find(names[i]/' \

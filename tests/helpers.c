@@ -1,6 +1,6 @@
 /* helpers.c: see helpers.h. */
 #include "helpers.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>

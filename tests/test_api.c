@@ -1,6 +1,6 @@
 /* test_api.c: the sampler and the server's protocol logic (src/sampler.c,
  * src/api.c) on synthetic inputs: no model, no sockets. */
-#include "api.h"
+#include "server/api.h"
 #include "test.h"
 
 #include <float.h>

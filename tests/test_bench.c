@@ -1,7 +1,7 @@
 /* Tests of src/bench_stats.c: the SSE stream a bench request reads, the
  * decode-rate formula, median selection, hashing, distinct completions and
  * /metrics parsing. Times are synthetic: each feed carries its own clock. */
-#include "bench_stats.h"
+#include "bench/bench_stats.h"
 #include "test.h"
 
 #include <stdint.h>

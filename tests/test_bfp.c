@@ -1,8 +1,8 @@
 /* Tests of src/bfp.c: the bfp4_b / bfp8_b codec against tt-metal's test
  * vectors and its documented rules, and the 16-row panel layout. */
-#include "bfp.h"
+#include "formats/bfp.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdint.h>
 

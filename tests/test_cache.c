@@ -3,9 +3,9 @@
  * block formats: every weight within its block's quantization step), and
  * break caches and sources in the ways the issue lists: each must fail
  * with an error naming the file or tensor. */
-#include "bfp.h"
-#include "cache.h"
-#include "kernels/kernels.h"
+#include "formats/bfp.h"
+#include "formats/cache.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "helpers.h"
 #include "test.h"
 

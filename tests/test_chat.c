@@ -2,9 +2,9 @@
  * (rendered by transformers' apply_chat_template, see
  * scripts/make-tokenizer-goldens.py) must come out byte for byte, and every
  * case the template rejects must be rejected. */
-#include "pyjson.h"
+#include "text/pyjson.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <jansson.h>
 

@@ -1,6 +1,6 @@
 /* Tests of config.json parsing: nesting, defaults that transformers applies,
  * and the layer pattern rules. */
-#include "model.h"
+#include "model/model.h"
 #include "test.h"
 
 static const char *base_text =

@@ -2,10 +2,10 @@
  * every weight dtype, awkward shapes, partial output ranges, extreme values
  * and n_tok = 1, 2, 3, 8, 17; results independent of batching and row
  * splits up to 64 tokens; and the start-up dispatch. */
-#include "bfp.h"
-#include "kernels/kernels.h"
+#include "formats/bfp.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <float.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #include "qwen35.h"
 #include "helpers.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <jansson.h>
 

@@ -1,7 +1,7 @@
 /* Tests of the reference forward pass against transformers' fp32 goldens,
  * and of the equivalences the engine relies on: chunked GDN == recurrence,
  * prefill then decode == token by token, and any prompt split. */
-#include "gdn.h"
+#include "backend/cpu/gdn.h"
 #include "golden.h"
 #include "qwen35.h"
 #include "test.h"

@@ -3,7 +3,7 @@
  * fast table against the scalar reference, and the batching invariance the
  * speculative verify relies on (a row gives the same bits alone or in a
  * batch, and the per-row state copies equal the states of single steps). */
-#include "kernels/kernels.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "test.h"
 
 static uint64_t rng = 0x13198a2e03707344ull;

@@ -3,8 +3,8 @@
  * result whatever way the text is cut into pieces; malformed output ends up
  * as content; arbitrary bytes never break it. */
 #include "test.h"
-#include "text.h"
-#include "util.h"
+#include "base/utf8.h"
+#include "base/util.h"
 
 static const char TOOLS[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"

@@ -1,11 +1,11 @@
 /* Tests of speculative decoding with the MTP head: greedy output is
  * token-for-token the plain output whatever the drafts are, rollback
  * restores every state, and rejection sampling keeps the distribution. */
-#include "cache.h"
+#include "formats/cache.h"
 #include "golden.h"
 #include "helpers.h"
 #include "qwen35.h"
-#include "session.h"
+#include "core/session.h"
 #include "test.h"
 
 #include <math.h>

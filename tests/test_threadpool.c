@@ -2,7 +2,7 @@
 #include "golden.h"
 #include "qwen35.h"
 #include "test.h"
-#include "threadpool.h"
+#include "backend/cpu/threadpool.h"
 
 #include <stdatomic.h>
 

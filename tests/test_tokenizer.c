@@ -7,8 +7,8 @@
  * scripts/install-deps.sh runs) into tests/data/tokenizers-gen. Without them
  * those tests fail and say how to make them. */
 #include "test.h"
-#include "text.h"
-#include "util.h"
+#include "base/utf8.h"
+#include "base/util.h"
 
 #include <sys/stat.h>
 #include <utf8proc.h>

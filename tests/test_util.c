@@ -1,6 +1,6 @@
 /* Tests of src/util.c: number conversions and file helpers. */
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 #include "helpers.h"
 
 #include <stdint.h>

@@ -11,10 +11,10 @@
  * the timed region, for the speculation counters and server memory. Results
  * go to the terminal as a table and, after every request, to the JSON file
  * (schema in bench/README.md), so a run that fails keeps what it measured. */
-#include "bench_stats.h"
+#include "bench/bench_stats.h"
 #include "cli.h"
 #include "qwen35.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <curl/curl.h>
 #include <jansson.h>

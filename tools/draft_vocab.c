@@ -11,7 +11,7 @@
  * so one minus that share bounds the acceptance the reduction can lose. */
 #include "cli.h"
 #include "qwen35.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * computed in slices of 64 rows, so memory does not grow with the text. */
 #include "cli.h"
 #include "qwen35.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -3,9 +3,9 @@
  * `qwen35 info` (what a checkpoint or cache holds and what it costs per
  * token). The work is in the library (src/prepare.c, src/cache.c,
  * src/hub.c); this file parses options and draws progress. */
-#include "cache.h"
+#include "formats/cache.h"
 #include "cli.h"
-#include "model.h"
+#include "model/model.h"
 #include "qwen35.h"
 
 #include <stdio.h>

@@ -9,8 +9,8 @@
  * its socket, so a client that hangs up cancels its request at once. */
 #include "cli.h"
 #include "serve.h"
-#include "text.h"
-#include "util.h"
+#include "base/utf8.h"
+#include "base/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -17,7 +17,7 @@
 #ifndef Q35_SERVE_H
 #define Q35_SERVE_H
 
-#include "api.h"
+#include "server/api.h"
 #include "qwen35.h"
 
 #include <pthread.h>

@@ -35,7 +35,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "util.h"
+#include "base/util.h"
 
 enum { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE };
 

@@ -11,7 +11,7 @@
  * repeatedly for a few seconds and prints MB/s. */
 #include "cli.h"
 #include "qwen35.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <jansson.h>
 #include <stdio.h>

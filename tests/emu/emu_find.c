@@ -1,7 +1,7 @@
 /* tests/emu/emu_find.c: for scripts/test-avx512-emu.sh only (not part of the
  * test runner): answers "avx512" and "avx512bf16" with the emulated tables,
  * so that tests/test_kernels.c checks them like the real ones. */
-#include "kernels/kernels.h"
+#include "backend/cpu/kernels/kernels.h"
 
 #include <string.h>
 

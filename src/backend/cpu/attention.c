@@ -1,0 +1,121 @@
+/* attention.c: gated full attention (see attention.h); the softmax over the
+ * cache is the kernel table's attend_heads, per KV head and its query heads.
+ *
+ *   qg = q_proj xn viewed (NH, 2*HD): query = first HD, gate = last HD of each head
+ *   q = rmsnorm1p(query, q_norm), k = rmsnorm1p(k_proj xn, k_norm), per head
+ *   rotate-half RoPE on the first RD dims of q and k; the rest pass through
+ *   o = softmax(q k^T / sqrt(HD), causal) v, q head h reads kv head h / (NH/NKV)
+ *   out = o_proj (o * sigmoid(gate)) */
+#include "backend/cpu/attention.h"
+#include "backend/cpu/compute.h"
+#include "backend/cpu/kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx, int32_t n_workers) {
+    size_t T = (size_t)n_tok, NH = (size_t)c->n_head, HD = (size_t)c->head_dim, NKV = (size_t)c->n_head_kv;
+    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq, scores (NH/NKV, n_ctx) per worker */
+    return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)c->rotary_dim +
+           (size_t)n_workers * (NH / NKV) * (size_t)n_ctx;
+}
+
+void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++) ss += (double)src[i] * src[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int32_t i = 0; i < n; i++) dst[i] = src[i] * r * (1.0f + q35_tensor_get_f32(w, i));
+}
+
+void q35_rmsnorm1p(float *x, const q35_tensor *w, int32_t n, float eps) { q35_rmsnorm1p_to(x, x, w, n, eps); }
+
+/* transformers: inv_freq[i] = 1 / theta^(2i/RD) and angle = pos * inv_freq, in fp32. */
+static void rope(float *x, int32_t pos, int32_t rd, const float *inv_freq) {
+    int32_t half = rd / 2;
+    for (int32_t i = 0; i < half; i++) {
+        float ang = (float)pos * inv_freq[i];
+        float cs = cosf(ang), sn = sinf(ang);
+        float a = x[i], b = x[i + half];
+        x[i] = a * cs - b * sn;
+        x[i + half] = b * cs + a * sn;
+    }
+}
+
+typedef struct {
+    const q35_config *c;
+    const q35_kernels *k;
+    const q35_attn_seg *segs;
+    int32_t n_segs, n_tok;
+    const float *qg;
+    float *o, *scores;
+    size_t scores_stride;
+} attn_job;
+
+/* Row r of sequence sg and KV head kvh: causal softmax attention of the
+ * query heads that read kvh over the sequence's cache, then their sigmoid
+ * output gates. */
+static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t kvh, float *scores) {
+    const q35_config *c = j->c;
+    const int32_t NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
+    const int32_t G = NH / NKV, h0 = kvh * G, n_keys = sg->pos0 + (r - sg->row0) + 1;
+    const float *q = j->qg + (size_t)r * QD * 2 + (size_t)h0 * 2 * HD;
+    float *o = j->o + (size_t)r * QD + (size_t)h0 * HD;
+    j->k->attend_heads(o, (size_t)HD, q, (size_t)2 * HD, G, sg->k_cache + (size_t)kvh * HD,
+                       sg->v_cache + (size_t)kvh * HD, (size_t)KVD, n_keys, HD, 1.0f / sqrtf((float)HD), scores);
+    for (int32_t g = 0; g < G; g++) {
+        const float *gate = q + (size_t)g * 2 * HD + HD;
+        float *oh = o + (size_t)g * HD;
+        for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
+    }
+}
+
+static void attn_worker(void *p, int ith, int nth) {
+    const attn_job *j = p;
+    const int64_t NKV = j->c->n_head_kv;
+    int64_t lo, hi;
+    q35_split((int64_t)j->n_tok * NKV, 1, ith, nth, &lo, &hi);
+    int32_t si = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        int32_t r = (int32_t)(i / NKV), kvh = (int32_t)(i % NKV);
+        while (r >= j->segs[si].row0 + j->segs[si].n_rows) si++; /* rows are in segment order */
+        attend(j, &j->segs[si], r, kvh, j->scores + (size_t)ith * j->scores_stride);
+    }
+}
+
+void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, const q35_attn_seg *segs, int32_t n_segs,
+                           const float *xn, float *out, int32_t n_tok, int32_t n_ctx, float *scratch, q35_pool *pool) {
+    const int32_t T = n_tok, NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, RD = c->rotary_dim;
+    const int32_t QD = NH * HD, KVD = NKV * HD;
+    float *qg = scratch, *k = qg + (size_t)T * QD * 2, *v = k + (size_t)T * KVD, *o = v + (size_t)T * KVD;
+    float *inv_freq = o + (size_t)T * QD, *scores = inv_freq + RD;
+
+    float *ys[3] = {qg, k, v};
+    const q35_tensor *Ws[3] = {&l->q_proj, &l->k_proj, &l->v_proj};
+    q35_matmul_multi(pool, 3, ys, Ws, xn, T);
+    for (int32_t i = 0; i < RD / 2; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)RD);
+
+    for (int32_t si = 0; si < n_segs; si++) {
+        const q35_attn_seg *sg = &segs[si];
+        for (int32_t t = 0; t < sg->n_rows; t++) {
+            int32_t r = sg->row0 + t, pos = sg->pos0 + t;
+            for (int32_t h = 0; h < NH; h++) {
+                float *qh = qg + (size_t)r * QD * 2 + (size_t)h * 2 * HD;
+                q35_rmsnorm1p(qh, &l->q_norm, HD, c->rms_norm_eps);
+                rope(qh, pos, RD, inv_freq);
+            }
+            for (int32_t h = 0; h < NKV; h++) {
+                float *kh = k + (size_t)r * KVD + (size_t)h * HD;
+                q35_rmsnorm1p(kh, &l->k_norm, HD, c->rms_norm_eps);
+                rope(kh, pos, RD, inv_freq);
+            }
+            memcpy(sg->k_cache + (size_t)pos * KVD, k + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
+            memcpy(sg->v_cache + (size_t)pos * KVD, v + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
+        }
+    }
+    attn_job j = {c, q35_kernels_get(), segs, n_segs, T, qg, o, scores, (size_t)(NH / NKV) * n_ctx};
+    double work = 0; /* multiply-adds, to keep tiny jobs off the pool */
+    for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
+    if (work < 1e5) attn_worker(&j, 0, 1);
+    else q35_pool_run(pool, attn_worker, &j);
+    q35_matmul(pool, out, &l->o_proj, o, T);
+}

@@ -1,0 +1,175 @@
+/* gdn.c: Gated DeltaNet forward (see gdn.h).
+ *
+ * Data flow for n_tok tokens (HF modeling_qwen3_5.py semantics, fp32):
+ *   qkv = in_proj_qkv xn; z = in_proj_z xn; b = in_proj_b xn; a = in_proj_a xn
+ *   qkv = silu(causal depthwise conv(qkv)) with conv_state as history
+ *   q, k per K head: l2norm (eps 1e-6 inside the sqrt of the sum); q *= DK^-1/2
+ *   beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias)
+ *   V head hv reads K head hv / (HV/HK) (repeat-interleave, not tile)
+ *   o = delta rule over S; o = rmsnorm(o) * w * silu(z); out = out_proj o
+ * The four projections are one pool handoff; everything between them and
+ * out_proj is a second one, over (sequence, K head) items: each item runs
+ * the conv and norms of its own channels and then its V heads, so a decode
+ * step reads each head's state twice (kernels.h: gdn_recurrent) and nothing
+ * else waits on a single thread. */
+#include "backend/cpu/gdn.h"
+#include "backend/cpu/compute.h"
+#include "backend/cpu/kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch threshold 20 */
+
+/* Per worker: packed q, k (T, DK), v, o (T, DV), g, beta (T) of one head, and the chunk scratch. */
+static size_t head_scratch_floats(const q35_config *c, int32_t n_tok) {
+    size_t T = (size_t)n_tok, DK = (size_t)c->lin_head_k_dim, DV = (size_t)c->lin_head_v_dim;
+    return T * (DK * 2 + DV * 2 + 2) + q35_gdn_chunk_scratch_floats((int32_t)DK, (int32_t)DV);
+}
+
+size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_workers) {
+    size_t T = (size_t)n_tok, CD = (size_t)q35_conv_dim(c), HV = (size_t)c->lin_n_head_v;
+    size_t DV = (size_t)c->lin_head_v_dim;
+    /* raw qkv and conv output (T, CD), z and core output (T, HV*DV), b and a (T, HV) */
+    return T * CD * 2 + T * HV * DV * 2 + T * HV * 2 + (size_t)n_workers * head_scratch_floats(c, n_tok);
+}
+
+void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                       float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride) {
+    q35_kernels_get()->gdn_recurrent(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride);
+}
+
+void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                     float *o, int32_t T, int32_t DK, int32_t DV, float *scratch) {
+    q35_kernels_get()->gdn_chunked(S, q, k, v, g, beta, o, T, DK, DV, scratch);
+}
+
+static void l2norm(float *x, int32_t n) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)ss + 1e-6f);
+    for (int32_t i = 0; i < n; i++) x[i] *= r;
+}
+
+typedef struct {
+    const q35_config *c;
+    const q35_layer_weights *l;
+    const q35_gdn_seg *segs;
+    int32_t n_segs;
+    const float *raw, *z, *bb, *aa;
+    float *y, *core, *head_scratch;
+    size_t head_stride;
+} heads_job;
+
+/* Causal depthwise conv + SiLU of channels [ch0, ch0 + n) over one
+ * sequence's rows (raw -> y), advancing its conv state: tap j multiplies the
+ * input CK-1-j steps back. */
+static void conv_channels(const heads_job *j, const q35_gdn_seg *sg, int32_t ch0, int32_t n) {
+    const q35_config *c = j->c;
+    const int32_t CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
+    for (int32_t ch = ch0; ch < ch0 + n; ch++) {
+        float w[16], hist[16 + 1];
+        for (int32_t i = 0; i < CK; i++) w[i] = q35_tensor_get_f32(&j->l->conv1d, (int64_t)ch * CK + i);
+        float *st = sg->conv_state + (size_t)ch * (CK - 1);
+        for (int32_t i = 0; i < CK - 1; i++) hist[i] = st[i];
+        for (int32_t t = 0; t < sg->n_rows; t++) {
+            size_t row = (size_t)(sg->row0 + t);
+            hist[CK - 1] = j->raw[row * CD + ch];
+            float acc = 0.0f;
+            for (int32_t i = 0; i < CK; i++) acc += w[i] * hist[i];
+            j->y[row * CD + ch] = silu(acc);
+            for (int32_t i = 0; i < CK - 1; i++) hist[i] = hist[i + 1];
+            if (sg->ckpt_conv && t + 1 < sg->n_rows)
+                memcpy(sg->ckpt_conv + (size_t)t * sg->ckpt_stride + (size_t)ch * (CK - 1), hist,
+                       sizeof(float) * (size_t)(CK - 1));
+        }
+        for (int32_t i = 0; i < CK - 1; i++) st[i] = hist[i];
+    }
+}
+
+/* One V head h of one sequence: gates, delta rule over the sequence's rows,
+ * gated RMSNorm into core. Its q, k and v are in y already. */
+static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float *scr) {
+    const q35_config *c = j->c;
+    const q35_layer_weights *l = j->l;
+    const int32_t T = sg->n_rows, r0 = sg->row0, CD = q35_conv_dim(c);
+    const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
+    const int32_t KD = HK * DK, VD = HV * DV, kh = h / (HV / HK);
+    float *hq = scr, *hk = hq + (size_t)T * DK, *hv = hk + (size_t)T * DK, *ho = hv + (size_t)T * DV;
+    float *hg = ho + (size_t)T * DV, *hb = hg + T, *chunk = hb + T;
+    float A = expf(q35_tensor_get_f32(&l->A_log, h)), dt = q35_tensor_get_f32(&l->dt_bias, h);
+    for (int32_t t = 0; t < T; t++) {
+        const float *yt = j->y + (size_t)(r0 + t) * CD;
+        memcpy(hq + (size_t)t * DK, yt + kh * DK, sizeof(float) * (size_t)DK);
+        memcpy(hk + (size_t)t * DK, yt + KD + kh * DK, sizeof(float) * (size_t)DK);
+        memcpy(hv + (size_t)t * DV, yt + 2 * KD + h * DV, sizeof(float) * (size_t)DV);
+        hb[t] = sigmoidf_(j->bb[(size_t)(r0 + t) * HV + h]);
+        hg[t] = -A * softplus(j->aa[(size_t)(r0 + t) * HV + h] + dt);
+    }
+    float *S = sg->ssm_state + (size_t)h * DK * DV;
+    if (sg->recurrent || sg->ckpt_ssm || T == 1)
+        q35_gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, sg->ckpt_ssm ? sg->ckpt_ssm + (size_t)h * DK * DV : NULL,
+                          sg->ckpt_stride);
+    else
+        q35_gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
+    for (int32_t t = 0; t < T; t++) { /* gated RMSNorm: normalise, * w (plain), * silu(z) */
+        const float *o = ho + (size_t)t * DV, *zt = j->z + (size_t)(r0 + t) * VD + h * DV;
+        double ss = 0.0;
+        for (int32_t i = 0; i < DV; i++) ss += (double)o[i] * o[i];
+        float r = 1.0f / sqrtf((float)(ss / DV) + c->rms_norm_eps);
+        float *dst = j->core + (size_t)(r0 + t) * VD + h * DV;
+        for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_tensor_get_f32(&l->gdn_norm, i) * silu(zt[i]);
+    }
+}
+
+/* One K head kh of one sequence and the V heads that read it: conv of its
+ * q, k and v channels, L2 norm of q and k, then each V head. Items touch
+ * disjoint channels, states and outputs, so any worker may run any. */
+static void run_k_head(const heads_job *j, int32_t seg_i, int32_t kh, float *scr) {
+    const q35_config *c = j->c;
+    const q35_gdn_seg *sg = &j->segs[seg_i];
+    const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
+    const int32_t KD = HK * DK, CD = q35_conv_dim(c), rep = HV / HK;
+    conv_channels(j, sg, kh * DK, DK);
+    conv_channels(j, sg, KD + kh * DK, DK);
+    conv_channels(j, sg, 2 * KD + kh * rep * DV, rep * DV);
+    const float s = 1.0f / sqrtf((float)DK);
+    for (int32_t t = 0; t < sg->n_rows; t++) {
+        float *yt = j->y + (size_t)(sg->row0 + t) * CD;
+        l2norm(yt + kh * DK, DK);
+        l2norm(yt + KD + kh * DK, DK);
+        for (int32_t i = 0; i < DK; i++) yt[kh * DK + i] *= s;
+    }
+    for (int32_t h = kh * rep; h < (kh + 1) * rep; h++) run_head(j, sg, h, scr);
+}
+
+static void heads_worker(void *p, int ith, int nth) {
+    const heads_job *j = p;
+    int64_t lo, hi, HK = j->c->lin_n_head_k;
+    q35_split((int64_t)j->n_segs * HK, 1, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        run_k_head(j, (int32_t)(i / HK), (int32_t)(i % HK), j->head_scratch + (size_t)ith * j->head_stride);
+}
+
+void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
+                     const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool) {
+    const int32_t T = n_tok, CD = q35_conv_dim(c);
+    const int32_t HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim, VD = HV * DV;
+    float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
+    float *bb = core + (size_t)T * VD, *aa = bb + (size_t)T * HV, *heads = aa + (size_t)T * HV;
+
+    /* the four projections of xn in one pass over the pool */
+    float *ys[4] = {raw, z, bb, aa};
+    const q35_tensor *Ws[4] = {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a};
+    q35_matmul_multi(pool, 4, ys, Ws, xn, T);
+
+    int32_t max_rows = 0;
+    for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
+    heads_job j = {c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows)};
+    /* a handoff costs microseconds: tiny models run their heads inline */
+    if ((double)T * HV * DK * DV < 1e5) heads_worker(&j, 0, 1);
+    else q35_pool_run(pool, heads_worker, &j);
+    q35_matmul(pool, out, &l->out_proj, core, T);
+}

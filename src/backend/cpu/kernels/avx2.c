@@ -1,0 +1,510 @@
+/* avx2.c: matmul kernels for AVX2 + FMA + F16C (compiled with those flags
+ * only; dispatch.c checks cpuid before anything here runs).
+ *
+ * BFP4 / BFP8 weights (16-row panels, bfp.h): x is quantized per 16-value
+ * block to int8 into per-thread scratch. A weight group (4 inputs x 16
+ * rows) splits into two ymm of 8 rows x 4 inputs, so the integer dot
+ * products land in 32-bit lanes, one per row, with no horizontal sums.
+ * AVX2 has no vpdpbusd; vpmaddubsw (unsigned x signed bytes, int16 pairs,
+ * saturating) and vpmaddwd do the work:
+ *   bfp4: codes become value + 8 (1..15) through one vpshufb; products stay
+ *         below 2 * 15 * 127, so the four groups of a block add up in int16
+ *         before one vpmaddwd; the block starts at -8 * sum(q) to cancel.
+ *   bfp8: 255 * 127 pairs would saturate, so the magnitude (<= 127) meets x
+ *         with the weight's sign moved onto it (vpsignb).
+ * One float FMA per block, half-panel and token applies x's block scale
+ * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
+ * every exponent byte works (bfp_scale_fma). The panel tile serves a
+ * few tokens, reading and decoding the weights once. Decode (one token)
+ * runs two whole panels side by side (bfp_gemv_tile), two streams that the
+ * hardware prefetcher serves better than one, and prefetches ahead in each
+ * (matmul_driver.h), so that its decoding overlaps DRAM reads. Calls of 4
+ * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
+ * in k-slices: each slice is decoded once into L1 scratch
+ * (bfp_slice_predecode) and every token passes over it two at a time
+ * (bfp_slice_tile). Every tile forms each block's exact integer dot and
+ * ends the block with bfp_scale_fma, so a token's outputs are bitwise the
+ * same in any batch.
+ *
+ * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x 1
+ * token x 2 halves of k of accumulators, x kept in fp32; each token passes
+ * over the 4 rows (hot in L1) in turn. */
+#include "formats/bfp.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "base/util.h"
+
+#include <immintrin.h>
+
+#include "matmul_driver.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* The tiles' small loops over tokens, rows and groups must unroll fully so
+ * that their arrays of vectors live in registers; -O2 alone keeps them as
+ * loops over stack arrays. */
+
+#define ISA_BFP_NT 4
+
+/* ---- activations quantized per block of 16 ---- */
+
+ALWAYS_INLINE float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* Calls of this many tokens or more take the wide path (bfp_wide_panel). On
+ * a hot [512, 4096] matrix, 1 thread: bfp4's panel tile was as fast at 3
+ * tokens and faster at 2 (40 vs 44-48 us per token), the wide path faster
+ * from 4 on (31-33 vs 39-47 us per token at 5-6); bfp8's panel tile (its
+ * decode is one AND) was faster at 4 tokens (98-99 vs 89-91 GFLOP/s) and
+ * as fast at 8. */
+#define BFP_WIDE_MIN_TOKENS(is4) ((is4) ? 4 : 8)
+
+static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
+    size_t n_blk = (size_t)(n_tok * n_in / 16);
+    /* the wide path's scratch from the smaller threshold (bfp4's) on */
+    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
+    int8_t *q = a->q;
+    float *d = a->d;
+    int32_t *sum = a->sum, *off = a->off;
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (size_t i = 0; i < n_blk; i++) {
+        __m256 v0 = _mm256_loadu_ps(x + 16 * i), v1 = _mm256_loadu_ps(x + 16 * i + 8);
+        float amax = hmax8(_mm256_max_ps(_mm256_and_ps(v0, abs_mask), _mm256_and_ps(v1, abs_mask)));
+        __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, inv)), q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv));
+        /* packs work per 128-bit lane: restore element order after each */
+        __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+        __m256i b8 = _mm256_permute4x64_epi64(_mm256_packs_epi16(w16, w16), 0x08);
+        __m128i qb = _mm256_castsi256_si128(b8);
+        _mm_storeu_si128((__m128i *)(q + 16 * i), qb);
+        /* sum of 16 signed bytes: |q + 128| sums with psadbw, minus 16 * 128 */
+        __m128i sad = _mm_sad_epu8(_mm_xor_si128(qb, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+        sum[i] = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
+        if (off) off[i] = (int32_t)((uint32_t)(uint16_t)(-4 * sum[i]) * 0x10001u);
+        d[i] = amax / 127.0f;
+    }
+    return 1;
+}
+
+/* 2^(E - bias) for 8 exponent bytes, exact for every E (also when the
+ * result is subnormal): the product of two normal powers of two. */
+ALWAYS_INLINE __m256 exp_scale8(const uint8_t *e8, int bias) {
+    __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e8));
+    __m256i half = _mm256_srli_epi32(e, 1);
+    __m256i p1 = _mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127 - 64)), 23);
+    __m256i p2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(e, half), _mm256_set1_epi32(127 + 64 - bias)), 23);
+    return _mm256_mul_ps(_mm256_castsi256_ps(p1), _mm256_castsi256_ps(p2));
+}
+
+/* x's four groups of 4 int8 in block b, each broadcast to all lanes (one
+ * load-broadcast each, no ALU work). */
+ALWAYS_INLINE __m256i bcast_x4(const int8_t *xb, int g) {
+    int32_t v;
+    memcpy(&v, xb + 4 * g, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
+#define BFP4_LUT _mm256_broadcastsi128_si256(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1))
+
+/* 32 bytes of bfp4 codes (one group: 8 rows x 4 inputs, two nibbles per
+ * byte) as value + 8 bytes: w[0] the low nibbles (rows 0-7), w[1] the high. */
+ALWAYS_INLINE void bfp4_unpack(const uint8_t *p, __m256i w[2]) {
+    const __m256i lut = BFP4_LUT, nib = _mm256_set1_epi8(0x0f);
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    w[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nib));
+    w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+}
+
+/* One block's contribution to one token and 8 rows from its exact integer
+ * dot products: one FMA with x's block scale times the rows' 2^(E - bias).
+ * Every tile ends a block with this expression, so a token's result does
+ * not depend on the tile (the integer dot is exact however a tile forms
+ * it). */
+ALWAYS_INLINE __m256 bfp_scale_fma(__m256i dot, float xd, __m256 ws, __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xd)), acc);
+}
+
+/* bfp_scale_fma for the panel tile's sums: bfp4's int16 pairs (weights as
+ * value + 8) minus the offset 8 * sum(q), broadcast from memory and shifted
+ * in the vector unit; bfp8's int32 dot as it is. */
+ALWAYS_INLINE __m256 bfp_block_fma(const int is4, __m256i sum, const int32_t *xs, float xd, __m256 ws, __m256 acc) {
+    __m256i dot = is4 ? _mm256_sub_epi32(_mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
+                                         _mm256_slli_epi32(bcast_x4((const int8_t *)xs, 0), 3))
+                      : sum;
+    return bfp_scale_fma(dot, xd, ws, acc);
+}
+
+/* v, held in a register: GCC otherwise loads a vector shared by two tokens
+ * once per token, and reassociates a token's block sums into a tree whose
+ * many live products spill. */
+ALWAYS_INLINE __m256i in_register(__m256i v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+/* Stores nt tokens' 16 rows (only rows_lo..rows_hi) at y, token stride n_out. */
+ALWAYS_INLINE void bfp_store(const int nt, __m256 acc[][2], float *y, int64_t n_out, int rows_lo, int rows_hi) {
+    #pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + t * n_out;
+        if (rows_lo == 0 && rows_hi == 16) {
+            _mm256_storeu_ps(yt, acc[t][0]);
+            _mm256_storeu_ps(yt + 8, acc[t][1]);
+        } else {
+            float tmp[16];
+            _mm256_storeu_ps(tmp, acc[t][0]);
+            _mm256_storeu_ps(tmp + 8, acc[t][1]);
+            for (int r = rows_lo; r < rows_hi; r++) yt[r] = tmp[r];
+        }
+    }
+}
+
+/* Group g (4 inputs x 16 rows) of the block at cb decoded for
+ * bfp_group_dot: bfp4 as value + 8, bfp8 as its magnitude; w[h] holds rows
+ * 8h..8h+7. */
+ALWAYS_INLINE void bfp_group_decode(const int is4, const uint8_t *cb, int g, __m256i w[2]) {
+    if (is4) {
+        bfp4_unpack(cb + 32 * g, w);
+    } else {
+        const __m256i mag7 = _mm256_set1_epi8(0x7f);
+        w[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g)), mag7);
+        w[1] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32)), mag7);
+    }
+}
+
+/* Adds group g's products with one token's broadcast x group xg to that
+ * token's block sums of both halves (int16 for bfp4, int32 for bfp8; g = 0
+ * starts them). */
+ALWAYS_INLINE void bfp_group_dot(const int is4, const uint8_t *cb, int g, const __m256i w[2], __m256i xg,
+                                 __m256i sum[2]) {
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        if (is4) {
+            /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
+            __m256i p = _mm256_maddubs_epi16(w[h], xg);
+            sum[h] = g ? in_register(_mm256_add_epi16(sum[h], p)) : p;
+        } else {
+            /* the weight's sign moves onto x (codes reloaded from L1) */
+            __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], _mm256_sign_epi8(xg, sg)), _mm256_set1_epi16(1));
+            sum[h] = g ? in_register(_mm256_add_epi32(sum[h], p)) : p;
+        }
+    }
+}
+
+/* y rows [row0, row0 + 16) (those in rows_lo..rows_hi) for tokens
+ * [t0, t0 + nt) from one panel; is4 and nt are constants after inlining.
+ * Group by group, each token's int16 (bfp4) or int32 (bfp8) block sums of
+ * both 8-row halves are updated, so a group's decoded bytes and x's
+ * broadcast group are live only briefly and, for decode (nt = 1), every
+ * accumulator and constant stays in the 16 ymm registers. */
+ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+                                  int64_t t0, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
+    const int block_bytes = is4 ? 128 : 256;
+    const int8_t *xq = a->q + t0 * n_in;
+    const float *xd = a->d + t0 * n_blk;
+    const int32_t *xs = a->sum + t0 * n_blk;
+    __m256 acc[ISA_BFP_NT][2];
+    #pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    bfp_prefetch_panel(codes, block_bytes);
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *cb = codes + b * block_bytes;
+        bfp_prefetch_block(exps, cb, b, block_bytes);
+        /* sum[t][h]: token t, rows 8h..8h+7 */
+        __m256i sum[ISA_BFP_NT][2];
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i w[2];
+            bfp_group_decode(is4, cb, g, w);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) bfp_group_dot(is4, cb, g, w, bcast_x4(xq + t * n_in + 16 * b, g), sum[t]);
+        }
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 ws = exp_scale8(exps + 16 * b + 8 * h, is4 ? 129 : 133);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                acc[t][h] = bfp_block_fma(is4, sum[t][h], xs + t * n_blk + b, xd[t * n_blk + b], ws, acc[t][h]);
+            }
+        }
+    }
+    bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
+}
+
+/* Decode (one token) over BFP_GEMV_PANELS adjacent whole panels at once,
+ * their blocks interleaved: that many sequential streams instead of one.
+ * The hardware prefetcher keeps more lines in flight over several streams
+ * than over one: one panel at a time reached about 80% of a plain
+ * sequential read (read_stream over the same weights, interleaved call by
+ * call) on one core, bfp8 and bfp4 alike and also with the decode work
+ * taken out; two panels 85-105%. Four spill registers and measured slower.
+ * Each stream prefetches BFP_GEMV_PREFETCH_BLOCKS ahead: for bfp8 1 KiB
+ * (4 blocks) measured best of 0.5-4 KiB (about +5%; farther ahead the
+ * software prefetches seem to compete with the hardware prefetcher), for
+ * bfp4 2 KiB (16 blocks) as for the other tiles. Each panel's outputs are
+ * bfp_panel_tile's for nt = 1, bit for bit (the same integer sums and
+ * bfp_block_fma, block by block in order). */
+#define BFP_GEMV_PANELS 2
+#define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
+
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t panel_bytes, int64_t n_in,
+                                 const act_q8 *a, float *y) {
+    const int np = BFP_GEMV_PANELS;
+    const int64_t n_blk = n_in / 16;
+    const int block_bytes = is4 ? 128 : 256;
+    __m256 acc[BFP_GEMV_PANELS][2];
+    #pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        acc[p][0] = acc[p][1] = _mm256_setzero_ps();
+        bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256i sum[BFP_GEMV_PANELS][2];
+        #pragma GCC unroll 4
+        for (int p = 0; p < np; p++)
+            bfp_prefetch_block_ahead(panel + p * panel_bytes, panel + p * panel_bytes + n_blk * 16 + b * block_bytes, b,
+                                     block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i xg = bcast_x4(a->q + 16 * b, g);
+            #pragma GCC unroll 4
+            for (int p = 0; p < np; p++) {
+                const uint8_t *cb = panel + p * panel_bytes + n_blk * 16 + b * block_bytes;
+                __m256i w[2];
+                bfp_group_decode(is4, cb, g, w);
+                bfp_group_dot(is4, cb, g, w, xg, sum[p]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int p = 0; p < np; p++)
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256 ws = exp_scale8(panel + p * panel_bytes + 16 * b + 8 * h, is4 ? 129 : 133);
+                acc[p][h] = bfp_block_fma(is4, sum[p][h], a->sum + b, a->d[b], ws, acc[p][h]);
+            }
+    }
+    #pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        _mm256_storeu_ps(y + 16 * p, acc[p][0]);
+        _mm256_storeu_ps(y + 16 * p + 8, acc[p][1]);
+    }
+}
+
+/* ---- calls of BFP_WIDE_MIN_TOKENS or more (prefill, batched decode and verify) ----
+ * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks: a slice is decoded
+ * once into L1 scratch (bfp_slice_predecode), then every token of the chunk
+ * passes over it two at a time (bfp_slice_tile), its partial sums waiting
+ * in a->acc between slices. The integer dot products are the panel tile's
+ * (weights as value + 8 for bfp4, magnitude with the sign moved onto x for
+ * bfp8, the sign read from the codes in place), and each block and token
+ * ends in bfp_scale_fma, in block order, so the results are bitwise those
+ * of bfp_panel_tile.
+ *
+ * bfp4's offset -8 sum(q) starts the int16 sums instead of being subtracted
+ * from the int32 dot: a->off holds -4 sum(q) in both int16 halves of a
+ * lane, which vpmaddwd adds back to -8 sum(q). Bounds per int16 lane (one
+ * row; inputs k = 4g + {0, 1} or {2, 3} of the four groups g): a vpmaddubsw
+ * pair |(v + 8) q + (v' + 8) q'| <= 2 * 15 * 127 = 3810, four of them
+ * <= 15240, the start |4 sum(q)| <= 4 * 16 * 127 = 8128: |lane| <= 23368
+ * < 32767, so the int16 sums are exact and the int32 dot is too. */
+
+#define ISA_BFP_WIDE 1
+
+/* Decodes blocks [b0, b0 + nb) of a panel: codes to bytes in a->dec, bfp4's
+ * to value + 8, bfp8's to their magnitude (256 bytes per block, group g and
+ * half h at 64 g + 32 h, as bfp8's codes are laid out), and every block's
+ * 16 row scales 2^(E - bias) in a->ws. */
+ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
+                                       const act_q8 *a) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
+    const int block_bytes = is4 ? 128 : 256;
+    if (b0 == 0) bfp_prefetch_panel(codes, block_bytes);
+    for (int i = 0; i < nb; i++) {
+        const int64_t b = b0 + i;
+        const uint8_t *cb = codes + b * block_bytes;
+        bfp_prefetch_block(exps, cb, b, block_bytes);
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i w[2], *d = (__m256i *)(a->dec + 256 * i + 64 * g);
+            bfp_group_decode(is4, cb, g, w);
+            _mm256_store_si256(d, w[0]);
+            _mm256_store_si256(d + 1, w[1]);
+        }
+        _mm256_store_ps(a->ws + 16 * i, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
+        _mm256_store_ps(a->ws + 16 * i + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
+    }
+}
+
+/* Tokens [t, t + nt) (nt = 1, 2) over the slice [b0, b0 + nb) that
+ * bfp_slice_predecode left in a->dec / a->ws. Group by group, each weight
+ * vector is loaded once for both tokens; each token's two block sums and
+ * two accumulators are live, 8 registers for two tokens. The accumulators
+ * start at zero on the first slice and go to y after the last one; in
+ * between they wait in a->acc (row t - t0). */
+ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+                                  int64_t t0, int64_t t, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0,
+                                  int rows_lo, int rows_hi) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *codes = panel + n_blk * 16;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *xq = a->q + t * n_in;
+    const float *xd = a->d + t * n_blk;
+    const int32_t *xo = a->off + t * n_blk;
+    float *pacc = a->acc + 16 * (t - t0);
+    __m256 acc[2][2];
+    #pragma GCC unroll 2
+    for (int j = 0; j < nt; j++)
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) acc[j][h] = b0 ? _mm256_load_ps(pacc + 16 * j + 8 * h) : _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const int64_t b = b0 + i;
+        const uint8_t *wb = a->dec + 256 * i, *cb = codes + 256 * b; /* cb: bfp8's signs */
+        __m256i sum[2][2];
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i wv = in_register(_mm256_load_si256((const __m256i *)(wb + 64 * g + 32 * h)));
+                #pragma GCC unroll 2
+                for (int j = 0; j < nt; j++) {
+                    __m256i xg = bcast_x4(xq + j * n_in + 16 * b, g);
+                    if (is4) {
+                        __m256i p = _mm256_maddubs_epi16(wv, xg);
+                        sum[j][h] = in_register(
+                            _mm256_add_epi16(g ? sum[j][h] : bcast_x4((const int8_t *)(xo + j * n_blk + b), 0), p));
+                    } else {
+                        __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
+                        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, _mm256_sign_epi8(xg, sg)), ones);
+                        sum[j][h] = g ? in_register(_mm256_add_epi32(sum[j][h], p)) : p;
+                    }
+                }
+            }
+        }
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 ws = _mm256_load_ps(a->ws + 16 * i + 8 * h);
+            #pragma GCC unroll 2
+            for (int j = 0; j < nt; j++)
+                acc[j][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[j][h], ones) : sum[j][h], xd[j * n_blk + b], ws,
+                                          acc[j][h]);
+        }
+    }
+    if (b0 + nb < n_blk) {
+        #pragma GCC unroll 2
+        for (int j = 0; j < nt; j++)
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) _mm256_store_ps(pacc + 16 * j + 8 * h, acc[j][h]);
+    } else {
+        bfp_store(nt, acc, y + t * n_out + row0, n_out, rows_lo, rows_hi);
+    }
+}
+
+/* Tokens [t0, t1) over one slice, two at a time (matmul_driver.h's
+ * bfp_wide_panel walks the slices). */
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
+                                    int64_t t1, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo,
+                                    int hi) {
+    int64_t t = t0;
+    for (; t + 2 <= t1; t += 2) bfp_slice_tile(is4, 2, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    if (t < t1) bfp_slice_tile(is4, 1, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+}
+
+/* ---- F32 / F16 / BF16 weights ---- */
+
+#define ISA_FLOAT_NR 4
+#define ISA_VEC __m256i
+#define ISA_VEC_ADD64(a, b) _mm256_add_epi64(a, b)
+
+#define ISA_FLOAT_NT 1
+
+/* 8 weights from element i of a row, widened to fp32. */
+ALWAYS_INLINE __m256 load_w8(const q35_dtype dt, const void *row, int64_t i) {
+    if (dt == Q35_DT_F32) return _mm256_loadu_ps((const float *)row + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    if (dt == Q35_DT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+ALWAYS_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+ALWAYS_INLINE float widen(const q35_dtype dt, const void *row, int64_t i) {
+    if (dt == Q35_DT_F32) return ((const float *)row)[i];
+    uint16_t h = ((const uint16_t *)row)[i];
+    return dt == Q35_DT_F16 ? q35_f16_to_f32(h) : q35_bf16_to_f32(h);
+}
+
+/* Software prefetch distance of the float tiles, per row. The hardware
+ * prefetcher alone reached about 90-94% of a plain sequential read on one
+ * core for bf16 (4 rows, 4 streams); 256 bytes ahead added 2-6%, while 512
+ * bytes was no better and 0.75-2 KiB were 5-15% slower, as was asking for
+ * the next tile's row heads early. More rows per tile (5-8 streams) did
+ * not help either. */
+#define FLOAT_PREFETCH_BYTES 256
+
+/* Rows [o, o + nr) for tokens [t0, t0 + nt); dt, nr, nt constant after inlining. */
+ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
+                              const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
+    /* Two interleaved halves of k (u) give enough independent FMA chains
+     * for small tiles, and every row and token is summed in the same order
+     * whatever the tile: results do not depend on n_tok or on [o0, o1). */
+    const int nu = 2;
+    __m256 acc[2][ISA_FLOAT_NR][ISA_FLOAT_NT];
+    #pragma GCC unroll 8
+    for (int u = 0; u < nu; u++)
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++)
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) acc[u][r][t] = _mm256_setzero_ps();
+    const float *xt0 = x + t0 * n_in;
+    const int elt = dt == Q35_DT_F32 ? 4 : 2;
+    int64_t i = 0;
+    for (; i + 8 * nu <= n_in; i += 8 * nu) {
+        /* The first token group, which reads the rows from memory, asks for
+         * each row's line FLOAT_PREFETCH_BYTES ahead, past a row's end the
+         * same place in the next tile's rows. */
+        if (t0 == 0 && ((i * elt) & 63) == 0) {
+            size_t ahead = (size_t)(i * elt) + FLOAT_PREFETCH_BYTES;
+            if (ahead >= row_bytes) ahead += (size_t)(nr - 1) * row_bytes;
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) _mm_prefetch(w0 + (size_t)r * row_bytes + ahead, _MM_HINT_T0);
+        }
+        #pragma GCC unroll 8
+        for (int u = 0; u < nu; u++) {
+            __m256 w[ISA_FLOAT_NR];
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) w[r] = load_w8(dt, w0 + (size_t)r * row_bytes, i + 8 * u);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                __m256 xv = _mm256_loadu_ps(xt0 + t * n_in + i + 8 * u);
+                #pragma GCC unroll 8
+                for (int r = 0; r < nr; r++) acc[u][r][t] = _mm256_fmadd_ps(w[r], xv, acc[u][r][t]);
+            }
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            float s = hsum8(nu == 2 ? _mm256_add_ps(acc[0][r][t], acc[nu - 1][r][t]) : acc[0][r][t]);
+            for (int64_t j = i; j < n_in; j++) s += widen(dt, w0 + (size_t)r * row_bytes, j) * xt0[t * n_in + j];
+            y[(t0 + t) * n_out + o + r] = s;
+        }
+}
+
+#include "matmul_driver.h"
+
+/* Row fetches are one row per token (embeddings): the reference is fast enough. */
+const q35_kernels q35_kernels_avx2 = {"avx2", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
+                                       q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream};

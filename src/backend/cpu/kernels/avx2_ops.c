@@ -1,0 +1,372 @@
+/* avx2_ops.c: the forward pass's vector kernels outside the matmuls, for
+ * AVX2 + FMA (compiled with those flags only; dispatch.c checks cpuid before
+ * anything here runs). The avx2 and avx512 tables share them: the state
+ * they stream is read from memory once per token, so wider vectors would
+ * not make them faster.
+ *
+ * Gated DeltaNet recurrence (kernels.h has the algorithm): S (DK, DV) is
+ * walked in column blocks of 32 (or 8) floats, rows i in ascending order, so
+ * that each of a column's sums is one chain of FMAs in one vector lane, the
+ * same chain in the read pass and in the read-modify-write pass that
+ * computes the next row's sums. Shapes whose DV is not a multiple of 8 use
+ * the reference.
+ *
+ * The chunked form (prompts) runs the chunk's matrix products (W S, q S,
+ * QK Vn, the state update) as 4-row x 16-column register blocks, the
+ * forward substitutions as row vectors and the k k^T, q k^T dots two at a
+ * time. It has no stream to keep up with: there is about 1% of a prompt's
+ * arithmetic here, and the scalar loops took 15-20% of prefill.
+ *
+ * Attention of the query heads that share a KV head against the KV cache:
+ * for each key, every head's dot product with four accumulators, a scalar
+ * softmax per head, then each value row, read once, added with every
+ * head's weight to that head's output; so each key and value row comes from
+ * memory once for the group. Head dims not a multiple of 32 use the reference. */
+#include "backend/cpu/kernels/kernels.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* a[j0..j0+8nv) = sum_i k[i] S[i][j], b likewise with q. */
+ALWAYS_INLINE void gdn_read_block(const int nv, float *a, float *b, const float *S, const float *k, const float *q,
+                                  int32_t DK, int32_t DV, int32_t j0) {
+    __m256 acc_a[4], acc_b[4];
+    #pragma GCC unroll 4
+    for (int u = 0; u < nv; u++) acc_a[u] = acc_b[u] = _mm256_setzero_ps();
+    for (int32_t i = 0; i < DK; i++) {
+        const float *row = S + (size_t)i * DV + j0;
+        __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
+        #pragma GCC unroll 4
+        for (int u = 0; u < nv; u++) {
+            __m256 s = _mm256_loadu_ps(row + 8 * u);
+            acc_a[u] = _mm256_fmadd_ps(ki, s, acc_a[u]);
+            acc_b[u] = _mm256_fmadd_ps(qi, s, acc_b[u]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int u = 0; u < nv; u++) {
+        _mm256_storeu_ps(a + j0 + 8 * u, acc_a[u]);
+        _mm256_storeu_ps(b + j0 + 8 * u, acc_b[u]);
+    }
+}
+
+/* S[i][j] = decay S[i][j] + k[i] delta[j] over one column block, copying the
+ * result to after (when given; with stream, past the caches: the copies are
+ * read again only if a speculative row is rejected) and, when kn is given, forming the next
+ * row's a and b from the new values exactly as gdn_read_block does. */
+ALWAYS_INLINE void gdn_update_block(const int nv, float *S, const float *k, const float *delta, float decay,
+                                    float *after, int stream, const float *kn, const float *qn, float *a, float *b,
+                                    int32_t DK, int32_t DV, int32_t j0) {
+    __m256 d[4], acc_a[4], acc_b[4];
+    const __m256 dec = _mm256_set1_ps(decay);
+    #pragma GCC unroll 4
+    for (int u = 0; u < nv; u++) {
+        d[u] = _mm256_loadu_ps(delta + j0 + 8 * u);
+        acc_a[u] = acc_b[u] = _mm256_setzero_ps();
+    }
+    for (int32_t i = 0; i < DK; i++) {
+        float *row = S + (size_t)i * DV + j0;
+        __m256 ki = _mm256_set1_ps(k[i]);
+        __m256 kni = _mm256_set1_ps(kn ? kn[i] : 0.0f), qni = _mm256_set1_ps(kn ? qn[i] : 0.0f);
+        #pragma GCC unroll 4
+        for (int u = 0; u < nv; u++) {
+            __m256 s = _mm256_fmadd_ps(ki, d[u], _mm256_mul_ps(dec, _mm256_loadu_ps(row + 8 * u)));
+            _mm256_storeu_ps(row + 8 * u, s);
+            if (after && stream) _mm256_stream_ps(after + (size_t)i * DV + j0 + 8 * u, s);
+            else if (after) _mm256_storeu_ps(after + (size_t)i * DV + j0 + 8 * u, s);
+            if (kn) {
+                acc_a[u] = _mm256_fmadd_ps(kni, s, acc_a[u]);
+                acc_b[u] = _mm256_fmadd_ps(qni, s, acc_b[u]);
+            }
+        }
+    }
+    if (kn) {
+        #pragma GCC unroll 4
+        for (int u = 0; u < nv; u++) {
+            _mm256_storeu_ps(a + j0 + 8 * u, acc_a[u]);
+            _mm256_storeu_ps(b + j0 + 8 * u, acc_b[u]);
+        }
+    }
+}
+
+void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
+                            const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
+                            size_t after_stride) {
+    if (DV % 8 || DV > 1024) {
+        q35_gdn_recurrent_ref(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride);
+        return;
+    }
+    float a[1024], b[1024], delta[1024];
+    const int stream = S_after && (uintptr_t)S_after % 32 == 0 && after_stride % 8 == 0; /* every row 32-byte aligned */
+    int32_t j0 = 0;
+    for (; j0 + 32 <= DV; j0 += 32) gdn_read_block(4, a, b, S, k, q, DK, DV, j0);
+    for (; j0 < DV; j0 += 8) gdn_read_block(1, a, b, S, k, q, DK, DV, j0);
+    for (int32_t t = 0; t < T; t++) {
+        const float *qt = q + (size_t)t * DK, *kt = k + (size_t)t * DK, *vt = v + (size_t)t * DV;
+        float *ot = o + (size_t)t * DV;
+        const float decay = expf(g[t]);
+        float qk = 0.0f;
+        for (int32_t i = 0; i < DK; i++) qk += qt[i] * kt[i];
+        const __m256 dec = _mm256_set1_ps(decay), bt = _mm256_set1_ps(beta[t]), qkv = _mm256_set1_ps(qk);
+        for (int32_t j = 0; j < DV; j += 8) {
+            __m256 dj = _mm256_mul_ps(bt, _mm256_sub_ps(_mm256_loadu_ps(vt + j), _mm256_mul_ps(dec, _mm256_loadu_ps(a + j))));
+            _mm256_storeu_ps(delta + j, dj);
+            _mm256_storeu_ps(ot + j, _mm256_fmadd_ps(qkv, dj, _mm256_mul_ps(dec, _mm256_loadu_ps(b + j))));
+        }
+        const int next = t + 1 < T;
+        float *after = S_after && next ? S_after + (size_t)t * after_stride : NULL;
+        const float *kn = next ? kt + DK : NULL, *qn = next ? qt + DK : NULL;
+        for (j0 = 0; j0 + 32 <= DV; j0 += 32)
+            gdn_update_block(4, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0);
+        for (; j0 < DV; j0 += 8) gdn_update_block(1, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0);
+    }
+    if (stream) _mm_sfence();
+}
+
+/* Cache rows are KV heads * HD floats apart, so the hardware prefetcher,
+ * which follows one stream within a page, does not fetch the next key's
+ * row; asking ATTN_PREFETCH_ROWS rows ahead hides the latency (prefetches
+ * past the last row are harmless). */
+#define ATTN_PREFETCH_ROWS 4
+ALWAYS_INLINE void prefetch_row(const float *row, int32_t n) {
+    for (int32_t d = 0; d < n; d += 16) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
+}
+
+/* Up to 4 heads' dot products with one key row (read from memory once,
+ * from L1 for the other heads), each exactly as for a head alone. */
+void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
+                           const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores) {
+    if (HD % 32) {
+        q35_attend_heads_ref(o, o_stride, q, q_stride, G, k, v, kv_stride, n_keys, HD, scale, scores);
+        return;
+    }
+    for (int32_t g0 = 0; g0 < G; g0 += 4) {
+        const int32_t ng = G - g0 < 4 ? G - g0 : 4;
+        float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, inv[4];
+        for (int32_t p = 0; p < n_keys; p++) {
+            const float *kp = k + (size_t)p * kv_stride;
+            prefetch_row(kp + ATTN_PREFETCH_ROWS * kv_stride, HD);
+            for (int32_t g = 0; g < ng; g++) {
+                const float *qg = q + (size_t)(g0 + g) * q_stride;
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                for (int32_t d = 0; d < HD; d += 32)
+                    #pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        acc[u] =
+                            _mm256_fmadd_ps(_mm256_loadu_ps(qg + d + 8 * u), _mm256_loadu_ps(kp + d + 8 * u), acc[u]);
+                float sc = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) * scale;
+                scores[(size_t)g * n_keys + p] = sc;
+                if (sc > mx[g]) mx[g] = sc;
+            }
+        }
+        for (int32_t g = 0; g < ng; g++) {
+            float *sg = scores + (size_t)g * n_keys;
+            double sum = 0.0;
+            for (int32_t p = 0; p < n_keys; p++) { sg[p] = expf(sg[p] - mx[g]); sum += sg[p]; }
+            inv[g] = (float)(1.0 / sum);
+        }
+        /* o[g][d] = sum_p w[g][p] v[p][d], each column one chain over p in
+         * ascending order, accumulated in o (hot in L1): value rows are read
+         * whole and in order (column blocks walking the rows at the cache's
+         * stride of KV heads * HD floats thrashed L1 and L2) */
+        for (int32_t g = 0; g < ng; g++) memset(o + (size_t)(g0 + g) * o_stride, 0, sizeof(float) * (size_t)HD);
+        for (int32_t p = 0; p < n_keys; p++) {
+            const float *vp = v + (size_t)p * kv_stride;
+            prefetch_row(vp + ATTN_PREFETCH_ROWS * kv_stride, HD);
+            for (int32_t g = 0; g < ng; g++) {
+                const __m256 w = _mm256_set1_ps(scores[(size_t)g * n_keys + p] * inv[g]);
+                float *og = o + (size_t)(g0 + g) * o_stride;
+                for (int32_t d = 0; d < HD; d += 32)
+                    #pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        _mm256_storeu_ps(og + d + 8 * u, _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + d + 8 * u),
+                                                                         _mm256_loadu_ps(og + d + 8 * u)));
+            }
+        }
+    }
+}
+
+/* ---- Gated DeltaNet, chunked (prompts) ---- */
+
+/* acc[r][u] += sum_{k < K} a[r * as + k] * b[k * bs + 8u] for R rows (R <= 4)
+ * and 16 columns: the chunk's small matrix products, each output a chain of
+ * FMAs over k in ascending order. */
+ALWAYS_INLINE void mm_rows16(const int R, __m256 acc[4][2], const float *a, size_t as, const float *b, size_t bs,
+                             int32_t K) {
+    for (int32_t k = 0; k < K; k++) {
+        __m256 b0 = _mm256_loadu_ps(b + (size_t)k * bs), b1 = _mm256_loadu_ps(b + (size_t)k * bs + 8);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 ar = _mm256_broadcast_ss(a + (size_t)r * as + k);
+            acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
+        }
+    }
+}
+
+/* The chunk's three row-block products, R rows from row i0, 16 columns from d0:
+ *   MM_VN:  U[i] -= W[i] S                                  (Vn, in place)
+ *   MM_OUT: o[i] = e^G[i] (q[i] S) + sum_{j <= i} QK[i][j] Vn[j]
+ *   MM_S:   S[e] = e^G_last S[e] + sum_j KsT[e][j] Vn[j]     (rows e of the state) */
+enum { MM_VN, MM_OUT, MM_S };
+typedef struct chunk_mats {
+    float *S, *U, *o;
+    const float *W, *q, *QK, *KsT, *eG;
+    int32_t n, C, DK, DV;
+    float elast;
+} chunk_mats;
+
+ALWAYS_INLINE void chunk_block(const int op, const int R, const chunk_mats *m, int32_t i0, int32_t d0) {
+    __m256 acc[4][2];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        if (op == MM_S) {
+            const float *s = m->S + (size_t)(i0 + r) * m->DV + d0;
+            acc[r][0] = _mm256_mul_ps(_mm256_set1_ps(m->elast), _mm256_loadu_ps(s));
+            acc[r][1] = _mm256_mul_ps(_mm256_set1_ps(m->elast), _mm256_loadu_ps(s + 8));
+        } else {
+            acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        }
+    }
+    if (op == MM_VN) {
+        mm_rows16(R, acc, m->W + (size_t)i0 * m->DK, m->DK, m->S + d0, m->DV, m->DK);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                float *u = m->U + (size_t)(i0 + r) * m->DV + d0 + 8 * h;
+                _mm256_storeu_ps(u, _mm256_sub_ps(_mm256_loadu_ps(u), acc[r][h]));
+            }
+    } else if (op == MM_OUT) {
+        mm_rows16(R, acc, m->q + (size_t)i0 * m->DK, m->DK, m->S + d0, m->DV, m->DK);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 eg = _mm256_set1_ps(m->eG[i0 + r]);
+            acc[r][0] = _mm256_mul_ps(acc[r][0], eg);
+            acc[r][1] = _mm256_mul_ps(acc[r][1], eg);
+        }
+        /* QK[i][j] is zero for j > i, so every row of the block may run to i0 + R */
+        mm_rows16(R, acc, m->QK + (size_t)i0 * m->C, m->C, m->U + d0, m->DV, i0 + R);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(m->o + (size_t)(i0 + r) * m->DV + d0, acc[r][0]);
+            _mm256_storeu_ps(m->o + (size_t)(i0 + r) * m->DV + d0 + 8, acc[r][1]);
+        }
+    } else {
+        mm_rows16(R, acc, m->KsT + (size_t)i0 * m->C, m->C, m->U + d0, m->DV, m->n);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(m->S + (size_t)(i0 + r) * m->DV + d0, acc[r][0]);
+            _mm256_storeu_ps(m->S + (size_t)(i0 + r) * m->DV + d0 + 8, acc[r][1]);
+        }
+    }
+}
+
+/* chunk_block over rows [0, rows) in blocks of 4 and every 16 columns. */
+static void chunk_product(const int op, const chunk_mats *m, int32_t rows) {
+    for (int32_t i0 = 0; i0 < rows; i0 += 4)
+        for (int32_t d0 = 0; d0 < m->DV; d0 += 16) {
+            switch (rows - i0 >= 4 ? 4 : rows - i0) {
+            case 4: chunk_block(op, 4, m, i0, d0); break;
+            case 3: chunk_block(op, 3, m, i0, d0); break;
+            case 2: chunk_block(op, 2, m, i0, d0); break;
+            default: chunk_block(op, 1, m, i0, d0); break;
+            }
+        }
+}
+
+/* (a . c, b . c) over n floats (n a multiple of 16). */
+ALWAYS_INLINE void dot2(const float *a, const float *b, const float *c, int32_t n, float *ac, float *bc) {
+    __m256 x0 = _mm256_setzero_ps(), x1 = _mm256_setzero_ps(), y0 = _mm256_setzero_ps(), y1 = _mm256_setzero_ps();
+    for (int32_t d = 0; d < n; d += 16) {
+        __m256 c0 = _mm256_loadu_ps(c + d), c1 = _mm256_loadu_ps(c + d + 8);
+        x0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), c0, x0);
+        x1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), c1, x1);
+        y0 = _mm256_fmadd_ps(_mm256_loadu_ps(b + d), c0, y0);
+        y1 = _mm256_fmadd_ps(_mm256_loadu_ps(b + d + 8), c1, y1);
+    }
+    *ac = hsum8(_mm256_add_ps(x0, x1));
+    *bc = hsum8(_mm256_add_ps(y0, y1));
+}
+
+/* dst[i] = s * src[i] - sum_{j < i} A[i][j] dst[j] for one row i, n floats
+ * (a multiple of 8) in column blocks of 64. */
+static void forward_subst_row(float *dst, const float *src, float s, const float *Ai, int32_t i, size_t stride,
+                              int32_t n) {
+    const __m256 sv = _mm256_set1_ps(s);
+    for (int32_t d0 = 0; d0 < n; d0 += 64) {
+        const int nv = n - d0 >= 64 ? 8 : (n - d0) / 8;
+        __m256 acc[8];
+        for (int u = 0; u < nv; u++) acc[u] = _mm256_mul_ps(sv, _mm256_loadu_ps(src + d0 + 8 * u));
+        for (int32_t j = 0; j < i; j++) {
+            const __m256 a = _mm256_broadcast_ss(Ai + j);
+            const float *row = dst + (size_t)j * stride + d0;
+            if (nv == 8) {
+                #pragma GCC unroll 8
+                for (int u = 0; u < 8; u++) acc[u] = _mm256_fnmadd_ps(a, _mm256_loadu_ps(row + 8 * u), acc[u]);
+            } else {
+                for (int u = 0; u < nv; u++) acc[u] = _mm256_fnmadd_ps(a, _mm256_loadu_ps(row + 8 * u), acc[u]);
+            }
+        }
+        for (int u = 0; u < nv; u++) _mm256_storeu_ps(dst + (size_t)i * stride + d0 + 8 * u, acc[u]);
+    }
+}
+
+/* kernels.h's chunked form with the chunk's products as register-blocked
+ * AVX2 loops (the reference's algorithm and scratch, the sums in other
+ * orders: equal up to float rounding). DK and DV multiples of 16 (the
+ * model's 128); other shapes use the reference. */
+void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                          float *o, int32_t T, int32_t DK, int32_t DV, float *scratch) {
+    if (DK % 16 || DV % 16) {
+        q35_gdn_chunked_ref(S, q, k, v, g, beta, o, T, DK, DV, scratch);
+        return;
+    }
+    const int32_t C = Q35_GDN_CHUNK_ROWS;
+    float *A = scratch, *QK = A + C * C, *U = QK + C * C, *W = U + (size_t)C * DV, *G = W + (size_t)C * DK;
+    float *eG = G + C, *KsT = eG + C;
+    for (int32_t c0 = 0; c0 < T; c0 += C) {
+        const int32_t n = T - c0 < C ? T - c0 : C;
+        const float *qc = q + (size_t)c0 * DK, *kc = k + (size_t)c0 * DK, *vc = v + (size_t)c0 * DV;
+        const float *gc = g + c0, *bc = beta + c0;
+        float acc = 0.0f;
+        for (int32_t i = 0; i < n; i++) {
+            acc += gc[i];
+            G[i] = acc;
+            eG[i] = expf(acc);
+        }
+        for (int32_t i = 0; i < n; i++) {
+            for (int32_t j = 0; j <= i; j++) {
+                float kk, qk, dm = expf(G[i] - G[j]);
+                dot2(kc + (size_t)i * DK, qc + (size_t)i * DK, kc + (size_t)j * DK, DK, &kk, &qk);
+                A[i * C + j] = j < i ? bc[i] * kk * dm : 0.0f;
+                QK[i * C + j] = qk * dm;
+            }
+            for (int32_t j = i + 1; j < n; j++) QK[i * C + j] = 0.0f;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            forward_subst_row(U, vc + (size_t)i * DV, bc[i], A + i * C, i, DV, DV);
+            forward_subst_row(W, kc + (size_t)i * DK, bc[i] * eG[i], A + i * C, i, DK, DK);
+        }
+        const float glast = G[n - 1];
+        for (int32_t i = 0; i < n; i++) {
+            const float sc = expf(glast - G[i]);
+            for (int32_t e = 0; e < DK; e++) KsT[(size_t)e * C + i] = kc[(size_t)i * DK + e] * sc;
+        }
+        chunk_mats m = {S, U, o + (size_t)c0 * DV, W, qc, QK, KsT, eG, n, C, DK, DV, expf(glast)};
+        chunk_product(MM_VN, &m, n);
+        chunk_product(MM_OUT, &m, n);
+        chunk_product(MM_S, &m, DK);
+    }
+}

@@ -1,0 +1,376 @@
+/* avx512.c: matmul kernels for AVX-512 F/BW/VL/DQ with VNNI (compiled with
+ * those flags only; dispatch.c checks cpuid before anything here runs).
+ * avx512bf16.c compiles this file again, with AVX512_BF16 on and
+ * Q35_KERNELS_BF16 defined, into the avx512bf16 table: the same kernels
+ * but for BF16 weights (below).
+ *
+ * BFP4 / BFP8 weights (16-row panels, bfp.h): x is quantized per 16-value
+ * block to int8 into per-thread scratch, then each 16x16 weight block is
+ * four vpdpbusd whose 32-bit lanes are the panel's 16 rows, so no
+ * horizontal sums. vpdpbusd multiplies unsigned by signed bytes, so weight
+ * codes become value + 8 (bfp4) or value + 128 (bfp8) and the block starts
+ * from -8 * sum(q) or -128 * sum(q) to cancel the offset. One float FMA per
+ * block and token applies x's block scale times the rows' 2^(E - 127 -
+ * (w - 1)) (vscalefps makes every E exact, subnormal scales included). A
+ * panel tile serves up to 8 tokens, so the weights are read and decoded
+ * once for a whole small batch, and it prefetches ahead in the panel
+ * stream (matmul_driver.h). Batches of more than 8 tokens (prefill,
+ * batched verify) decode each k-slice of a panel once into scratch
+ * (bfp_slice_predecode) and then run a tile that only does the dot products
+ * (bfp_slice_tile). Both tiles share the per-block arithmetic
+ * (bfp_block_fma), so a token's outputs are bitwise the same in any batch
+ * and for any row split.
+ *
+ * F32 / F16 / BF16 weights: rows widened to fp32 in registers, 4 rows x up
+ * to 3 tokens x 2 halves of k of fp32 accumulators, x kept in fp32. In the
+ * avx512bf16 table, BF16 weights instead meet x rounded to bf16
+ * (vcvtne2ps2bf16) in vdpbf16ps, 32 inputs per instruction: half the
+ * instructions and no widening of the weights, at the accuracy kernels.h
+ * states for it. */
+#include "formats/bfp.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "base/util.h"
+
+#include <immintrin.h>
+
+#include "matmul_driver.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* The tiles' small loops over tokens, rows and groups must unroll fully so
+ * that their arrays of vectors live in registers; -O2 alone keeps them as
+ * loops over stack arrays. */
+
+#define ISA_BFP_NT 8
+/* calls of more tokens than one panel tile serves take the wide path (bfp_wide_panel) */
+#define BFP_WIDE_MIN_TOKENS(is4) (ISA_BFP_NT + 1)
+
+/* ---- activations quantized per block of 16 ---- */
+
+static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
+    size_t n_blk = (size_t)(n_tok * n_in / 16);
+    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
+    int8_t *q = a->q;
+    float *d = a->d;
+    int32_t *sum = a->sum;
+    for (size_t i = 0; i < n_blk; i++) {
+        __m512 v = _mm512_loadu_ps(x + 16 * i);
+        float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv))); /* nearest even */
+        _mm_storeu_si128((__m128i *)(q + 16 * i), _mm512_cvtepi32_epi8(qi));
+        d[i] = amax / 127.0f;
+        sum[i] = _mm512_reduce_add_epi32(qi);
+    }
+    return 1;
+}
+
+/* ---- bfp weight decode: one group (4 inputs x 16 rows) to offset bytes ---- */
+
+ALWAYS_INLINE __m512i bfp4_group(const uint8_t *p, __m512i lut) {
+    /* the 32 bytes in both halves; the upper half shifted down a nibble */
+    __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    v = _mm512_mask_srli_epi16(v, (__mmask32)0xffff0000u, v, 4);
+    /* low nibbles: rows 0..7, high nibbles: rows 8..15 */
+    return _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+}
+
+ALWAYS_INLINE __m512i bfp8_group(const uint8_t *p) {
+    __m512i c = _mm512_loadu_si512(p);
+    __m512i mag = _mm512_and_si512(c, _mm512_set1_epi8(0x7f));
+    __m512i bias = _mm512_set1_epi8((char)0x80);
+    /* 128 + m, or 128 - m where the sign bit is set */
+    return _mm512_mask_sub_epi8(_mm512_or_si512(mag, bias), _mm512_movepi8_mask(c), bias, mag);
+}
+
+/* A block's 16 row scales 2^(E - 127 - (w - 1)): exact for every exponent
+ * byte (the smallest, 2^-129, is a float subnormal). */
+ALWAYS_INLINE __m512 bfp_row_scales(const int is4, const uint8_t *e16) {
+    __m512i e = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)e16)),
+                                 _mm512_set1_epi32(is4 ? 129 : 133));
+    return _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_cvtepi32_ps(e));
+}
+
+/* x's group g (4 int8) of a block broadcast to every lane: one
+ * load-broadcast from memory, not a trip through a general register. */
+ALWAYS_INLINE __m512i bcast_x4(const int8_t *xb, int g) {
+    int32_t v;
+    memcpy(&v, xb + 4 * g, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* One block's contribution to one token and the panel's 16 rows, the same
+ * expression in every tile so that a token's result does not depend on
+ * the tile (nor so on the batch): the exact integer dot of the offset
+ * weights w with x's 16 int8 (xb), started from -offset * sum(q) to
+ * cancel the offset, then one FMA with x's block scale xd times the row
+ * scales ws (a power of two, so the product is rounded once). */
+ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const __m512i w[4], const int8_t *xb, int32_t xs, float xd,
+                                   __m512 ws, __m512 acc) {
+    /* two chains halve the vpdpbusd latency per block */
+    __m512i d0 = _mm512_set1_epi32(-xs * (1 << (is4 ? 3 : 7))); /* weight offset 8 or 128 */
+    __m512i d1 = _mm512_setzero_si512();
+    d0 = _mm512_dpbusd_epi32(d0, w[0], bcast_x4(xb, 0));
+    d1 = _mm512_dpbusd_epi32(d1, w[1], bcast_x4(xb, 1));
+    d0 = _mm512_dpbusd_epi32(d0, w[2], bcast_x4(xb, 2));
+    d1 = _mm512_dpbusd_epi32(d1, w[3], bcast_x4(xb, 3));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(ws, _mm512_set1_ps(xd)), acc);
+}
+
+/* A block's four groups as offset bytes (value + 8 or value + 128). */
+ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[4]) {
+    /* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
+    #pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) w[g] = is4 ? bfp4_group(cb + g * 32, lut) : bfp8_group(cb + g * 64);
+}
+
+/* Block b of a panel read from memory (exponents exps, codes codes): asks
+ * for the block BFP_PREFETCH_BLOCKS ahead, decodes this one into w and
+ * returns its row scales. */
+ALWAYS_INLINE __m512 bfp_block_read(const int is4, const uint8_t *exps, const uint8_t *codes, int64_t b, __m512i w[4]) {
+    const int block_bytes = is4 ? 128 : 256;
+    const uint8_t *cb = codes + b * block_bytes;
+    bfp_prefetch_block(exps, cb, b, block_bytes);
+    bfp_block_decode(is4, cb, w);
+    return bfp_row_scales(is4, exps + 16 * b);
+}
+
+/* Stores nt tokens' rows (those in mask `rows`) at y, token stride n_out. */
+ALWAYS_INLINE void bfp_store(const int nt, const __m512 acc[], float *y, int64_t n_out, __mmask16 rows) {
+    #pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + t * n_out, rows, acc[t]);
+}
+
+#define BFP_ROWS_MASK(lo, hi) ((__mmask16)((0xffffu >> (16 - (hi))) & (0xffffu << (lo))))
+
+/* y rows [row0 + lo, row0 + hi) for tokens [t0, t0 + nt) from one panel;
+ * is4 and nt are constants after inlining. */
+ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+                                  int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
+    const int8_t *xq = a->q + t0 * n_in;
+    const float *xd = a->d + t0 * n_blk;
+    const int32_t *xs = a->sum + t0 * n_blk;
+    __m512 acc[8];
+    #pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    bfp_prefetch_panel(codes, is4 ? 128 : 256);
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m512i w[4];
+        __m512 ws = bfp_block_read(is4, exps, codes, b, w);
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++)
+            acc[t] = bfp_block_fma(is4, w, xq + t * n_in + 16 * b, xs[t * n_blk + b], xd[t * n_blk + b], ws, acc[t]);
+    }
+    bfp_store(nt, acc, y + t0 * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
+}
+
+/* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
+ * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks (matmul_driver.h):
+ * a slice is decoded once into L1 scratch (bfp_slice_predecode), then every
+ * token of the chunk passes over it, 8 at a time (bfp_slice_tile), its
+ * partial sums waiting in a->acc between slices. Each block and token is
+ * bfp_block_fma, in block order, so the results are bitwise those of
+ * bfp_panel_tile. Up to 8 tokens the panel tile decodes each panel once
+ * anyway, so the wide path starts above one token group. */
+
+#define ISA_BFP_WIDE 1
+
+/* Decodes blocks [b0, b0 + nb) of a panel into a->dec (every block's four
+ * groups as offset bytes, 256 bytes per block, bfp4 and bfp8 alike) and
+ * a->ws (every block's 16 row scales). */
+ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
+                                       const act_q8 *a) {
+    const int64_t n_blk = n_in / 16;
+    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
+    if (b0 == 0) bfp_prefetch_panel(codes, is4 ? 128 : 256);
+    for (int i = 0; i < nb; i++) {
+        __m512i w[4];
+        _mm512_storeu_ps(a->ws + 16 * i, bfp_block_read(is4, exps, codes, b0 + i, w));
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) _mm512_storeu_si512(a->dec + 256 * i + 64 * g, w[g]);
+    }
+}
+
+/* Tokens [t, t + nt) over the slice [b0, b0 + nb) that bfp_slice_predecode
+ * left in a->dec / a->ws: per block, four loads of weights and one of row
+ * scales, held in registers for the tile's tokens, then only each token's
+ * x broadcasts, four vpdpbusd and one FMA. 8 accumulators, 5 weight vectors
+ * and a few tokens' dot chains in flight take about 20 of the 32 zmm
+ * registers. The accumulators start at zero on the first slice and go to y
+ * after the last one; in between they wait in a->acc (row t - t0). */
+ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, int64_t n_in, const act_q8 *a, int64_t t0, int64_t t,
+                                  int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
+    const int64_t n_blk = n_in / 16;
+    const int8_t *xq = a->q + t * n_in;
+    const float *xd = a->d + t * n_blk;
+    const int32_t *xs = a->sum + t * n_blk;
+    float *pacc = a->acc + 16 * (t - t0);
+    __m512 acc[8];
+    #pragma GCC unroll 8
+    for (int j = 0; j < nt; j++) acc[j] = b0 ? _mm512_loadu_ps(pacc + 16 * j) : _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const int64_t b = b0 + i;
+        __m512i w[4];
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) w[g] = _mm512_loadu_si512(a->dec + 256 * i + 64 * g);
+        __m512 ws = _mm512_loadu_ps(a->ws + 16 * i);
+        #pragma GCC unroll 8
+        for (int j = 0; j < nt; j++)
+            acc[j] = bfp_block_fma(is4, w, xq + j * n_in + 16 * b, xs[j * n_blk + b], xd[j * n_blk + b], ws, acc[j]);
+    }
+    if (b0 + nb < n_blk) {
+        #pragma GCC unroll 8
+        for (int j = 0; j < nt; j++) _mm512_storeu_ps(pacc + 16 * j, acc[j]);
+    } else {
+        bfp_store(nt, acc, y + t * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
+    }
+}
+
+/* Tokens [t0, t1) over one slice (matmul_driver.h's bfp_wide_panel walks
+ * the slices): groups of 8, then of 4, 2 and 1 (a token's results do not
+ * depend on its group). */
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
+                                    int64_t t1, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo,
+                                    int hi) {
+    int64_t t = t0;
+    for (; t + 8 <= t1; t += 8) bfp_slice_tile(is4, 8, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    if (t + 4 <= t1) bfp_slice_tile(is4, 4, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi), t += 4;
+    if (t + 2 <= t1) bfp_slice_tile(is4, 2, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi), t += 2;
+    if (t < t1) bfp_slice_tile(is4, 1, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    (void)panel;
+}
+
+/* ---- F32 / F16 / BF16 weights ---- */
+
+#define ISA_FLOAT_NR 4
+#define ISA_VEC __m512i
+#define ISA_VEC_ADD64(a, b) _mm512_add_epi64(a, b)
+
+#define ISA_FLOAT_NT 3
+
+/* 16 weights from element i of a row, widened to fp32; lanes outside m read nothing. */
+ALWAYS_INLINE __m512 load_w16(const q35_dtype dt, const void *row, int64_t i, __mmask16 m) {
+    if (dt == Q35_DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    if (dt == Q35_DT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+#ifdef Q35_KERNELS_BF16
+/* 32 bf16 from p, the lanes outside m zero. */
+ALWAYS_INLINE __m512bh load_bf16x32(const uint16_t *p, __mmask32 m) {
+    __m512i v = _mm512_maskz_loadu_epi16(m, p);
+    __m512bh r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+/* 32 inputs of x from element i rounded to bf16 (nearest even, denormals
+ * to zero), in element order like the weights; lanes outside m zero. */
+ALWAYS_INLINE __m512bh load_x_bf16x32(const float *x, int64_t i, __mmask32 m) {
+    return _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps((__mmask16)(m >> 16), x + i + 16),
+                               _mm512_maskz_loadu_ps((__mmask16)m, x + i));
+}
+
+/* float_tile for BF16 weights with vdpbf16ps: lane j of an accumulator
+ * sums the input pairs 32c + 2j, 32c + 2j + 1 for c in order, then the 16
+ * lanes are added (the same for every row and token whatever the tile).
+ * 4 rows x 3 tokens are 12 independent accumulator chains, enough to hide
+ * the instruction's latency without splitting k; each token's 32 inputs
+ * are converted once per 4 rows. */
+ALWAYS_INLINE void bf16_dot_tile(const int nr, const int nt, const char *w0, size_t row_bytes, const float *x,
+                                 int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
+    __m512 acc[ISA_FLOAT_NR][ISA_FLOAT_NT];
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
+    const float *xt0 = x + t0 * n_in;
+    for (int64_t i = 0; i < n_in; i += 32) { /* the last 32 masked */
+        __mmask32 m = n_in - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (n_in - i)) - 1);
+        __m512bh w[ISA_FLOAT_NR];
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) w[r] = load_bf16x32((const uint16_t *)(w0 + (size_t)r * row_bytes) + i, m);
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            __m512bh xb = load_x_bf16x32(xt0 + t * n_in, i, m);
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], xb);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) y[(t0 + t) * n_out + o + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+#endif
+
+/* Rows [o, o + nr) for tokens [t0, t0 + nt); dt, nr, nt constant after inlining. */
+ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, const char *w0, size_t row_bytes,
+                              const float *x, int64_t n_in, int64_t t0, float *y, int64_t n_out, int64_t o) {
+#ifdef Q35_KERNELS_BF16
+    if (dt == Q35_DT_BF16) {
+        bf16_dot_tile(nr, nt, w0, row_bytes, x, n_in, t0, y, n_out, o);
+        return;
+    }
+#endif
+    /* Two interleaved halves of k (u) give enough independent FMA chains
+     * for small tiles, and every row and token is summed in the same order
+     * whatever the tile: results do not depend on n_tok or on [o0, o1). */
+    const int nu = 2;
+    __m512 acc[2][ISA_FLOAT_NR][ISA_FLOAT_NT];
+    #pragma GCC unroll 8
+    for (int u = 0; u < nu; u++)
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++)
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) acc[u][r][t] = _mm512_setzero_ps();
+    const float *xt0 = x + t0 * n_in;
+    int64_t i = 0;
+    for (; i + 16 * nu <= n_in; i += 16 * nu) {
+        #pragma GCC unroll 8
+        for (int u = 0; u < nu; u++) {
+            __m512 w[ISA_FLOAT_NR];
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) w[r] = load_w16(dt, w0 + (size_t)r * row_bytes, i + 16 * u, 0xffff);
+            #pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                __m512 xv = _mm512_loadu_ps(xt0 + t * n_in + i + 16 * u);
+                #pragma GCC unroll 8
+                for (int r = 0; r < nr; r++) acc[u][r][t] = _mm512_fmadd_ps(w[r], xv, acc[u][r][t]);
+            }
+        }
+    }
+    for (; i < n_in; i += 16) { /* the rest, 16 at a time, the last one masked */
+        __mmask16 m = n_in - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_in - i)) - 1);
+        __m512 w[ISA_FLOAT_NR];
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) w[r] = load_w16(dt, w0 + (size_t)r * row_bytes, i, m);
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, xt0 + t * n_in + i);
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) acc[0][r][t] = _mm512_fmadd_ps(w[r], xv, acc[0][r][t]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+        #pragma GCC unroll 8
+        for (int t = 0; t < nt; t++)
+            y[(t0 + t) * n_out + o + r] =
+                _mm512_reduce_add_ps(nu == 2 ? _mm512_add_ps(acc[0][r][t], acc[nu - 1][r][t]) : acc[0][r][t]);
+}
+
+#include "matmul_driver.h"
+
+/* Row fetches are one row per token (embeddings): the reference is fast enough. */
+#ifdef Q35_KERNELS_BF16
+const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_row_ref,
+                                             q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, q35_attend_heads_avx2,
+                                             read_stream};
+#else
+const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
+                                         q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream};
+#endif

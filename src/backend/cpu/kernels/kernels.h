@@ -1,0 +1,177 @@
+/* kernels.h: the compute kernels the forward pass calls.
+ *
+ * ref.c is the scalar reference: plain loops, double accumulation, every
+ * dtype. It is the oracle the per-ISA kernels are tested against. avx2.c,
+ * avx512.c and avx512bf16.c are compiled with their own instruction-set
+ * flags and each exports one q35_kernels table; dispatch.c picks one at
+ * start-up by cpuid (the last of ref, avx2, avx512 that the CPU runs), or
+ * the one named by the environment variable Q35_KERNELS, the only way to
+ * get avx512bf16 (less exact for BF16 weights, below). Nothing else in the
+ * engine needs -m flags.
+ *
+ * Tolerances of the fast tables against ref, per output y = sum_i w_i x_i:
+ *  - F32, F16, BF16 weights: float FMA with x kept in fp32; the error is
+ *    float rounding, |dy| <= 1e-5 * sum_i |w_i x_i| in the tests.
+ *  - BF16 weights in avx512bf16: x is rounded to bf16 (nearest even, 8
+ *    significant bits) and vdpbf16ps adds the exact products into fp32,
+ *    with denormal inputs and results flushed to zero. Rounding to 8 bits
+ *    moves x by at most half a unit in its last place, less than 2^-8 of
+ *    |x|, so each product is off by less than 2^-8 of itself and
+ *    |dy| <= (2^-8 + 1e-5) * sum_i |w_i x_i|
+ *    (the second term the fp32 accumulation), plus 2^-126 * (sum_i |w_i| +
+ *    sum_i |x_i| + n_in) for the flushed denormals. |x| at or above
+ *    (2 - 2^-8) * 2^127 rounds to infinity.
+ *  - BFP4, BFP8 weights: x is quantized per 16-value block to int8
+ *    (scale d_b = max_b |x| / 127, round to nearest) and the block dot
+ *    products run on integers, exactly. So |dy| <= sum_b (d_b / 2) *
+ *    sum_{i in b} |w_i|, plus float rounding: at most 1/254 of sum_b
+ *    max_b|x| * sum_{i in b}|w_i|, and in practice a few 1e-4 of
+ *    sum_i |w_i x_i| on random data (tests/test_kernels.c checks the bound).
+ *
+ * Every table computes one (token, row) output in the same order whatever
+ * n_tok and [o0, o1) are, so results are bitwise independent of batching
+ * and of how rows are split across threads (tested). */
+#ifndef Q35_KERNELS_H
+#define Q35_KERNELS_H
+
+#include "qwen35.h"
+#include "formats/tensor.h"
+
+#include <stddef.h>
+
+/* y[t*n_out + o] = sum_i W[o,i] * x[t*n_in + i] for t < n_tok and o in [o0, o1),
+ * where W is [n_out, n_in]. Rows outside [o0, o1) are not written. */
+void q35_matmul_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok, int64_t o0, int64_t o1);
+
+/* q35_matmul_ref for n matrices of the same n_in against one x: ys[i] rows
+ * [o0[i], o1[i]) from Ws[i]. The fast tables quantize x once for all of
+ * them (bfp weights); each piece's outputs are the same bits as a call for
+ * that matrix alone. */
+void q35_matmul_n_ref(int n, float *const *ys, const q35_tensor *const *Ws, const float *x, int64_t n_tok,
+                      const int64_t *o0, const int64_t *o1);
+
+/* Row r of a 2-D tensor (an embedding table) widened to float. */
+void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
+
+/* The Gated DeltaNet recurrence of one V head over T rows (gdn.h):
+ *   S = exp(g_t) S;  delta = beta_t (v_t - S^T k_t);  S += k_t delta^T;  o_t = S^T q_t
+ * S (DK, DV) in place; q, k (T, DK) already normalised; v, o (T, DV); g,
+ * beta (T). With S_after, the state after row t < T-1 is also written to
+ * S_after + t * after_stride. Computed as
+ *   a = S^T k_t, b = S^T q_t                 (one read of S)
+ *   delta = beta (v - e^g a), o = e^g b + (q.k) delta
+ *   S = e^g S + k delta^T                    (one read-modify-write of S)
+ * where the read-modify-write pass also forms a and b of row t+1, so T rows
+ * cost T+1 passes over S. Each a[j], b[j] sums over i in ascending order, so
+ * row t's results are the same bits whether it runs alone or in a batch. */
+void q35_gdn_recurrent_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                           float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);
+
+/* The same recurrence over T rows in chunks of Q35_GDN_CHUNK_ROWS (prompts;
+ * HF torch_chunk_gated_delta_rule): within a chunk, with G the inclusive
+ * cumsum of g and D[i][j] = exp(G[i] - G[j]) for j <= i,
+ *   A = I + strictly_lower((beta k) k^T * D), U = A^-1 (beta v), W = A^-1 (beta k exp(G))
+ *   Vn = U - W S;  O = (q exp(G)) S + ((q k^T) * D, lower incl. diagonal) Vn
+ *   S = exp(G_last) S + (k exp(G_last - G))^T Vn
+ * A is unit lower triangular, so A^-1 is applied by forward substitution.
+ * Equal to the recurrence up to float rounding (tests/test_model.c);
+ * scratch holds q35_gdn_chunk_scratch_floats(DK, DV) floats. */
+#define Q35_GDN_CHUNK_ROWS 64
+size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV);
+void q35_gdn_chunked_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                         float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
+
+/* One query head against n_keys cached positions (rows of k and v, stride
+ * kv_stride floats): o (HD) = softmax(scale * k q) v. scores (n_keys) is
+ * scratch. */
+void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
+                         int32_t HD, float scale, float *scores);
+
+/* G query heads that share one KV head (grouped-query attention) and
+ * n_keys: head g reads q + g * q_stride and writes o + g * o_stride, the
+ * same bits whatever G is (a head alone gives them too); scores
+ * (G * n_keys) is scratch. The fast tables read each key and value row once
+ * for all G. */
+void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
+                          const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
+
+/* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
+void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
+                            const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
+                            size_t after_stride);
+void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                          float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
+void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
+                           const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
+
+typedef void (*q35_matmul_n_fn)(int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
+                                int64_t n_tok, const int64_t *o0, const int64_t *o1);
+typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
+typedef void (*q35_gdn_recurrent_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
+                                     const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
+                                     size_t after_stride);
+typedef void (*q35_gdn_chunked_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
+                                   const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
+typedef void (*q35_attend_heads_fn)(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G,
+                                    const float *k, const float *v, size_t kv_stride, int32_t n_keys, int32_t HD,
+                                    float scale, float *scores);
+typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
+
+/* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
+ * fast as the instruction set allows: the widest aligned loads into several
+ * independent accumulators, and returns a checksum of them (so the loads
+ * are not optimized away). It is the "best sequential read" behind
+ * q35_read_bandwidth(), the ceiling the matmul kernels are measured
+ * against. */
+uint64_t q35_read_stream_ref(const void *p, size_t bytes);
+
+/* One instruction set's kernels. Every entry has the semantics of the _ref
+ * function of the same name; matmul_n and get_row take every dtype (F32,
+ * F16, BF16, BFP8, BFP4). matmul_n may be called from several threads at
+ * once on disjoint [o0, o1) ranges; ranges aligned to 16 rows (one bfp
+ * panel) avoid decoding a panel twice. */
+typedef struct q35_kernels {
+    const char *name; /* "ref", "avx2", "avx512", "avx512bf16" */
+    q35_matmul_n_fn matmul_n; /* one matrix, or several sharing an input (projections, gate and up) */
+    q35_get_row_fn get_row;
+    q35_gdn_recurrent_fn gdn_recurrent;
+    q35_gdn_chunked_fn gdn_chunked;
+    q35_attend_heads_fn attend_heads;
+    q35_read_stream_fn read_stream;
+} q35_kernels;
+
+extern const q35_kernels q35_kernels_ref;
+extern const q35_kernels q35_kernels_avx2;   /* AVX2 + FMA + F16C */
+extern const q35_kernels q35_kernels_avx512; /* AVX-512 F/BW/VL/DQ + VNNI */
+extern const q35_kernels q35_kernels_avx512bf16; /* the same + AVX512_BF16 */
+
+/* q35_matmul_ref's y for one matrix through table k (matmul_n with n = 1). */
+static inline void q35_kernels_matmul(const q35_kernels *k, float *y, const q35_tensor *W, const float *x,
+                                      int64_t n_tok, int64_t o0, int64_t o1) {
+    k->matmul_n(1, &y, &W, x, n_tok, &o0, &o1);
+}
+
+/* Chooses the table once: Q35_KERNELS if set (an unknown name, or one this
+ * CPU cannot run, fails with Q35_ERR_ARG / Q35_ERR_UNSUPPORTED and names the
+ * choices), otherwise the best the CPU supports. On success *out is the
+ * table and q35_kernels_get() returns it from then on. */
+q35_status q35_kernels_init(const q35_kernels **out, q35_error *err);
+
+/* The table by name ("ref", "avx2", "avx512", "avx512bf16") if this CPU can run it. */
+q35_status q35_kernels_find(const char *name, const q35_kernels **out, q35_error *err);
+
+/* The chosen table. Before q35_kernels_init succeeded it chooses by cpuid
+ * alone (ignoring Q35_KERNELS), so it never fails. */
+const q35_kernels *q35_kernels_get(void);
+
+/* NULL, or a line for the user about the choice (e.g. that this CPU has no
+ * AVX2 and runs the slow scalar kernels). */
+const char *q35_kernels_note(void);
+
+/* Per-thread scratch for the fast kernels (activation quantization): at
+ * least `bytes`, 64-byte aligned, grown only when a call needs more than any
+ * call before it on this thread, freed when the thread exits. NULL when out
+ * of memory; the kernels then fall back to the reference path. */
+void *q35_kernels_scratch(size_t bytes);
+
+#endif

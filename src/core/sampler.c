@@ -1,0 +1,307 @@
+/* sampler.c: per-request token sampling and log-probabilities (see the
+ * "sampling" block of qwen35.h).
+ *
+ * Data flow for one token: the raw logits of a position come in; the
+ * penalties edit the few entries of tokens seen so far (kept as lists, so the
+ * cost does not grow with the vocabulary); then, unless the draw can be made
+ * straight from the full softmax, candidates are ranked (ties broken by the
+ * lower id, so the order never depends on the sort algorithm), cut by top-k,
+ * top-p and min-p, tempered, and one draw from the xoshiro256** generator
+ * picks the token. All buffers are sized in q35_sampler_new. */
+#include "qwen35.h"
+#include "base/util.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { float logit; int32_t id; } candidate;
+
+struct q35_sampler {
+    q35_sampler_params p;
+    int32_t n_vocab;
+    uint64_t rng[4];        /* xoshiro256** state */
+    int32_t *out_count;     /* (n_vocab) occurrences of each token in the output */
+    int32_t *out_ids;       /* (n_vocab) distinct output tokens, in first-seen order */
+    int32_t n_out_ids;
+    uint8_t *in_prompt;     /* (n_vocab) 1 when the token is in the prompt */
+    int32_t *prompt_ids;    /* (n_vocab) distinct prompt tokens */
+    int32_t n_prompt_ids;
+    uint8_t *penalised;     /* (n_vocab) scratch mark for the repetition penalty */
+    candidate *cand;        /* (n_vocab) */
+};
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t s[4]) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
+
+q35_status q35_sampler_new(const q35_sampler_params *params, int32_t vocab_size, q35_sampler **out,
+                           q35_error *err) {
+    *out = NULL;
+    if (vocab_size <= 0) return q35_fail(err, Q35_ERR_ARG, "sampler: vocab_size %d", vocab_size);
+    const q35_sampler_params *p = params;
+    if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+        !(p->repetition_penalty > 0) || !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return q35_fail(err, Q35_ERR_ARG, "sampler: parameter out of range");
+    q35_sampler *s = calloc(1, sizeof *s);
+    if (!s) return q35_fail(err, Q35_ERR_NOMEM, "sampler: out of memory");
+    size_t n = (size_t)vocab_size;
+    s->p = *p;
+    s->n_vocab = vocab_size;
+    s->out_count = calloc(n, sizeof *s->out_count);
+    s->out_ids = malloc(n * sizeof *s->out_ids);
+    s->in_prompt = calloc(n, 1);
+    s->prompt_ids = malloc(n * sizeof *s->prompt_ids);
+    s->penalised = calloc(n, 1);
+    s->cand = malloc(n * sizeof *s->cand);
+    if (!s->out_count || !s->out_ids || !s->in_prompt || !s->prompt_ids || !s->penalised || !s->cand) {
+        q35_sampler_free(s);
+        return q35_fail(err, Q35_ERR_NOMEM, "sampler: out of memory for %d candidates", vocab_size);
+    }
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    *out = s;
+    return Q35_OK;
+}
+
+void q35_sampler_free(q35_sampler *s) {
+    if (!s) return;
+    free(s->out_count); free(s->out_ids); free(s->in_prompt); free(s->prompt_ids);
+    free(s->penalised); free(s->cand);
+    free(s);
+}
+
+void q35_sampler_set_prompt(q35_sampler *s, const int32_t *ids, int32_t n) {
+    for (int32_t i = 0; i < s->n_prompt_ids; i++) s->in_prompt[s->prompt_ids[i]] = 0;
+    s->n_prompt_ids = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = ids[i];
+        if (t < 0 || t >= s->n_vocab || s->in_prompt[t]) continue;
+        s->in_prompt[t] = 1;
+        s->prompt_ids[s->n_prompt_ids++] = t;
+    }
+}
+
+void q35_sampler_accept(q35_sampler *s, int32_t token) {
+    if (token < 0 || token >= s->n_vocab) return;
+    if (s->out_count[token]++ == 0) s->out_ids[s->n_out_ids++] = token;
+}
+
+static void apply_penalties(q35_sampler *s, float *logits) {
+    float rp = s->p.repetition_penalty;
+    if (rp != 1.0f) {
+        /* each token seen in the prompt or the output, once */
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *ids = pass ? s->out_ids : s->prompt_ids;
+            int32_t n = pass ? s->n_out_ids : s->n_prompt_ids;
+            for (int32_t i = 0; i < n; i++) {
+                int32_t t = ids[i];
+                if (s->penalised[t]) continue;
+                s->penalised[t] = 1;
+                logits[t] = logits[t] > 0 ? logits[t] / rp : logits[t] * rp;
+            }
+        }
+        for (int32_t i = 0; i < s->n_prompt_ids; i++) s->penalised[s->prompt_ids[i]] = 0;
+        for (int32_t i = 0; i < s->n_out_ids; i++) s->penalised[s->out_ids[i]] = 0;
+    }
+    if (s->p.presence_penalty != 0 || s->p.frequency_penalty != 0)
+        for (int32_t i = 0; i < s->n_out_ids; i++) {
+            int32_t t = s->out_ids[i];
+            logits[t] -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->out_count[t];
+        }
+}
+
+static int cand_desc(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Moves the k best candidates (by cand_desc) to the front, unordered. */
+static void select_top(candidate *c, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        candidate pivot = c[lo + (hi - lo) / 2];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (cand_desc(&c[i], &pivot) < 0) i++;
+            while (cand_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) { candidate t = c[i]; c[i] = c[j]; c[j] = t; i++; j--; }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+/* Top-k after the NaN clean-up: V when off. With no top-k, top-p or min-p
+ * cut the draw is made straight from the full softmax. */
+static int32_t top_k_of(const q35_sampler *s) {
+    int32_t V = s->n_vocab;
+    return s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : V;
+}
+static bool uncut(const q35_sampler *s) { return top_k_of(s) == s->n_vocab && s->p.top_p >= 1.0f && s->p.min_p <= 0.0f; }
+
+/* Ranks a penalised row's candidates and applies top-k, then top-p and
+ * min-p on the untempered distribution: the survivors are s->cand[0..n),
+ * best first. n = 0 when even the best is -inf (s->cand[0] is then the
+ * choice). */
+static int32_t cut_candidates(q35_sampler *s, const float *logits) {
+    int32_t V = s->n_vocab, k = top_k_of(s);
+    candidate *c = s->cand;
+    for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
+    if (k < V) select_top(c, V, k);
+    qsort(c, (size_t)k, sizeof *c, cand_desc);
+    int32_t n = k;
+    if (c[0].logit == -INFINITY) return 0;
+    float mx = c[0].logit;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
+    if (s->p.top_p < 1.0f) {
+        double acc = 0;
+        for (int32_t i = 0; i < n; i++) {
+            acc += exp((double)(c[i].logit - mx)) / sum;
+            if (acc >= s->p.top_p) { n = i + 1; break; }
+        }
+    }
+    if (s->p.min_p > 0.0f) {
+        /* p_i >= min_p * p_max  <=>  logit_i - max >= log(min_p) */
+        double cut = log((double)s->p.min_p);
+        int32_t m = 1;
+        while (m < n && (double)(c[m].logit - mx) >= cut) m++;
+        n = m;
+    }
+    return n;
+}
+
+static void clean_nan(float *logits, int32_t V) { /* NaN never wins and never gets probability */
+    for (int32_t i = 0; i < V; i++)
+        if (logits[i] != logits[i]) logits[i] = -INFINITY;
+}
+
+static float row_max(const float *logits, int32_t V) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    return mx;
+}
+
+int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
+    int32_t V = s->n_vocab;
+    apply_penalties(s, logits);
+    clean_nan(logits, V);
+    if (s->p.temperature <= 0) return q35_argmax(logits, V);
+
+    float inv_t = 1.0f / s->p.temperature;
+    if (uncut(s)) {
+        /* no cut: draw straight from the tempered softmax, in id order */
+        float mx = row_max(logits, V);
+        if (mx == -INFINITY) return 0;
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += exp((double)(logits[i] - mx) * inv_t);
+        double u = rng_uniform(s->rng) * sum, acc = 0;
+        int32_t last = 0;
+        for (int32_t i = 0; i < V; i++) {
+            double w = exp((double)(logits[i] - mx) * inv_t);
+            if (w <= 0) continue;
+            last = i;
+            acc += w;
+            if (u < acc) return i;
+        }
+        return last;
+    }
+
+    int32_t n = cut_candidates(s, logits);
+    candidate *c = s->cand;
+    if (!n) return c[0].id;
+    float mx = c[0].logit;
+    double tsum = 0;
+    for (int32_t i = 0; i < n; i++) tsum += exp((double)(c[i].logit - mx) * inv_t);
+    double u = rng_uniform(s->rng) * tsum, acc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        acc += exp((double)(c[i].logit - mx) * inv_t);
+        if (u < acc) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+
+/* Forgets tokens q35_sampler_accept recorded last, newest first: a token
+ * whose count drops to 0 is then the last of out_ids. */
+static void unaccept(q35_sampler *s, const int32_t *ids, int32_t n) {
+    for (int32_t i = n - 1; i >= 0; i--) {
+        int32_t t = ids[i];
+        if (t < 0 || t >= s->n_vocab) continue;
+        if (--s->out_count[t] == 0) s->n_out_ids--;
+    }
+}
+
+static void one_hot(float *probs, int32_t V, int32_t t) {
+    for (int32_t i = 0; i < V; i++) probs[i] = 0.0f;
+    probs[t] = 1.0f;
+}
+
+void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
+    int32_t V = s->n_vocab;
+    float *l = probs; /* the penalised logits, then the probabilities, in place */
+    memcpy(l, logits, sizeof *l * (size_t)V);
+    for (int32_t i = 0; i < n_prev; i++) q35_sampler_accept(s, prev[i]);
+    apply_penalties(s, l);
+    unaccept(s, prev, n_prev);
+    clean_nan(l, V);
+    if (s->p.temperature <= 0) { one_hot(probs, V, q35_argmax(l, V)); return; }
+    float inv_t = 1.0f / s->p.temperature;
+    if (uncut(s)) {
+        float mx = row_max(l, V);
+        if (mx == -INFINITY) { one_hot(probs, V, 0); return; }
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += exp((double)(l[i] - mx) * inv_t);
+        for (int32_t i = 0; i < V; i++) probs[i] = (float)(exp((double)(l[i] - mx) * inv_t) / sum);
+        return;
+    }
+    int32_t n = cut_candidates(s, l);
+    candidate *c = s->cand;
+    if (!n) { one_hot(probs, V, c[0].id); return; }
+    float mx = c[0].logit;
+    double tsum = 0;
+    for (int32_t i = 0; i < n; i++) tsum += exp((double)(c[i].logit - mx) * inv_t);
+    for (int32_t i = 0; i < V; i++) probs[i] = 0.0f;
+    for (int32_t i = 0; i < n; i++) probs[c[i].id] = (float)(exp((double)(c[i].logit - mx) * inv_t) / tsum);
+}
+
+float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int32_t *top_ids,
+                   float *top_logprobs) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    if (k > n) k = n;
+    /* insertion into a small sorted list: k is at most a few dozen */
+    int32_t have = 0;
+    for (int32_t i = 0; k > 0 && i < n; i++) {
+        float v = logits[i];
+        if (have == k && !(v > logits[top_ids[k - 1]])) continue;
+        int32_t j = have < k ? have++ : k - 1;
+        while (j > 0 && v > logits[top_ids[j - 1]]) { top_ids[j] = top_ids[j - 1]; j--; }
+        top_ids[j] = i;
+    }
+    for (int32_t j = 0; j < have; j++) top_logprobs[j] = logits[top_ids[j]] - lse;
+    return token >= 0 && token < n ? logits[token] - lse : -INFINITY;
+}

@@ -1,0 +1,385 @@
+/* spec.c: speculative decoding with the MTP head (see qwen35.h).
+ *
+ * One step from `last` (x_P, to be evaluated at position P):
+ *   1. draft: the pending MTP row (h_{P-1}, x_P) gives d_0; each further
+ *      draft chains the MTP's own output hidden with the previous draft;
+ *   2. verify: the target evaluates [x_P, d_0 .. d_{k-1}] as one batch with
+ *      per-row state checkpoints (the GDN runs its recurrence row by row, so
+ *      every row is computed exactly as single-token decode would);
+ *   3. accept the longest prefix of drafts (greedy: equal to the target's
+ *      argmax; sampling: accept d with probability min(1, p(d)/q(d)), on
+ *      rejection sample from max(0, p - q) normalised), then one more token
+ *      from the target (the correction, or the bonus after full acceptance);
+ *   4. rewind the session to the accepted rows.
+ *
+ * With a reduced-vocabulary draft head (q35_engine_set_draft_vocab) step 1
+ * reads only the subset's rows of lm_head: a greedy draft is the argmax over
+ * the subset, a sampled one is drawn from the policy's distribution of the
+ * draft logits with every other token at -inf, so q is zero outside the
+ * subset. Steps 2-4 do not change, so the output does not either. */
+#include "formats/bfp.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "core/session.h"
+#include "base/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static double rng_uniform(uint64_t *st) { /* xorshift64*, 53-bit uniform in [0, 1) */
+    if (!*st) *st = 0x9e3779b97f4a7c15ull;
+    *st ^= *st >> 12;
+    *st ^= *st << 25;
+    *st ^= *st >> 27;
+    return (double)((*st * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int32_t sample(const float *probs, int32_t n, uint64_t *rng) {
+    double u = rng_uniform(rng), total = 0.0;
+    for (int32_t i = 0; i < n; i++) total += probs[i];
+    u *= total;
+    double acc = 0.0;
+    int32_t last_nz = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (probs[i] <= 0) continue;
+        acc += probs[i];
+        last_nz = i;
+        if (u < acc) return i;
+    }
+    return last_nz; /* rounding left u at the very top */
+}
+
+void q35_spec_free_buffers(q35_session *s) {
+    free(s->spec_logits); free(s->draft_logits); free(s->draft_probs); free(s->target_probs);
+    s->spec_logits = s->draft_logits = s->draft_probs = s->target_probs = NULL;
+}
+
+q35_status q35_session_set_spec(q35_session *s, int32_t k, q35_error *err) {
+    const q35_engine *e = s->engine;
+    const q35_config *c = &e->cfg;
+    if (k < 0 || k > Q35_SPEC_K_MAX)
+        return q35_fail(err, Q35_ERR_ARG, "speculative draft length %d is out of range [0, %d]", k, Q35_SPEC_K_MAX);
+    if (k > 0 && !e->w.mtp.present)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED, "the model has no MTP head (mtp.* tensors), so it cannot speculate");
+    if (k == 0) {
+        s->spec_k = 0;
+        s->mtp_on = 0;
+        s->n_pending = 0;
+        s->ckpt_rows = 0;
+        return Q35_OK;
+    }
+    size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size, U = Q35_UBATCH;
+    size_t kv = (size_t)s->n_ctx * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    int ok = 1;
+#define ALLOC(ptr, n) do { if (!(ptr)) { (ptr) = calloc((n), sizeof(float)); ok = ok && (ptr); } } while (0)
+    ALLOC(s->mtp_k_cache, kv);
+    ALLOC(s->mtp_v_cache, kv);
+    ALLOC(s->mtp_x, U * H);
+    ALLOC(s->mtp_xn, U * H);
+    ALLOC(s->mtp_cat, U * 2 * H);
+    ALLOC(s->pending_hidden, (Q35_SPEC_MAX + 1) * H);
+    ALLOC(s->draft_hidden, H);
+    ALLOC(s->draft_logits, Q35_SPEC_MAX * V);
+    ALLOC(s->draft_probs, Q35_SPEC_MAX * V);
+#undef ALLOC
+    if (ok && k != s->spec_k) {
+        /* 64-byte aligned, so the GDN update streams the copies past the
+         * cache; touched now, so the first verify takes no page faults */
+        size_t bytes = ((size_t)k * s->state_floats * sizeof(float) + 63) & ~(size_t)63;
+        float *nc = aligned_alloc(64, bytes ? bytes : 64);
+        if (nc) { free(s->ckpt); s->ckpt = nc; memset(nc, 0, bytes); } else ok = 0;
+    }
+    if (!ok) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for speculative decoding buffers (k = %d)", k);
+    s->spec_k = k;
+    s->mtp_on = 1;
+    s->ckpt_rows = 0;
+    return Q35_OK;
+}
+
+/* ---- reduced-vocabulary draft head ---- */
+
+void q35_spec_free_draft_head(q35_engine *e) {
+    free(e->draft_ids);
+    free(e->draft_head_data);
+    e->draft_ids = NULL;
+    e->draft_head_data = NULL;
+    e->n_draft = 0;
+}
+
+static int cmp_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t n, q35_error *err) {
+    const q35_tensor *head = &e->w.lm_head;
+    const int32_t V = e->cfg.vocab_size, H = e->cfg.hidden_size;
+    if (n < 0 || n > V || (n > 0 && !ids))
+        return q35_fail(err, Q35_ERR_ARG, "a draft vocabulary holds 1..%d token ids (got %d)", V, n);
+    if (n > 0 && !e->w.mtp.present)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED, "the model has no MTP head (mtp.* tensors), so it has no draft head to reduce");
+    int64_t full_bytes = (int64_t)head->nbytes, old_bytes = e->n_draft ? (int64_t)e->draft_head.nbytes : full_bytes;
+    if (n == 0) {
+        q35_spec_free_draft_head(e);
+        e->info.mtp_bytes_per_draft += full_bytes - old_bytes;
+        return Q35_OK;
+    }
+    int32_t *sorted = malloc(sizeof *sorted * (size_t)n);
+    if (!sorted) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a draft vocabulary of %d ids", n);
+    memcpy(sorted, ids, sizeof *sorted * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_id); /* ascending: argmax ties pick the lower token id, as q35_argmax */
+    for (int32_t i = 0; i < n; i++) {
+        if (sorted[i] < 0 || sorted[i] >= V) {
+            int32_t bad = sorted[i];
+            free(sorted);
+            return q35_fail(err, Q35_ERR_ARG, "draft vocabulary: token id %d is outside the vocabulary [0, %d)", bad, V);
+        }
+        if (i && sorted[i] == sorted[i - 1]) {
+            int32_t bad = sorted[i];
+            free(sorted);
+            return q35_fail(err, Q35_ERR_ARG, "draft vocabulary: token id %d is listed twice", bad);
+        }
+    }
+    const int bfp = q35_bfp_mant_bits(head->dtype) != 0;
+    size_t row_bytes = bfp ? 0 : head->nbytes / (size_t)V;
+    size_t bytes = bfp ? q35_bfp_tensor_bytes(head->dtype, n, H) : row_bytes * (size_t)n;
+    size_t alloc = (bytes + 63) / 64 * 64; /* the kernels' 64-byte alignment */
+    uint8_t *data = aligned_alloc(64, alloc);
+    if (!data) {
+        free(sorted);
+        return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a draft head of %d rows (%zu bytes)", n, bytes);
+    }
+    memset(data, 0, alloc); /* bfp padding rows: exponent 0, code 0 */
+    for (int32_t i = 0; i < n; i++) {
+        if (!bfp) {
+            memcpy(data + row_bytes * (size_t)i, (const uint8_t *)head->data + row_bytes * (size_t)sorted[i], row_bytes);
+            continue;
+        }
+        for (int64_t b = 0; b < H / Q35_BFP_BLOCK; b++) { /* the panel layout moves a row block by block, exactly */
+            uint8_t codes[Q35_BFP_BLOCK];
+            uint8_t ex = q35_bfp_get_block(head->dtype, head->data, H, sorted[i], b, codes);
+            q35_bfp_put_block(head->dtype, data, H, i, b, ex, codes);
+        }
+    }
+    q35_spec_free_draft_head(e);
+    e->n_draft = n;
+    e->draft_ids = sorted;
+    e->draft_head_data = data;
+    e->draft_head = *head;
+    e->draft_head.name = "lm_head.weight (draft vocabulary rows)";
+    e->draft_head.shape[0] = n;
+    e->draft_head.data = data;
+    e->draft_head.nbytes = bytes;
+    e->info.mtp_bytes_per_draft += (int64_t)bytes - old_bytes;
+    return Q35_OK;
+}
+
+int32_t q35_engine_draft_vocab(const q35_engine *e) { return e->n_draft ? e->n_draft : e->cfg.vocab_size; }
+
+q35_status q35_draft_vocab_parse(const char *data, size_t size, const char *name, int32_t vocab_size, int32_t **ids_out,
+                                 int32_t *n_out, q35_error *err) {
+    *ids_out = NULL;
+    *n_out = 0;
+    if (vocab_size <= 0) return q35_fail(err, Q35_ERR_ARG, "%s: vocabulary size %d", name, vocab_size);
+    if (memchr(data, 0, size)) return q35_fail(err, Q35_ERR_FORMAT, "%s: not a text file of token ids (it holds a NUL byte)", name);
+    char *text = malloc(size + 1); /* NUL-terminated for strtoll */
+    int32_t *ids = malloc(sizeof *ids * (size_t)vocab_size);
+    uint8_t *seen = calloc((size_t)vocab_size, 1);
+    int32_t n = 0;
+    long line = 1;
+    q35_status st = Q35_OK;
+    if (!text || !ids || !seen) { st = q35_fail(err, Q35_ERR_NOMEM, "out of memory reading %s", name); goto done; }
+    memcpy(text, data, size);
+    text[size] = 0;
+    for (const char *p = text; *p;) {
+        if (*p == '\n') { line++; p++; continue; }
+        if (*p == ' ' || *p == '\t' || *p == '\r' || *p == ',') { p++; continue; }
+        if (*p == '#') { while (*p && *p != '\n') p++; continue; }
+        char *end = (char *)p;
+        errno = 0;
+        long long v = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : 0;
+        if (end == p || (*end && !strchr(" \t\r\n,#", *end))) {
+            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: expected a token id, found '%.12s'", name, line, p);
+            goto done;
+        }
+        if (errno || v >= vocab_size) {
+            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: token id %.*s is outside the vocabulary [0, %d)", name, line,
+                          (int)(end - p < 24 ? end - p : 24), p, vocab_size);
+            goto done;
+        }
+        if (seen[v]) {
+            st = q35_fail(err, Q35_ERR_FORMAT, "%s:%ld: token id %lld is listed twice", name, line, v);
+            goto done;
+        }
+        seen[v] = 1;
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    if (!n) st = q35_fail(err, Q35_ERR_FORMAT, "%s: no token ids", name);
+done:
+    free(text);
+    free(seen);
+    if (st) { free(ids); return st; }
+    *ids_out = ids;
+    *n_out = n;
+    return Q35_OK;
+}
+
+q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **ids, int32_t *n, q35_error *err) {
+    *ids = NULL;
+    *n = 0;
+    char *text;
+    size_t size;
+    q35_status st = q35_read_file(path, &text, &size, err);
+    if (st) return st;
+    st = q35_draft_vocab_parse(text, size, path, vocab_size, ids, n, err);
+    free(text);
+    return st;
+}
+
+int32_t q35_session_spec_k(const q35_session *s) { return s->spec_k; }
+q35_spec_stats q35_session_spec_stats(const q35_session *s) { return s->stats; }
+
+/* Drafts up to k tokens for session s after `last` (none when there is no
+ * MTP row pending or no room in the context). */
+static int32_t draft(q35_session *s, int32_t last, const q35_policy *policy, int32_t *drafts) {
+    const int32_t V = s->engine->cfg.vocab_size;
+    const int greedy = !policy || !policy->probs;
+    int32_t k = s->spec_k, nd = 0;
+    if (k > s->n_ctx - s->pos - 1) k = s->n_ctx - s->pos - 1; /* drafts must fit the context too */
+    if (k <= 0 || !s->mtp_on || !s->n_pending) return 0;
+    const int32_t P = s->pos, n_head = q35_engine_draft_vocab(s->engine);
+    const int32_t *ids = s->engine->n_draft ? s->engine->draft_ids : NULL;
+    q35_mtp_flush(s, last, s->draft_logits);
+    for (int32_t j = 0; j < k; j++) {
+        float *dl = s->draft_logits + (size_t)j * V; /* n_head logits: row i is token ids[i] (or i) */
+        int32_t d;
+        if (greedy) {
+            d = q35_argmax(dl, n_head);
+            if (ids) d = ids[d];
+        } else {
+            const float *full = dl;
+            if (ids) { /* the policy sees the whole vocabulary, every token outside the subset at -inf */
+                float *w = s->target_probs; /* free until accept() */
+                for (int32_t v = 0; v < V; v++) w[v] = -INFINITY;
+                for (int32_t i = 0; i < n_head; i++) w[ids[i]] = dl[i];
+                full = w;
+            }
+            policy->probs(policy->ctx, full, drafts, j, s->draft_probs + (size_t)j * V);
+            d = sample(s->draft_probs + (size_t)j * V, V, policy->rng);
+        }
+        if (s->draft_hook) d = s->draft_hook(s->draft_hook_ctx, P + 1 + j, d);
+        drafts[nd++] = d;
+        if (j + 1 < k) q35_mtp_rows(s, s->draft_hidden, &d, 1, P + j, dl + V);
+    }
+    return nd;
+}
+
+/* Chooses tokens from the verify rows (nd drafts, nd+1 rows): the accepted
+ * drafts, then one token from the target. Returns how many were emitted. */
+static int32_t accept(q35_session *s, const float *rows, const int32_t *drafts, int32_t nd, const q35_policy *policy,
+                      int32_t *out, int32_t *n_acc_out) {
+    const int32_t V = s->engine->cfg.vocab_size;
+    const int greedy = !policy || !policy->probs;
+    int32_t n_emit = 0, n_acc = 0;
+    for (int32_t i = 0; i <= nd; i++) {
+        const float *row = rows + (size_t)i * V;
+        int32_t t;
+        if (greedy) {
+            t = q35_argmax(row, V);
+            out[n_emit++] = t;
+            if (i < nd && t == drafts[i]) { n_acc++; continue; }
+            break;
+        }
+        float *p = s->target_probs;
+        policy->probs(policy->ctx, row, out, n_emit, p);
+        if (i < nd) {
+            const float *q = s->draft_probs + (size_t)i * V;
+            int32_t d = drafts[i];
+            /* q(d) = 0: d was not drawn from q (a test's draft hook put it
+             * there), so the proposal was the point mass at d: accept with
+             * probability p(d), else draw from p without d */
+            const int forced = !(q[d] > 0);
+            if (forced ? rng_uniform(policy->rng) < p[d]
+                       : (double)p[d] >= (double)q[d] || rng_uniform(policy->rng) * q[d] < p[d]) {
+                out[n_emit++] = d;
+                n_acc++;
+                continue;
+            }
+            double mass = 0.0; /* residual distribution max(0, p - q); q is 0 outside a draft vocabulary */
+            for (int32_t v = 0; v < V; v++) {
+                float r = forced ? (v == d ? 0.0f : p[v]) : p[v] - q[v];
+                p[v] = r > 0 ? r : 0.0f;
+                mass += p[v];
+            }
+            if (!(mass > 0)) policy->probs(policy->ctx, row, out, n_emit, p); /* p == q: fall back to p */
+        }
+        t = sample(p, V, policy->rng);
+        out[n_emit++] = t;
+        break;
+    }
+    *n_acc_out = n_acc;
+    return n_emit;
+}
+
+q35_status q35_batch_step(q35_session *const *ss, const int32_t *last, int32_t n, const q35_policy *const *policies,
+                          int32_t *out, int32_t *n_out, q35_error *err) {
+    if (n <= 0 || !ss || !last) return q35_fail(err, Q35_ERR_ARG, "empty batch");
+    q35_engine *e = ss[0]->engine;
+    const int32_t V = e->cfg.vocab_size, K1 = Q35_SPEC_K_MAX + 1;
+    int32_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const q35_policy *pol = policies ? policies[i] : NULL;
+        n_out[i] = 0;
+        if (last[i] < 0 || last[i] >= V)
+            return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary [0, %d)", i, last[i], V);
+        if (pol && pol->probs && !pol->rng) return q35_fail(err, Q35_ERR_ARG, "batch row %d: a sampling policy needs an rng state", i);
+        if (ss[i]->engine != e) return q35_fail(err, Q35_ERR_ARG, "batch row %d uses another engine", i);
+        total += (ss[i]->spec_k < Q35_SPEC_MAX ? ss[i]->spec_k : Q35_SPEC_MAX) + 1;
+    }
+    if (total > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a step batch holds at most %d rows (got %d)", Q35_UBATCH, total);
+    float *logits = ss[0]->spec_logits;
+    if (n > 1) logits = e->batch_logits; /* one lm_head pass over every row needs room for all of them */
+    int32_t drafts[Q35_UBATCH][Q35_SPEC_MAX], nd[Q35_UBATCH], rows_tok[Q35_UBATCH][Q35_SPEC_MAX + 1];
+    int32_t counts[Q35_UBATCH] = {0};
+    const int32_t *toks[Q35_UBATCH] = {0};
+    int ckpt[Q35_UBATCH] = {0};
+    for (int32_t i = 0; i < n; i++) {
+        nd[i] = draft(ss[i], last[i], policies ? policies[i] : NULL, drafts[i]);
+        rows_tok[i][0] = last[i];
+        memcpy(rows_tok[i] + 1, drafts[i], sizeof(int32_t) * (size_t)nd[i]);
+        toks[i] = rows_tok[i];
+        counts[i] = nd[i] + 1;
+        ckpt[i] = nd[i] > 0;
+    }
+    q35_status st = q35_forward_sessions(ss, toks, counts, ckpt, n, logits, err);
+    if (st) return st;
+    for (int32_t i = 0, row = 0; i < n; i++) {
+        q35_session *s = ss[i];
+        int32_t n_acc = 0;
+        n_out[i] = accept(s, logits + (size_t)row * V, drafts[i], nd[i], policies ? policies[i] : NULL, out + (size_t)i * K1,
+                          &n_acc);
+        if (s->spec_logits != logits + (size_t)row * V) /* the chosen rows, for callers that want logprobs */
+            memcpy(s->spec_logits, logits + (size_t)row * V, sizeof(float) * (size_t)V * (size_t)n_out[i]);
+        row += counts[i];
+        if (nd[i]) {
+            if ((st = q35_session_rewind(s, n_acc + 1, err))) return st;
+            s->stats.steps++;
+            s->stats.drafts += nd[i];
+            s->stats.accepted += n_acc;
+            for (int32_t j = 0; j < n_acc; j++) s->stats.accepted_at[j]++;
+        }
+    }
+    return Q35_OK;
+}
+
+q35_status q35_session_step(q35_session *s, int32_t last, const q35_policy *policy, int32_t *out, int32_t *n_out,
+                            float *logits_out, q35_error *err) {
+    const q35_policy *pols[1] = {policy};
+    q35_status st = q35_batch_step(&s, &last, 1, pols, out, n_out, err);
+    if (!st && logits_out) memcpy(logits_out, s->spec_logits, sizeof(float) * (size_t)s->engine->cfg.vocab_size * (size_t)*n_out);
+    return st;
+}
+
+const float *q35_session_step_logits(const q35_session *s) { return s->spec_logits; }

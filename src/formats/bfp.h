@@ -1,0 +1,115 @@
+/* bfp.h: Tenstorrent block floating point (bfp4_b, bfp8_b): the codec and
+ * the weight-cache storage layout of Q35_DT_BFP4 / Q35_DT_BFP8 tensors.
+ *
+ * Codec. A block is 16 values sharing one 8-bit exponent E (bias 127, the
+ * fp32 exponent field). Each value is a code (sign << w) | m, where m is a
+ * w-bit magnitude that includes the hidden bit: w = 3 for bfp4, 7 for bfp8.
+ * value = (-1)^s * m * 2^(E - 127 - (w - 1)). The encoder reproduces
+ * tt-metal's convert_u32_to_bfp bit for bit: E is the largest exponent field
+ * of the block; each significand is aligned by a truncating right shift, then
+ * rounded to w bits half-to-even on the bits that remain (double rounding, on
+ * purpose), saturated at 2^w - 1, and a zero magnitude never keeps its sign.
+ * Zero and denormal inputs give code 0; inf and NaN only count as exponent
+ * 255. Q35_BFP_EXP_SEARCH adds the optional 2026 exponent search (try E - 1,
+ * keep it only if the block's squared error is strictly lower).
+ *
+ * Layout. TT stores Linear weights as [in, out], so its blocks run along the
+ * output features. We re-encode from the checkpoint's [out, in] matrix with
+ * blocks along the input dimension K instead: then one activation block
+ * (16 consecutive inputs) meets one weight exponent per row, so the
+ * activation can be quantized per block to int8 and the dot product runs on
+ * integer units (vpdpbusd), with one float scale per 16 x 16 weights. The
+ * codec is TT's exactly; only the block orientation differs, so values are
+ * not bit-identical to a TT tile cache of the same weights.
+ *
+ * A tensor [n_out, n_in] (n_in % 16 == 0) is stored as ceil(n_out / 16)
+ * panels of 16 rows; rows past n_out are padding (exponent 0, code 0). With
+ * n_blk = n_in / 16, panel p (rows 16p .. 16p+15) starts at byte
+ * p * q35_bfp_panel_bytes() and holds two sections:
+ *
+ *   exponents  n_blk * 16 bytes:  byte 16*b + r = exponent of row r, block b
+ *   codes      n_blk * 128 (bfp4) or 256 (bfp8) bytes; block b is four
+ *              groups g = 0..3 of four inputs k = 16b + 4g + j (j = 0..3):
+ *     bfp8: group = 64 bytes,  byte 4r + j = code(row r, k)
+ *     bfp4: group = 32 bytes,  byte 4r + j (r < 8): low nibble = code(row r, k),
+ *                                                   high nibble = code(row r + 8, k)
+ *
+ * So a panel is 144 * n_blk (bfp4) or 272 * n_blk (bfp8) bytes: 4.5 and 8.5
+ * bits per weight, as in TT. One group is exactly one vpdpbusd operand: each
+ * 32-bit lane is one row and its four bytes are four consecutive k (for bfp4
+ * after splitting the nibbles: low nibbles are rows 0-7, high rows 8-15), so
+ * no horizontal sums are needed and a panel is one sequential stream. With
+ * n_in % 64 == 0 (every Qwen3.5 matrix) panels are a multiple of 64 bytes, so
+ * a 64-byte aligned tensor keeps every section and group naturally aligned.
+ *
+ * Why this layout. Decode reads each weight once, so it is bandwidth-bound
+ * only while one core decodes faster than its share of DRAM (about 22 GB/s
+ * per core for 44 GB/s on 2 cores); what decides is work per byte.
+ * bench/bench_kernels.c compares three bfp4 layouts with AVX2 kernels on a
+ * [12288, 4096] GEMV (n_tok = 1), best of several runs, on a 2-vCPU AMD EPYC
+ * VM (AVX2, no AVX-512) that other jobs were loading at the time, so its
+ * DRAM figures moved between runs (read ceiling 4-9 GB/s with 1 thread);
+ * the in-cache figure (one core, weights hot in L2) is the stable one:
+ *
+ *   GB/s of bfp4 data             in cache, 1 thread   DRAM, 1 thread
+ *   16-row panels (this layout)        11.7 - 16.4        2.8 - 5.9
+ *   row-major, blocks along K           6.0 -  7.9        2.1 - 4.4
+ *   TT orientation, blocks along N      1.8 -  4.0        1.2 - 1.5
+ *
+ * Panels need about 70 AVX2 instructions per 16 x 16 block; row-major
+ * needs about twice that (block scales spread across lanes, a horizontal
+ * sum per row), and TT's orientation more again (x stays fp32: a scalar
+ * scale and a float decode per input). With AVX-512 VNNI a panel block is
+ * about 30 instructions (one vpdpbusd per group). Kept in TT's orientation,
+ * a TT tile cache could be used without re-encoding; this layout instead
+ * re-encodes the checkpoint's weights with the same codec along K.
+ */
+#ifndef Q35_BFP_H
+#define Q35_BFP_H
+
+#include "qwen35.h"
+#include "formats/tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define Q35_BFP_BLOCK 16 /* values per shared exponent */
+#define Q35_BFP_PANEL 16 /* rows per panel in the storage layout */
+
+/* Encoder flags. */
+#define Q35_BFP_EXP_SEARCH 1u /* tt-metal's optional exponent search (spec 1.3 step 4) */
+
+/* Magnitude bits w for Q35_DT_BFP4 (3) or Q35_DT_BFP8 (7); 0 for other dtypes. */
+int q35_bfp_mant_bits(q35_dtype dt);
+
+/* Encodes 16 fp32 bit patterns (bf16 input: widen with `h << 16` first) into
+ * 16 one-byte codes (sign at bit w) and returns the shared exponent byte. */
+uint8_t q35_bfp_encode_block(q35_dtype dt, const uint32_t in_bits[Q35_BFP_BLOCK], unsigned flags,
+                             uint8_t codes[Q35_BFP_BLOCK]);
+
+/* One code under shared exponent exp, exactly as a float (never -0). */
+float q35_bfp_decode(q35_dtype dt, uint8_t exp, uint8_t code);
+
+/* Bytes of one 16-row panel, and of a whole [n_out, n_in] tensor. */
+size_t q35_bfp_panel_bytes(q35_dtype dt, int64_t n_in);
+size_t q35_bfp_tensor_bytes(q35_dtype dt, int64_t n_out, int64_t n_in);
+
+/* Stores / loads block b of row r (exponent and 16 unpacked codes) in the
+ * panel layout described above. */
+void q35_bfp_put_block(q35_dtype dt, void *data, int64_t n_in, int64_t r, int64_t b, uint8_t exp,
+                       const uint8_t codes[Q35_BFP_BLOCK]);
+uint8_t q35_bfp_get_block(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t b,
+                          uint8_t codes[Q35_BFP_BLOCK]);
+
+/* Converts a row-major [n_out, n_in] F32 or BF16 matrix (src_dt) into the
+ * panel layout of dt in dst (dst_size >= q35_bfp_tensor_bytes(dt, n_out,
+ * n_in); padding rows are written as zeros). The weight-cache writer calls
+ * this once per tensor. */
+q35_status q35_bfp_pack_matrix(q35_dtype dt, void *dst, size_t dst_size, const void *src, q35_dtype src_dt,
+                               int64_t n_out, int64_t n_in, unsigned flags, q35_error *err);
+
+/* Row r of a packed [*, n_in] tensor decoded to n_in floats, and one element. */
+void q35_bfp_get_row(q35_dtype dt, const void *data, int64_t n_in, int64_t r, float *out);
+float q35_bfp_get(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t i);
+
+#endif

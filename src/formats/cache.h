@@ -1,0 +1,161 @@
+/* cache.h: the weight cache: one file, model.q35, that the engine maps and
+ * binds without converting anything, plus the code that writes it from a
+ * checkpoint (prepare), checks it (verify) and reads it (load).
+ *
+ * A cache directory holds:
+ *   model.q35        header, tensor table, tensor data (below)
+ *   config.json      copied from the source (the engine reads it as usual)
+ *   tokenizer files  copied when the source has them
+ *   manifest.json    source files (size, SHA-256), qwen35 version, policy,
+ *                    per-tensor dtype/shape/SHA-256, the model config
+ *   model-spec.json  context length, MTP, concurrency
+ * model.q35 and manifest.json are written as *.partial, fsynced and renamed,
+ * manifest last, so an interrupted prepare leaves nothing that looks
+ * complete.
+ *
+ * model.q35, all integers little-endian:
+ *   header (128 bytes)
+ *     0  char[8]  magic "Q35CACHE"
+ *     8  u32      format version (Q35_CACHE_VERSION)
+ *    12  u32      header bytes (128)
+ *    16  u32      tensor count N
+ *    20  u32      table record bytes (256)
+ *    24  u64      table offset (128)
+ *    32  u64      data offset (table end rounded up to 4096)
+ *    40  u64      file size in bytes (a shorter file is truncated)
+ *    48  u8[32]   SHA-256 of the N table records
+ *    80  u8[32]   SHA-256 of the config.json the cache was prepared from
+ *   112  u8[16]   zero
+ *   table: N records of 256 bytes, sorted by name
+ *     0  char[128] tensor name, NUL-padded (at most 127 bytes)
+ *   128  u32      dtype (q35_dtype: 0 F32, 1 F16, 2 BF16, 3 BFP8, 4 BFP4)
+ *   132  u32      layout: 0 row-major, 1 bfp 16-row panels (see bfp.h)
+ *   136  u32      ndim (1..8)
+ *   140  u32      zero
+ *   144  i64[8]   shape, PyTorch order; unused dims 0
+ *   208  u64      data offset from the start of the file (a multiple of 64)
+ *   216  u64      data bytes (must equal what dtype, layout and shape need)
+ *   224  u8[32]   SHA-256 of the data bytes
+ *   data: each tensor at its offset, 64-byte aligned, zero padding between.
+ *
+ * Loading checks magic, version, sizes, the table hash, every record
+ * (name, dtype, layout, shape, byte count, bounds, alignment) and the
+ * config hash, but not the data hashes: that is `qwen35 verify`. */
+#ifndef Q35_CACHE_H
+#define Q35_CACHE_H
+
+#include "formats/safetensors.h"
+
+#define Q35_CACHE_MAGIC "Q35CACHE"
+#define Q35_CACHE_VERSION 1u
+#define Q35_CACHE_HEADER_BYTES 128u
+#define Q35_CACHE_RECORD_BYTES 256u
+#define Q35_CACHE_NAME_MAX 128
+#define Q35_CACHE_ALIGN 64u
+#define Q35_CACHE_FILE "model.q35"
+
+enum { Q35_LAYOUT_ROWS = 0, Q35_LAYOUT_BFP_PANELS = 1 };
+
+/* Bytes a tensor of this dtype and shape occupies (BFP: panels of 16 rows
+ * over the last dimension; 0 when it cannot be stored that way). */
+size_t q35_cache_tensor_bytes(q35_dtype dt, int ndim, const int64_t *shape);
+
+/* Parses a cache image in memory (the fuzz target's entry): header, table,
+ * records and bounds. Entries point into `data`; `label` names the file. */
+q35_status q35_cache_parse(const void *data, size_t size, const char *label, q35_st_file *out, q35_error *err);
+
+/* 1 when dir holds a cache (dir/model.q35), 0 otherwise. */
+int q35_cache_present(const char *dir);
+
+/* Maps dir/model.q35 and fills ck as q35_checkpoint_open does, so that
+ * the weights bind unchanged; also checks dir/config.json against the hash
+ * recorded at prepare time. */
+q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err);
+
+/* ---- policies: which dtype each tensor gets ---- */
+typedef enum q35_policy_id {
+    Q35_POLICY_DEFAULT = 0, /* projections BFP4; embedding and lm_head BFP8; small tensors as stored */
+    Q35_POLICY_BF16,        /* every tensor as stored (F32 matrices rounded to BF16) */
+    Q35_POLICY_BFP8,        /* every matrix BFP8 */
+    Q35_POLICY_BFP4_ALL,    /* every matrix BFP4, embedding and lm_head included */
+    Q35_POLICY_COUNT
+} q35_policy_id;
+
+const char *q35_policy_name(q35_policy_id p);
+q35_status q35_policy_parse(const char *name, q35_policy_id *out, q35_error *err);
+/* The stored dtype of tensor `name` (source dtype src, shape) under p. */
+q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape);
+
+/* ---- writing ---- */
+/* One tensor of a cache being written. */
+typedef struct q35_cache_item {
+    char name[Q35_CACHE_NAME_MAX];
+    q35_dtype src_dtype, dtype;
+    int32_t ndim;
+    int64_t shape[Q35_MAX_DIMS];
+    uint64_t offset, nbytes;
+    uint8_t sha256[32];
+} q35_cache_item;
+
+/* Produces rows [r0, r0 + n) of item i (rows over the first dimension of a
+ * 2-D view [shape0, rest]) in the item's source dtype into buf. */
+typedef q35_status (*q35_cache_fill_fn)(void *ctx, const q35_cache_item *item, int32_t i, int64_t r0, int64_t n,
+                                        void *buf, q35_error *err);
+/* Progress: bytes written so far of total, and the tensor at hand. */
+typedef void (*q35_progress_fn)(void *ctx, uint64_t done, uint64_t total, const char *what);
+
+/* Lays out items (sorted by name; offsets assigned) and writes the cache
+ * file at `path` (written as path.partial, fsynced, renamed). Fills each
+ * item's sha256. */
+q35_status q35_cache_write(const char *path, q35_cache_item *items, int32_t n, const uint8_t config_sha256[32],
+                           q35_cache_fill_fn fill, void *fill_ctx, q35_progress_fn progress, void *progress_ctx,
+                           q35_error *err);
+
+/* SHA-256 of a whole file, streamed (for the manifest and --expect). */
+q35_status q35_sha256_file(const char *path, uint8_t out[32], q35_progress_fn progress, void *ctx, q35_error *err);
+void q35_sha256_hex(const uint8_t sha[32], char hex[65]);
+
+/* ---- prepare / verify ---- */
+typedef struct q35_prepare_params {
+    const char *checkpoint;   /* source checkpoint directory (or NULL with synthetic) */
+    const char *out_dir;      /* cache directory to create */
+    q35_policy_id policy;
+    const char *expect;       /* NULL, or a JSON file of expected source files (size, sha256) */
+    const char *synthetic;    /* NULL, "qwen3.5-9b" (exact shapes), or a config.json path: pseudo-random weights */
+    int force;                /* replace a different cache in out_dir */
+    const char *const *overrides; /* "TENSOR=DTYPE" (bf16, bfp8, bfp4, stored): exceptions to the policy */
+    int32_t n_overrides;
+    q35_progress_fn progress;
+    void *progress_ctx;
+} q35_prepare_params;
+
+q35_status q35_prepare(const q35_prepare_params *p, q35_error *err);
+
+/* Re-hashes every tensor of the cache in dir against its table and the
+ * manifest. On a mismatch returns Q35_ERR_FORMAT; `report` (if not NULL)
+ * receives one line per bad tensor. */
+typedef void (*q35_report_fn)(void *ctx, const char *line);
+q35_status q35_cache_verify(const char *dir, q35_report_fn report, void *report_ctx, q35_progress_fn progress,
+                            void *progress_ctx, q35_error *err);
+
+/* The text_config of Qwen3.5-9B (spec qwen35-model.md 1.2), as a full
+ * config.json document (a new heap string). */
+char *q35_config_json_9b(void);
+
+/* The tensors (name, source dtype, shape) of the model a config describes,
+ * text model and MTP head, in binding order. *items is a new array. */
+q35_status q35_model_tensors(const char *config_json, q35_cache_item **items, int32_t *n, q35_error *err);
+
+/* ---- source download (src/hub.c) ---- */
+typedef struct q35_download_params {
+    const char *endpoint;  /* "https://huggingface.co"; http only for 127.0.0.1 / localhost */
+    const char *repo;      /* "Qwen/Qwen3.5-9B" */
+    const char *revision;  /* commit hash or branch */
+    const char *dest_dir;  /* created if missing; files resume from dest/NAME.partial */
+    q35_progress_fn progress;
+    void *progress_ctx;
+} q35_download_params;
+
+q35_status q35_hub_download(const q35_download_params *p, q35_error *err);
+
+#endif
