@@ -33,10 +33,11 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
     if (n > 0 && !e->w.mtp.present)
         return q35_fail(err, Q35_ERR_UNSUPPORTED, "the model has no MTP head (mtp.* tensors), so it has no draft head to reduce");
     int64_t full_bytes = (int64_t)head->nbytes, old_bytes = e->n_draft ? (int64_t)e->draft_head.nbytes : full_bytes;
+    q35_backend *be = e->backend;
     if (n == 0) {
         q35_spec_free_draft_head(e);
         e->info.mtp_bytes_per_draft += full_bytes - old_bytes;
-        return Q35_OK;
+        return be->ops->set_draft_head(be, NULL, err);
     }
     int32_t *sorted = malloc(sizeof *sorted * (size_t)n);
     if (!sorted) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a draft vocabulary of %d ids", n);
@@ -84,6 +85,13 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
     e->draft_head.shape[0] = n;
     e->draft_head.data = data;
     e->draft_head.nbytes = bytes;
+    q35_status st = be->ops->set_draft_head(be, &e->draft_head, err);
+    if (st) { /* the backend could not take it: back to the whole lm_head */
+        q35_spec_free_draft_head(e);
+        e->info.mtp_bytes_per_draft += full_bytes - old_bytes;
+        be->ops->set_draft_head(be, NULL, NULL);
+        return st;
+    }
     e->info.mtp_bytes_per_draft += (int64_t)bytes - old_bytes;
     return Q35_OK;
 }
