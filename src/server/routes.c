@@ -24,16 +24,16 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
     r->t_arrive = b->t_start;
     int status = q35_api_parse(b->data ? b->data : "", b->len, kind, &srv->limits, &r->api, msg, sizeof msg, param, sizeof param);
     if (status) { q35_task_release(r); return q35_http_send_error(c, (unsigned)status, msg, param); }
-    if (r->api.json_object && (!(srv->tok != NULL) || r->api.enable_thinking > 0)) {
+    if (r->api.json_object && (!srv->tok || r->api.enable_thinking > 0)) {
         q35_task_release(r);
-        return q35_http_send_error(c, 400, (srv->tok != NULL) ? "response_format json_object does not combine with enable_thinking"
-                                                   : "response_format json_object needs the tokenizer, which this model directory lacks",
-                          "response_format");
+        return q35_http_send_error(c, 400, srv->tok ? "response_format json_object does not combine with enable_thinking"
+                                                    : "response_format json_object needs the tokenizer, which this model directory lacks",
+                                   "response_format");
     }
     if (r->api.tool_choice && (r->api.tool_choice_named || !strcmp(r->api.tool_choice, "required"))) {
         q35_task_release(r);
         return q35_http_send_error(c, 400, "tool_choice 'required' and named functions need constrained decoding, which this "
-                                  "server does not have; use 'auto' or 'none'", "tool_choice");
+                                           "server does not have; use 'auto' or 'none'", "tool_choice");
     }
     /* tool_choice "none": the tools are neither shown to the model nor parsed */
     if (r->api.tools && !(r->api.tool_choice && !strcmp(r->api.tool_choice, "none")))
@@ -82,7 +82,6 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
 }
 
 /* /tokenize: {prompt} or a chat form {messages, tools, chat_template_kwargs}
-
  * -> {count, max_model_len, tokens, token_strs?}; /detokenize: {tokens} ->
  * {prompt}. Shapes as vLLM's. */
 static enum MHD_Result handle_tokenize(q35_server *srv, struct MHD_Connection *c, const q35_http_body *b, bool detok) {
