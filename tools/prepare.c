@@ -3,7 +3,7 @@
  * `qwen35 info` (what a checkpoint or cache holds and what it costs per
  * token). The work is in the library (src/prepare.c, src/cache.c,
  * src/hub.c); this file parses options and draws progress. */
-#include "formats/cache.h"
+#include "model/prepare.h"
 #include "cli.h"
 #include "model/model.h"
 #include "qwen35.h"

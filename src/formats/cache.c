@@ -1,5 +1,5 @@
 /* cache.c: the model.q35 file format (see cache.h): parse and map a cache,
- * lay out and write one, and the storage policies.
+ * lay out and write one.
  *
  * Writing streams: the table is known before any data (every size follows
  * from dtype and shape), so each tensor is converted in chunks of whole
@@ -201,54 +201,6 @@ q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err) {
     }
     if (st) q35_checkpoint_close(ck);
     return st;
-}
-
-/* ---- policies ---- */
-
-static const char *const policy_names[Q35_POLICY_COUNT] = {"default", "bf16", "bfp8", "bfp4-all"};
-
-const char *q35_policy_name(q35_policy_id p) { return p < Q35_POLICY_COUNT ? policy_names[p] : "?"; }
-
-q35_status q35_policy_parse(const char *name, q35_policy_id *out, q35_error *err) {
-    for (int i = 0; i < Q35_POLICY_COUNT; i++)
-        if (!strcmp(name, policy_names[i])) { *out = (q35_policy_id)i; return Q35_OK; }
-    return q35_fail(err, Q35_ERR_ARG, "unknown policy '%s' (choose default, bf16, bfp8 or bfp4-all)", name);
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
-/* The large matrices every token streams through. */
-static int is_projection(const char *name) {
-    static const char *const sfx[] = {
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-        "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.out_proj.weight",
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-    };
-    if (!strcmp(name, "mtp.fc.weight")) return 1;
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
-        if (ends_with(name, sfx[i])) return 1;
-    return 0;
-}
-
-q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape) {
-    int matrix = ndim == 2 && shape[1] % Q35_BFP_BLOCK == 0 && shape[0] > 0;
-    int embed = !strcmp(name, "model.language_model.embed_tokens.weight");
-    int head = !strcmp(name, "lm_head.weight");
-    q35_dtype stored = ndim == 2 && src == Q35_DT_F32 && p == Q35_POLICY_BF16 ? Q35_DT_BF16 : src;
-    if (!matrix || p == Q35_POLICY_BF16) return stored;
-    switch (p) {
-    case Q35_POLICY_BFP8: return Q35_DT_BFP8;
-    case Q35_POLICY_BFP4_ALL: return Q35_DT_BFP4;
-    default: break;
-    }
-    /* default: chosen by `qwen35 eval --kld-base` on the test models
-     * (docs/weight-cache.md): BFP8 for the embedding and lm_head measured
-     * the same as BF16 at half the bytes; BFP4 there cost measurably more. */
-    if (embed || head) return Q35_DT_BFP8;
-    return is_projection(name) ? Q35_DT_BFP4 : src;
 }
 
 /* ---- writing ---- */

@@ -9,7 +9,7 @@
  * from the mapping one chunk at a time and their pages dropped afterwards,
  * so memory stays bounded by the chunk size, not by the checkpoint. */
 #include "formats/bfp.h"
-#include "formats/cache.h"
+#include "model/prepare.h"
 #include "model/model.h"
 
 #include <errno.h>
