@@ -130,9 +130,7 @@ int cmd_verify(int argc, char **argv) {
 
 static uint64_t row_bytes(const q35_tensor *t) {
     if (t->ndim < 2) return t->nbytes;
-    int64_t rows = t->shape[0];
-    if (t->dtype == Q35_DT_BFP4 || t->dtype == Q35_DT_BFP8) rows = (rows + 15) / 16 * 16;
-    return t->nbytes / (uint64_t)rows;
+    return q35_dtype_row_bytes(t->dtype, q35_tensor_nelem(t) / t->shape[0]);
 }
 
 typedef struct {

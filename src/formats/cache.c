@@ -34,25 +34,22 @@ static void sha256(const void *data, size_t n, uint8_t out[32]) {
     EVP_Digest(data, n, out, &len, EVP_sha256(), NULL);
 }
 
-static int is_bfp(q35_dtype dt) { return dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8; }
-
-static size_t elem_bytes(q35_dtype dt) { return dt == Q35_DT_F32 ? 4 : 2; }
-
 size_t q35_cache_tensor_bytes(q35_dtype dt, int ndim, const int64_t *shape) {
-    if (ndim < 1 || ndim > Q35_MAX_DIMS) return 0;
+    const q35_dtype_traits *t = q35_dtype_info(dt);
+    if (!t || ndim < 1 || ndim > Q35_MAX_DIMS) return 0;
     uint64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40)) return 0;
         if (n > (UINT64_MAX >> 8) / (uint64_t)shape[i]) return 0;
         n *= (uint64_t)shape[i];
     }
-    if (is_bfp(dt)) {
-        if (ndim != 2 || shape[1] % Q35_BFP_BLOCK) return 0;
-        return q35_bfp_tensor_bytes(dt, shape[0], shape[1]);
-    }
-    if (dt != Q35_DT_F32 && dt != Q35_DT_F16 && dt != Q35_DT_BF16) return 0;
-    return (size_t)(n * elem_bytes(dt));
+    if (q35_dtype_is_block(dt) && (ndim != 2 || shape[1] % t->block_elems)) return 0; /* panels of a matrix */
+    int64_t rows = ndim == 1 ? 1 : shape[0];
+    return q35_dtype_bytes(dt, rows, (int64_t)n / rows);
 }
+
+/* The layout code a record gives each dtype. */
+static uint32_t layout_of(q35_dtype dt) { return q35_dtype_is_block(dt) ? Q35_LAYOUT_BFP_PANELS : Q35_LAYOUT_ROWS; }
 
 /* ---- reading ---- */
 
@@ -68,7 +65,7 @@ static q35_status parse_record(const uint8_t *r, int32_t idx, const uint8_t *bas
     uint32_t dtype = rd32(r + 128), layout = rd32(r + 132), ndim = rd32(r + 136);
     if (dtype >= Q35_DT_COUNT)
         return q35_fail(err, Q35_ERR_FORMAT, "%s: tensor '%s': unknown dtype code %u", label, name, dtype);
-    if (layout != (is_bfp((q35_dtype)dtype) ? Q35_LAYOUT_BFP_PANELS : Q35_LAYOUT_ROWS))
+    if (layout != layout_of((q35_dtype)dtype))
         return q35_fail(err, Q35_ERR_FORMAT, "%s: tensor '%s': layout %u does not go with dtype %s", label, name, layout,
                         q35_dtype_name((q35_dtype)dtype));
     if (ndim < 1 || ndim > Q35_MAX_DIMS)
@@ -224,34 +221,21 @@ static q35_status write_all(int fd, const void *buf, size_t n, uint64_t off, con
     return Q35_OK;
 }
 
-/* Converts rows of src (item->src_dtype) into the stored dtype. For BFP the
+/* Converts rows of src (item->src_dtype) into the stored dtype, through
+ * floats (tmp, when the source is not F32 already). For a block format the
  * rows start on a panel boundary, so they land at a panel's offset. */
-static q35_status convert_rows(const q35_cache_item *it, const void *src, int64_t n_rows, int64_t row_elems, void *dst,
-                               size_t dst_size, float *tmp, q35_error *err) {
-    size_t n = (size_t)n_rows * (size_t)row_elems;
+static void convert_rows(const q35_cache_item *it, const void *src, int64_t n_rows, int64_t row_elems, void *dst,
+                         float *tmp) {
     if (it->dtype == it->src_dtype) { /* already in the stored form (synthetic codes, as-stored tensors) */
-        memcpy(dst, src, is_bfp(it->dtype) ? q35_bfp_tensor_bytes(it->dtype, n_rows, row_elems) : n * elem_bytes(it->dtype));
-        return Q35_OK;
+        memcpy(dst, src, q35_dtype_bytes(it->dtype, n_rows, row_elems));
+        return;
     }
-    if (is_bfp(it->dtype)) {
-        const void *in = src;
-        q35_dtype in_dt = it->src_dtype;
-        if (in_dt == Q35_DT_F16) {
-            const uint16_t *h = src;
-            for (size_t i = 0; i < n; i++) tmp[i] = q35_f16_to_f32(h[i]);
-            in = tmp;
-            in_dt = Q35_DT_F32;
-        }
-        return q35_bfp_pack_matrix(it->dtype, dst, dst_size, in, in_dt, n_rows, row_elems, 0, err);
+    const float *f = src;
+    if (it->src_dtype != Q35_DT_F32) {
+        q35_dtype_decode(it->src_dtype, src, row_elems, 0, n_rows * row_elems, tmp);
+        f = tmp;
     }
-    if (it->dtype == Q35_DT_BF16 && it->src_dtype == Q35_DT_F32) {
-        const float *f = src;
-        uint16_t *o = dst;
-        for (size_t i = 0; i < n; i++) o[i] = q35_f32_to_bf16(f[i]);
-        return Q35_OK;
-    }
-    return q35_fail(err, Q35_ERR_UNSUPPORTED, "tensor '%s': cannot convert %s to %s", it->name,
-                    q35_dtype_name(it->src_dtype), q35_dtype_name(it->dtype));
+    q35_dtype_encode(it->dtype, dst, f, n_rows, row_elems);
 }
 
 static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int32_t idx, q35_cache_fill_fn fill,
@@ -260,28 +244,26 @@ static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int
     int64_t rows = it->shape[0], row_elems = 1;
     for (int d = 1; d < it->ndim; d++) row_elems *= it->shape[d];
     if (it->ndim == 1) { rows = 1; row_elems = it->shape[0]; }
-    size_t src_row = (size_t)row_elems * elem_bytes(it->src_dtype);
+    size_t src_row = q35_dtype_row_bytes(it->src_dtype, row_elems);
     int64_t chunk = (int64_t)(CHUNK_BYTES / (src_row ? src_row : 1));
     chunk = chunk / Q35_BFP_PANEL * Q35_BFP_PANEL;
     if (chunk < Q35_BFP_PANEL) chunk = Q35_BFP_PANEL;
     if (chunk > rows) chunk = rows;
-    size_t out_cap = is_bfp(it->dtype) ? q35_bfp_tensor_bytes(it->dtype, chunk, row_elems)
-                                       : (size_t)chunk * (size_t)row_elems * elem_bytes(it->dtype);
-    void *src = malloc(is_bfp(it->src_dtype) ? q35_bfp_tensor_bytes(it->src_dtype, chunk, row_elems) : (size_t)chunk * src_row);
-    void *dst = malloc(out_cap);
-    float *tmp = it->src_dtype == Q35_DT_F16 && is_bfp(it->dtype) ? malloc((size_t)chunk * (size_t)row_elems * 4) : NULL;
+    int need_tmp = it->dtype != it->src_dtype && it->src_dtype != Q35_DT_F32; /* converted through floats */
+    void *src = malloc(q35_dtype_bytes(it->src_dtype, chunk, row_elems));
+    void *dst = malloc(q35_dtype_bytes(it->dtype, chunk, row_elems));
+    float *tmp = need_tmp ? malloc((size_t)chunk * (size_t)row_elems * sizeof *tmp) : NULL;
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     q35_status st = Q35_OK;
-    if (!src || !dst || !md || (it->src_dtype == Q35_DT_F16 && is_bfp(it->dtype) && !tmp))
+    if (!src || !dst || !md || (need_tmp && !tmp))
         st = q35_fail(err, Q35_ERR_NOMEM, "tensor '%s': out of memory for a %lld-row chunk", it->name, (long long)chunk);
     if (!st) EVP_DigestInit_ex(md, EVP_sha256(), NULL);
     uint64_t off = it->offset;
     for (int64_t r0 = 0; !st && r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
         st = fill(fill_ctx, it, idx, r0, n, src, err);
-        size_t out_n = is_bfp(it->dtype) ? q35_bfp_tensor_bytes(it->dtype, n, row_elems)
-                                         : (size_t)n * (size_t)row_elems * elem_bytes(it->dtype);
-        if (!st) st = convert_rows(it, src, n, row_elems, dst, out_cap, tmp, err);
+        size_t out_n = q35_dtype_bytes(it->dtype, n, row_elems);
+        if (!st) convert_rows(it, src, n, row_elems, dst, tmp);
         if (!st) st = write_all(fd, dst, out_n, off, path, err);
         if (!st) EVP_DigestUpdate(md, dst, out_n);
         off += out_n;
@@ -306,7 +288,7 @@ static void encode_record(const q35_cache_item *it, uint8_t *r) {
     memset(r, 0, Q35_CACHE_RECORD_BYTES);
     memcpy(r, it->name, strlen(it->name));
     wr32(r + 128, (uint32_t)it->dtype);
-    wr32(r + 132, is_bfp(it->dtype) ? Q35_LAYOUT_BFP_PANELS : Q35_LAYOUT_ROWS);
+    wr32(r + 132, layout_of(it->dtype));
     wr32(r + 136, (uint32_t)it->ndim);
     for (int d = 0; d < it->ndim; d++) wr64(r + 144 + 8 * d, (uint64_t)it->shape[d]);
     wr64(r + 208, it->offset);
