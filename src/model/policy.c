@@ -1,6 +1,7 @@
 /* policy.c: the weight cache's dtype policies: which dtype each tensor of
  * the model is stored in (prepare.h). */
 #include "model/prepare.h"
+#include "model/tensors.h"
 #include "formats/bfp.h"
 
 static const char *const policy_names[Q35_POLICY_COUNT] = {"default", "bf16", "bfp8", "bfp4-all"};
@@ -18,23 +19,20 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* The large matrices every token streams through. */
-static int is_projection(const char *name) {
-    static const char *const sfx[] = {
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-        "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.out_proj.weight",
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-    };
-    if (!strcmp(name, "mtp.fc.weight")) return 1;
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
-        if (ends_with(name, sfx[i])) return 1;
-    return 0;
+/* The role the tensor table gives `name`: whole names for the tensors held
+ * once, a layer tensor's part after its prefix. */
+static q35_tensor_role role_of(const char *name) {
+    for (int i = 0; i < q35_n_tensor_defs; i++) {
+        const q35_tensor_def *d = &q35_tensor_defs[i];
+        int once = d->part == Q35_PART_MODEL || d->part == Q35_PART_MTP;
+        if (once ? !strcmp(name, d->name) : ends_with(name, d->name)) return (q35_tensor_role)d->role;
+    }
+    return Q35_ROLE_OTHER;
 }
 
 q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape) {
     int matrix = ndim == 2 && shape[1] % Q35_BFP_BLOCK == 0 && shape[0] > 0;
-    int embed = !strcmp(name, "model.language_model.embed_tokens.weight");
-    int head = !strcmp(name, "lm_head.weight");
+    q35_tensor_role role = role_of(name);
     q35_dtype stored = ndim == 2 && src == Q35_DT_F32 && p == Q35_POLICY_BF16 ? Q35_DT_BF16 : src;
     if (!matrix || p == Q35_POLICY_BF16) return stored;
     switch (p) {
@@ -45,6 +43,6 @@ q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int
     /* default: chosen by `qwen35 eval --kld-base` on the test models
      * (docs/weight-cache.md): BFP8 for the embedding and lm_head measured
      * the same as BF16 at half the bytes; BFP4 there cost measurably more. */
-    if (embed || head) return Q35_DT_BFP8;
-    return is_projection(name) ? Q35_DT_BFP4 : src;
+    if (role == Q35_ROLE_EMBED || role == Q35_ROLE_HEAD) return Q35_DT_BFP8;
+    return role == Q35_ROLE_PROJECTION ? Q35_DT_BFP4 : src;
 }
