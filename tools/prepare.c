@@ -4,6 +4,7 @@
  * token). The work is in the library (src/prepare.c, src/cache.c,
  * src/hub.c); this file parses options and draws progress. */
 #include "model/prepare.h"
+#include "formats/hub.h"
 #include "cli.h"
 #include "model/model.h"
 #include "qwen35.h"

@@ -162,16 +162,16 @@ static int cmp_entry_ptr(const void *a, const void *b) {
     return strcmp((*(const q35_st_entry *const *)a)->name, (*(const q35_st_entry *const *)b)->name);
 }
 
-q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err) {
-    memset(ck, 0, sizeof *ck);
-    ck->dir = strdup(dir);
-    ck->files = calloc(1, sizeof *ck->files);
-    if (!ck->dir || !ck->files) { q35_checkpoint_close(ck); return q35_fail(err, Q35_ERR_NOMEM, "out of memory"); }
-    q35_st_file *f = &ck->files[0];
+q35_status q35_cache_open(const char *dir, q35_checkpoint *out, q35_error *err) {
+    memset(out, 0, sizeof *out);
+    out->dir = strdup(dir);
+    out->files = calloc(1, sizeof *out->files);
+    if (!out->dir || !out->files) { q35_checkpoint_close(out); return q35_fail(err, Q35_ERR_NOMEM, "out of memory"); }
+    q35_st_file *f = &out->files[0];
     f->map.fd = -1;
     f->path = q35_path_join(dir, Q35_CACHE_FILE);
     q35_status st = q35_map_file(f->path, &f->map, err);
-    ck->n_files = 1;
+    out->n_files = 1;
     if (!st) st = q35_cache_parse(f->map.data, f->map.size, f->path, f, err);
     if (!st) { /* the config the engine reads must be the one the cache was prepared from */
         char *cfg = q35_path_join(dir, "config.json"), *text = NULL;
@@ -188,15 +188,15 @@ q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err) {
         free(cfg);
     }
     if (!st) {
-        ck->index = calloc((size_t)f->n_entries, sizeof *ck->index);
-        if (!ck->index) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
-        for (int32_t i = 0; !st && i < f->n_entries; i++) ck->index[i] = &f->entries[i];
+        out->index = calloc((size_t)f->n_entries, sizeof *out->index);
+        if (!out->index) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+        for (int32_t i = 0; !st && i < f->n_entries; i++) out->index[i] = &f->entries[i];
         if (!st) {
-            ck->n_index = f->n_entries;
-            qsort(ck->index, (size_t)ck->n_index, sizeof *ck->index, cmp_entry_ptr);
+            out->n_index = f->n_entries;
+            qsort(out->index, (size_t)out->n_index, sizeof *out->index, cmp_entry_ptr);
         }
     }
-    if (st) q35_checkpoint_close(ck);
+    if (st) q35_checkpoint_close(out);
     return st;
 }
 

@@ -653,10 +653,10 @@ static void reportf(q35_report_fn report, void *ctx, const char *fmt, ...) {
 
 q35_status q35_cache_verify(const char *dir, q35_report_fn report, void *rctx, q35_progress_fn progress, void *pctx,
                             q35_error *err) {
-    q35_checkpoint ck;
-    q35_status st = q35_cache_open(dir, &ck, err);
+    q35_checkpoint cache;
+    q35_status st = q35_cache_open(dir, &cache, err);
     if (st) return st;
-    const q35_st_file *f = &ck.files[0];
+    const q35_st_file *f = &cache.files[0];
     const uint8_t *base = f->map.data;
     uint32_t n = (uint32_t)f->n_entries;
     char *man_path = q35_path_join(dir, "manifest.json");
@@ -701,6 +701,6 @@ q35_status q35_cache_verify(const char *dir, q35_report_fn report, void *rctx, q
                            bad == 1 ? "" : "s", first);
     json_decref(man);
     free(man_path);
-    q35_checkpoint_close(&ck);
+    q35_checkpoint_close(&cache);
     return st;
 }

@@ -1,7 +1,8 @@
-/* weights.c: bind checkpoint tensors to the model's weight slots.
+/* weights.c: bind the tensors of a checkpoint or weight cache to the model's
+ * weight slots.
  *
  * Every tensor the forward pass reads (the table of tensors.c) is looked up
- * by its checkpoint name and checked for shape and dtype here, once, so that
+ * by its name and checked for shape and dtype here, once, so that
  * the token loop never meets a surprise. model.visual.* is ignored; mtp.* is
  * bound when present. */
 #include "model/tensors.h"
@@ -20,10 +21,10 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int nd) {
  * in an element format; matrices go through the kernels, which also take
  * the block formats of a weight cache. */
 static q35_status bind(void *ctx, const q35_model_tensor *t, q35_error *err) {
-    const q35_checkpoint *ck = ctx;
+    const q35_checkpoint *src = ctx;
     const char *name = t->name;
-    const q35_st_entry *e = q35_checkpoint_find(ck, name);
-    if (!e) return q35_fail(err, Q35_ERR_FORMAT, "%s: missing tensor '%s'", ck->dir, name);
+    const q35_st_entry *e = q35_checkpoint_find(src, name);
+    if (!e) return q35_fail(err, Q35_ERR_FORMAT, "%s: missing tensor '%s'", src->dir, name);
     if (!e->supported || (!t->def->matrix && q35_dtype_is_block(e->tensor.dtype)))
         return q35_fail(err, Q35_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which is not supported here", e->file,
                         name, e->dtype_name);
@@ -39,14 +40,14 @@ static q35_status bind(void *ctx, const q35_model_tensor *t, q35_error *err) {
     return Q35_OK;
 }
 
-q35_status q35_weights_bind(const q35_checkpoint *ck, const q35_config *c, q35_weights *w, q35_error *err) {
+q35_status q35_weights_bind(const q35_checkpoint *src, const q35_config *c, q35_weights *w, q35_error *err) {
     memset(w, 0, sizeof *w);
-    q35_status st = q35_model_tensors_each(c, Q35_TENSORS_TEXT, w, bind, (void *)ck, err);
+    q35_status st = q35_model_tensors_each(c, Q35_TENSORS_TEXT, w, bind, (void *)src, err);
     if (st) return st;
     if (c->tie_word_embeddings) w->lm_head = w->embed;
-    /* The MTP head is optional; when the checkpoint has any mtp.* tensor it must be complete. */
-    if (q35_checkpoint_find(ck, "mtp.fc.weight") || q35_checkpoint_find(ck, "mtp.norm.weight")) {
-        if ((st = q35_model_tensors_each(c, Q35_TENSORS_MTP, w, bind, (void *)ck, err))) return st;
+    /* The MTP head is optional; when the source has any mtp.* tensor it must be complete. */
+    if (q35_checkpoint_find(src, "mtp.fc.weight") || q35_checkpoint_find(src, "mtp.norm.weight")) {
+        if ((st = q35_model_tensors_each(c, Q35_TENSORS_MTP, w, bind, (void *)src, err))) return st;
         w->mtp.present = 1;
     }
     return Q35_OK;

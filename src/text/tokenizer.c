@@ -87,19 +87,19 @@ static void push_pair(encoder *e, int32_t pos) {
         heap_push(e, (merge_item){rank, (uint32_t)pos, new_id});
 }
 
-/* Words repeat (Zipf), so each thread remembers the ids of short words, as
- * HF's BPE cache does. Entries name their tokenizer by serial, so a freed
+/* Words repeat (Zipf), so each thread memoizes the ids of short words (HF's
+ * BPE model keeps such a table too). Entries name their tokenizer by serial, so a freed
  * and reloaded tokenizer never sees stale ids; thread-local, so no locks. */
-#define WORD_CACHE_ENTRIES 1024
-#define WORD_CACHE_BYTES 22
-#define WORD_CACHE_IDS 8
-typedef struct word_cache_entry {
+#define WORD_MEMO_ENTRIES 1024
+#define WORD_MEMO_BYTES 22
+#define WORD_MEMO_IDS 8
+typedef struct word_memo_entry {
     uint64_t serial;
     uint8_t len, n_ids;
-    char bytes[WORD_CACHE_BYTES];
-    int32_t ids[WORD_CACHE_IDS];
-} word_cache_entry;
-static _Thread_local word_cache_entry word_cache[WORD_CACHE_ENTRIES];
+    char bytes[WORD_MEMO_BYTES];
+    int32_t ids[WORD_MEMO_IDS];
+} word_memo_entry;
+static _Thread_local word_memo_entry word_memo[WORD_MEMO_ENTRIES];
 
 /* BPE over one pre-token, HF's models/bpe/word.rs merge loop. */
 static void bpe_word(encoder *e, const char *w, size_t n) {
@@ -109,11 +109,11 @@ static void bpe_word(encoder *e, const char *w, size_t n) {
         int32_t id = vocab_find(t, w, n);
         if (id >= 0) { emit(e, id); return; }
     }
-    word_cache_entry *ce = NULL;
-    if (n <= WORD_CACHE_BYTES) {
-        ce = &word_cache[hash_bytes(w, n) & (WORD_CACHE_ENTRIES - 1)];
-        if (ce->serial == t->serial && ce->len == n && !memcmp(ce->bytes, w, n)) {
-            for (int i = 0; i < ce->n_ids; i++) emit(e, ce->ids[i]);
+    word_memo_entry *me = NULL;
+    if (n <= WORD_MEMO_BYTES) {
+        me = &word_memo[hash_bytes(w, n) & (WORD_MEMO_ENTRIES - 1)];
+        if (me->serial == t->serial && me->len == n && !memcmp(me->bytes, w, n)) {
+            for (int i = 0; i < me->n_ids; i++) emit(e, me->ids[i]);
             return;
         }
     }
@@ -157,12 +157,12 @@ static void bpe_word(encoder *e, const char *w, size_t n) {
     }
     for (int32_t i = 0; i < ns && i >= 0; i = s[i].next) emit(e, s[i].id);
     size_t made = e->n_ids - first_out;
-    if (ce && !e->oom && made <= WORD_CACHE_IDS) {
-        ce->serial = t->serial;
-        ce->len = (uint8_t)n;
-        ce->n_ids = (uint8_t)made;
-        memcpy(ce->bytes, w, n);
-        memcpy(ce->ids, e->ids + first_out, sizeof *ce->ids * made);
+    if (me && !e->oom && made <= WORD_MEMO_IDS) {
+        me->serial = t->serial;
+        me->len = (uint8_t)n;
+        me->n_ids = (uint8_t)made;
+        memcpy(me->bytes, w, n);
+        memcpy(me->ids, e->ids + first_out, sizeof *me->ids * made);
     }
 }
 

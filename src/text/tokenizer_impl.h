@@ -30,7 +30,7 @@ typedef struct added_token {
 } added_token;
 
 struct q35_tokenizer {
-    uint64_t serial;       /* unique per load: names this tokenizer in the word caches */
+    uint64_t serial;       /* unique per load: names this tokenizer in the word memos */
     int32_t n_ids, cap_ids;
     uint32_t *off, *len;   /* (n_ids) bytes of each id in arena */
     uint8_t *flags;        /* (n_ids) TOK_* */
