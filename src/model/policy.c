@@ -14,25 +14,9 @@ q35_status q35_policy_parse(const char *name, q35_policy_id *out, q35_error *err
     return q35_fail(err, Q35_ERR_ARG, "unknown policy '%s' (choose default, bf16, bfp8 or bfp4-all)", name);
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
-/* The role the tensor table gives `name`: whole names for the tensors held
- * once, a layer tensor's part after its prefix. */
-static q35_tensor_role role_of(const char *name) {
-    for (int i = 0; i < q35_n_tensor_defs; i++) {
-        const q35_tensor_def *d = &q35_tensor_defs[i];
-        int once = d->part == Q35_PART_MODEL || d->part == Q35_PART_MTP;
-        if (once ? !strcmp(name, d->name) : ends_with(name, d->name)) return (q35_tensor_role)d->role;
-    }
-    return Q35_ROLE_OTHER;
-}
-
 q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape) {
     int matrix = ndim == 2 && shape[1] % Q35_BFP_BLOCK == 0 && shape[0] > 0;
-    q35_tensor_role role = role_of(name);
+    q35_tensor_role role = q35_tensor_role_of(name);
     q35_dtype stored = ndim == 2 && src == Q35_DT_F32 && p == Q35_POLICY_BF16 ? Q35_DT_BF16 : src;
     if (!matrix || p == Q35_POLICY_BF16) return stored;
     switch (p) {

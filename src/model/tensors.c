@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Dimensions, by the names of model.h. */
 enum {
@@ -114,4 +115,20 @@ q35_status q35_model_tensors_each(const q35_config *c, unsigned which, q35_weigh
         if (!st) st = each_of_layer(c, 1, "mtp.layers.0.", w ? &w->mtp.layer : NULL, fn, ctx, err);
     }
     return st;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* The tensors held once match by their whole name, a layer tensor by its
+ * ending, whatever the prefix. */
+q35_tensor_role q35_tensor_role_of(const char *name) {
+    for (int i = 0; i < q35_n_tensor_defs; i++) {
+        const q35_tensor_def *d = &q35_tensor_defs[i];
+        int once = d->part == Q35_PART_MODEL || d->part == Q35_PART_MTP;
+        if (once ? !strcmp(name, d->name) : ends_with(name, d->name)) return (q35_tensor_role)d->role;
+    }
+    return Q35_ROLE_OTHER;
 }

@@ -54,6 +54,10 @@ typedef struct q35_model_tensor {
     q35_tensor *slot; /* in the q35_weights given to the walk; NULL without one */
 } q35_model_tensor;
 
+/* The role the table gives the tensor called `name` (Q35_ROLE_OTHER for a
+ * name it does not hold). */
+q35_tensor_role q35_tensor_role_of(const char *name);
+
 enum { Q35_TENSORS_TEXT = 1, Q35_TENSORS_MTP = 2 };
 
 typedef q35_status (*q35_model_tensor_fn)(void *ctx, const q35_model_tensor *t, q35_error *err);
