@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: the C unit tests (build/test_runner), then the end-to-end
+# Runs every test: the source layout check (scripts/check-layers.py), the C unit tests (build/test_runner), then the end-to-end
 # tests in tests/e2e that drive the built programs, once on each backend
 # (Q35_BACKEND=cpu, then the scalar reference, Q35_BACKEND=ref: the same
 # tests and goldens hold on both). Prints one combined "N passed, N failed"
@@ -10,6 +10,8 @@ BUILD=${1:-build}
 passed=0; failed=0
 
 out=$(mktemp); trap 'rm -f "$out"' EXIT
+# the layer rules of docs/architecture.md, the size limit, no server globals
+if python3 scripts/check-layers.py --objects "$BUILD"; then passed=$((passed+1)); else failed=$((failed+1)); fi
 for backend in ${Q35_TEST_BACKENDS:-cpu ref}; do
     export Q35_BACKEND=$backend
     echo "== backend $backend"
