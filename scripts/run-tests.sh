@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: the source layout check (scripts/check-layers.py), the C unit tests (build/test_runner), then the end-to-end
-# tests in tests/e2e that drive the built programs, once on each backend
+# Runs every test: the source layout check (scripts/check-layers.py), then
+# the C unit tests (build/test_runner) and the end-to-end tests in tests/e2e
+# that drive the built programs, once on each backend
 # (Q35_BACKEND=cpu, then the scalar reference, Q35_BACKEND=ref: the same
 # tests and goldens hold on both). Prints one combined "N passed, N failed"
 # as its last line and exits non-zero on any failure.
