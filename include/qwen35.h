@@ -208,6 +208,8 @@ int32_t q35_engine_draft_vocab(const q35_engine *engine);
  * malformed, negative or out-of-range id, or a repeat is Q35_ERR_FORMAT
  * with the line number. *ids is malloc'd: free() it. */
 q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **ids, int32_t *n, q35_error *err);
+/* q35_draft_vocab_load of path, then q35_engine_set_draft_vocab with its ids. */
+q35_status q35_engine_set_draft_vocab_file(q35_engine *engine, const char *path, q35_error *err);
 
 /* The target logits rows that chose the tokens of the session's last step
  * (n_out rows of vocab_size), valid until its next eval or step. */

@@ -146,3 +146,11 @@ q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **
     free(text);
     return st;
 }
+
+q35_status q35_engine_set_draft_vocab_file(q35_engine *e, const char *path, q35_error *err) {
+    int32_t *ids = NULL, n = 0;
+    q35_status st = q35_draft_vocab_load(path, e->cfg.vocab_size, &ids, &n, err);
+    if (!st) st = q35_engine_set_draft_vocab(e, ids, n, err);
+    free(ids);
+    return st;
+}

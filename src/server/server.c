@@ -111,15 +111,9 @@ static bool read_sampling_defaults(const char *dir, q35_sampler_params *p) {
 /* --draft-vocab FILE into the engine's draft head; 0 or -1 (reported). */
 static int set_draft_vocab(q35_engine *e, const char *path) {
     q35_error err = {0};
-    int32_t *ids = NULL, n = 0;
-    int rc = 0;
-    if (q35_draft_vocab_load(path, q35_engine_info(e)->vocab_size, &ids, &n, &err) ||
-        q35_engine_set_draft_vocab(e, ids, n, &err)) {
-        fprintf(stderr, "qwen35 serve: --draft-vocab: %s\n", err.msg);
-        rc = -1;
-    }
-    free(ids);
-    return rc;
+    if (!q35_engine_set_draft_vocab_file(e, path, &err)) return 0;
+    fprintf(stderr, "qwen35 serve: --draft-vocab: %s\n", err.msg);
+    return -1;
 }
 
 /* Loads the model and starts the scheduler; the exit status (0: ready). */
