@@ -89,7 +89,7 @@ fuzz:
 # -dev libraries: the CUDA build's programs and the shared libraries they
 # load (build-cuda/lib), to carry along (docs/cuda.md).
 gpu-bundle:
-	$(MAKE) CUDA=1 BUILD=build-cuda build-cuda/qwen35 build-cuda/test_runner build-cuda/bench_cuda
+	$(MAKE) CUDA=1 BUILD=build-cuda build-cuda/qwen35 build-cuda/test_runner build-cuda/bench_cuda build-cuda/bench_kernels
 	scripts/gpu-bundle.sh build-cuda
 
 gpu-check:

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda.h"
 #include "base/util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,6 +35,49 @@ int q35_cuda_device_count(char *why, size_t why_size) {
         return 0;
     }
     return n;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+q35_status q35_cuda_copy_bandwidth(double *gb_s, q35_error *err) {
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms[10];
+    cudaError_t rc = cudaMalloc(&a, bytes);
+    const char *what = "cudaMalloc (2 x 1 GiB)";
+    if (!rc) rc = cudaMalloc(&b, bytes);
+    if (!rc) { what = "cudaMemset"; rc = cudaMemset(a, 1, bytes); }
+    if (!rc) { what = "cudaEventCreate"; rc = cudaEventCreate(&e0); }
+    if (!rc) rc = cudaEventCreate(&e1);
+    for (int i = 0; !rc && i < 11; i++) { /* the first is a warm-up */
+        what = "cudaMemcpy (device to device)";
+        rc = cudaEventRecord(e0, 0);
+        if (!rc) rc = cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, 0);
+        if (!rc) rc = cudaEventRecord(e1, 0);
+        if (!rc) rc = cudaEventSynchronize(e1);
+        if (!rc && i) rc = cudaEventElapsedTime(&ms[i - 1], e0, e1);
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    if (rc) return q35_cu_fail(rc, what, err);
+    qsort(ms, 10, sizeof ms[0], cmp_float);
+    *gb_s = 2.0 * (double)bytes / ((ms[4] + ms[5]) / 2.0 * 1e-3) / 1e9;
+    return Q35_OK;
+}
+
+q35_status q35_cuda_mem_used(size_t *used, size_t *total, q35_error *err) {
+    size_t f = 0, t = 0;
+    cudaError_t rc = cudaMemGetInfo(&f, &t);
+    if (rc) return q35_cu_fail(rc, "cudaMemGetInfo", err);
+    *used = t - f;
+    *total = t;
+    return Q35_OK;
 }
 
 static cu_backend *cu_of(q35_backend *b) { return (cu_backend *)b; }

@@ -91,4 +91,10 @@ size_t q35_cuda_weight_bytes(const q35_config *c, const q35_weights *w);
  * saying why there are none. Defined only when built with CUDA (Q35_CUDA). */
 int q35_cuda_device_count(char *why, size_t why_size);
 
+/* CUDA builds only, for the GPU benchmark: device 0's device-to-device
+ * copy bandwidth (bytes read plus written per second, median of several
+ * copies of a 1 GiB buffer), and its memory in use now (total - free). */
+q35_status q35_cuda_copy_bandwidth(double *gb_s, q35_error *err);
+q35_status q35_cuda_mem_used(size_t *used, size_t *total, q35_error *err);
+
 #endif
