@@ -61,7 +61,7 @@ step kernels 25 "$B/bench_kernels" --quick
 if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)"); : >"$OUT/prepare.log"
 else step prepare 100 "$B/qwen35" prepare --synthetic qwen3.5-9b --out "$CACHE"; fi
 step bench 80 "$B/bench_cuda" -m "$CACHE" --json "$OUT/bench_cuda.json"
-Q35_BACKEND=cuda step suite 45 "$B/test_runner"
+Q35_BACKEND=cuda step suite 30 "$B/test_runner"
 
 picked=$(grep -m1 -oiE 'kernels?[^a-z]*(ref|avx2|avx512bf16|avx512)' "$OUT/kernels.log" "$OUT/unit_cpu.log" 2>/dev/null | head -n1)
 echo
