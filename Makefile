@@ -18,19 +18,37 @@ ISA_FLAGS_avx2_ops = $(ISA_FLAGS_avx2)
 ISA_FLAGS_avx512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 ISA_FLAGS_avx512bf16 = $(ISA_FLAGS_avx512) -mavx512bf16
 
-LIB_SRC   := $(sort $(shell find src -name '*.c'))
+# The CUDA backend's host files need the CUDA headers: only with CUDA=1.
+# Its layout arithmetic (src/backend/cuda/layout.c) is plain C, always built.
+CUDA_HOST_SRC := src/backend/cuda/cuda.c src/backend/cuda/state.c
+LIB_SRC   := $(filter-out $(CUDA_HOST_SRC),$(sort $(shell find src -name '*.c')))
 TOOL_SRC  := $(wildcard tools/*.c)
 TEST_SRC  := $(wildcard tests/*.c)
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# make CUDA=1 BUILD=build-cuda: adds the cuda backend (docs/cuda.md).
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+ifeq ($(CUDA),1)
+LIB_SRC   += $(CUDA_HOST_SRC)
+CU_SRC    := $(sort $(shell find src -name '*.cu'))
+CFLAGS    += -DQ35_CUDA -I$(CUDA_HOME)/include
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+NVCCFLAGS ?= -O2 -std=c++17 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 \
+             -Xcompiler -Wall -Iinclude -Isrc -DQ35_CUDA
+endif
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test asan bench fuzz clean help
+.PHONY: all test asan bench fuzz clean help gpu-bundle gpu-check
 all: $(BUILD)/qwen35 $(BUILD)/test_runner
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ISA_FLAGS_$(basename $(notdir $<))) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(BUILD)/libqwen35.a: $(LIB_OBJ)
 	@rm -f $@
@@ -67,8 +85,22 @@ fuzz:
 	  echo "clang $$f -> build-fuzz/$$n"; \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined $$f build-fuzz/libqwen35.a $(LDLIBS) -o build-fuzz/$$n || exit 1; done
 
+# What scripts/gpu-check.sh needs on a GPU machine without this machine's
+# -dev libraries: the CUDA build's programs and the shared libraries they
+# load (build-cuda/lib), to carry along (docs/cuda.md).
+gpu-bundle:
+	$(MAKE) CUDA=1 BUILD=build-cuda build-cuda/qwen35 build-cuda/test_runner build-cuda/bench_cuda build-cuda/bench_kernels
+	scripts/gpu-bundle.sh build-cuda
+
+gpu-check:
+	scripts/gpu-check.sh
+
+# GPU speed figures (the cuda backend on a weight cache); CUDA=1 builds only.
+$(BUILD)/bench_cuda: bench/bench_cuda.c $(BUILD)/libqwen35.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
+
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-cuda
 
 help:
 	@echo "make            build build/qwen35 and build/test_runner"
@@ -76,6 +108,9 @@ help:
 	@echo "make asan       unit tests under ASan + UBSan"
 	@echo "make bench      speed benchmark: tok/s, GB/s, % of measured bandwidth; writes bench.json"
 	@echo "make fuzz       build the libFuzzer targets into build-fuzz/"
+	@echo "make CUDA=1 BUILD=build-cuda   the same with the cuda backend (nvcc, sm_90)"
+	@echo "make gpu-bundle build-cuda's programs and their shared libraries, to carry to a GPU machine"
+	@echo "make gpu-check  scripts/gpu-check.sh: the GPU tests and speed figures (on a GPU machine)"
 	@echo "make clean      remove build outputs"
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -34,7 +34,7 @@ ALLOWED = {
 # Inside backend/: a backend never includes another one, except that the
 # scalar reference backend is built from the CPU backend's host blocks and
 # reference kernels. backend/backend.h is shared by all.
-BACKEND_ALLOWED = {"cpu": set(), "ref": {"cpu"}}
+BACKEND_ALLOWED = {"cpu": set(), "ref": {"cpu"}, "cuda": set()}
 MAX_LINES = 800
 KERNEL_DIRS = ("src/backend/cpu/kernels/",)
 SERVER_STATE_ALLOWED = {"g_signal"}  # the signal handler's flag (sig_atomic_t)

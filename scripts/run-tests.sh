@@ -32,5 +32,15 @@ for backend in ${Q35_TEST_BACKENDS:-cpu ref}; do
         passed=$((passed+p)); failed=$((failed+f))
     fi
 done
+# The CUDA sources compile (no GPU code runs here): the library and the test
+# runner with make CUDA=1, when nvcc is there; one test, pass or fail.
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+if [ -x "$NVCC" ] || command -v nvcc >/dev/null 2>&1; then
+    echo "== make CUDA=1 BUILD=build-cuda (compile only)"
+    t=$(date +%s)
+    if make -s CUDA=1 BUILD=build-cuda build-cuda/test_runner >"$out" 2>&1; then passed=$((passed+1)); r=ok
+    else failed=$((failed+1)); r=FAIL; cat "$out"; fi
+    echo "$r   cuda.build ($(( $(date +%s) - t )) s)"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 #include "base/util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef q35_status (*open_fn)(const q35_config *c, const q35_weights *w, int32_t n_threads, q35_backend **out,
@@ -13,6 +14,9 @@ static const struct {
 } backends[] = {
     {"cpu", q35_backend_cpu_open},
     {"ref", q35_backend_ref_open},
+#ifdef Q35_CUDA
+    {"cuda", q35_backend_cuda_open},
+#endif
 };
 
 q35_status q35_backend_open(const char *name, const q35_config *c, const q35_weights *w, int32_t n_threads,
@@ -26,5 +30,8 @@ q35_status q35_backend_open(const char *name, const q35_config *c, const q35_wei
     if (!name || !*name) name = "cpu";
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (!strcmp(name, backends[i].name)) return backends[i].open(c, w, n_threads, out, err);
-    return q35_fail(err, Q35_ERR_ARG, "%s '%s' is not a backend of this build (there are: cpu, ref)", from, name);
+    char names[64] = "";
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", backends[i].name);
+    return q35_fail(err, Q35_ERR_ARG, "%s '%s' is not a backend of this build (there are: %s)", from, name, names);
 }

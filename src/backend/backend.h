@@ -56,7 +56,7 @@ typedef enum q35_mtp_src {
 } q35_mtp_src;
 
 typedef struct q35_backend_ops {
-    const char *name; /* "cpu", "ref" */
+    const char *name; /* "cpu", "ref", "cuda" */
     void (*close)(q35_backend *b);
     /* The kernels in use and a note for the user, or NULL (qwen35.h q35_engine_kernels). */
     const char *(*kernels)(const q35_backend *b, const char **note);
@@ -104,6 +104,11 @@ typedef struct q35_backend_ops {
      * of lm_head's rows in its dtype that the caller keeps alive, or NULL for
      * lm_head itself. */
     q35_status (*set_draft_head)(q35_backend *b, const q35_tensor *head, q35_error *err);
+
+    /* The first failure of an operation above that returns nothing (a device
+     * fault, a failed copy), or Q35_OK; after one, a backend may do nothing
+     * more (q35_backend_status). */
+    q35_status (*status)(q35_backend *b, q35_error *err);
 } q35_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -111,7 +116,12 @@ struct q35_backend {
     const q35_backend_ops *ops;
 };
 
-/* Opens backend `name` ("cpu", "ref"; NULL: the environment variable
+/* ops->status through a NULL check (a backend may leave it out). */
+static inline q35_status q35_backend_status(q35_backend *b, q35_error *err) {
+    return b->ops->status ? b->ops->status(b, err) : Q35_OK;
+}
+
+/* Opens backend `name` ("cpu", "ref", "cuda" in a CUDA build; NULL: the environment variable
  * Q35_BACKEND, else "cpu") over bound weights, which the caller keeps alive
  * (a backend may copy or repack them onto its device). n_threads <= 0: one
  * per core, for backends that use host threads. An unknown name fails with
@@ -124,5 +134,8 @@ q35_status q35_backend_cpu_open(const q35_config *c, const q35_weights *w, int32
                                 q35_error *err);
 q35_status q35_backend_ref_open(const q35_config *c, const q35_weights *w, int32_t n_threads, q35_backend **out,
                                 q35_error *err);
+/* Built with CUDA=1 (Q35_CUDA) only: device 0, or Q35_ERR_UNSUPPORTED naming what is missing. */
+q35_status q35_backend_cuda_open(const q35_config *c, const q35_weights *w, int32_t n_threads, q35_backend **out,
+                                 q35_error *err);
 
 #endif

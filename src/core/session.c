@@ -142,7 +142,7 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
         commit_rows(s, 0, tokens + done, T, pos0, rewindable);
         done += T;
     }
-    return Q35_OK;
+    return q35_backend_status(e->backend, err); /* a device fault of the pass */
 }
 
 q35_status q35_session_rewind(q35_session *s, int32_t n_keep, q35_error *err) {
@@ -194,7 +194,7 @@ q35_status q35_forward_sessions(q35_session *const *ss, const int32_t *const *to
         ss[i]->pos += counts[i];
         commit_rows(ss[i], seqs[i].row0, tokens[i], counts[i], seqs[i].pos0, rewindable[i]);
     }
-    return Q35_OK;
+    return q35_backend_status(e->backend, err); /* a device fault of the pass */
 }
 
 q35_status q35_batch_decode(q35_session *const *sessions, const int32_t *tokens, int32_t n, float *logits,

@@ -144,6 +144,11 @@ static q35_status host_set_draft_head(q35_backend *base, const q35_tensor *head,
     return Q35_OK;
 }
 
+static q35_status host_status(q35_backend *base, q35_error *err) {
+    (void)base; (void)err;
+    return Q35_OK; /* host operations cannot fail once the state exists */
+}
+
 static const char *host_kernels(const q35_backend *base, const char **note) {
     const q35_host_backend *b = (const q35_host_backend *)base;
     if (note) *note = b->host.k == q35_kernels_get() ? q35_kernels_note() : NULL;
@@ -183,6 +188,7 @@ static const q35_backend_ops host_ops = {
     .keep_rows = host_keep_rows,
     .mtp = host_mtp,
     .set_draft_head = host_set_draft_head,
+    .status = host_status,
 };
 
 q35_status q35_host_backend_open(const char *name, const q35_kernels *k, int32_t n_threads, const q35_config *c,

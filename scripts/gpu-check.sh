@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh: the one command to run on the GPU machine, from the
+# repository root (docs/cuda.md). It needs build-cuda/{qwen35, test_runner,
+# bench_cuda, bench_kernels, lib} carried from a build machine (`make
+# gpu-bundle`: the programs and the shared libraries they load, since the
+# GPU machine has no -dev packages); where they are missing or do not start
+# and the -dev headers are there, it builds them with make CUDA=1. Then:
+#   cuda       the cuda test group (and the layout unit tests) on the GPU
+#   unit_cpu   the unit tests on the CPU backend (which kernel table cpuid picked)
+#   kernels    bench_kernels (the CPU kernels, e.g. AVX-512 on this machine)
+#   prepare    the synthetic Qwen3.5-9B cache (qwen35 prepare --synthetic)
+#   bench      bench_cuda on that cache: decode tok/s, share of the copy
+#              bandwidth, prompt 254 TTFT, batch of 8 (bench_cuda.json)
+#   suite      the whole unit suite with Q35_BACKEND=cuda
+# Each step has a time cap so the whole stays under 6 minutes; logs and
+# the JSON go to $OUT (8 files); a summary table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-check}
+B=${B:-build-cuda}
+CACHE=${CACHE:-/tmp/q35-synthetic-9b}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+rows=()
+T0=$(date +%s)
+
+# step NAME CAP_SECONDS COMMAND...: runs it with its log in $OUT/NAME.log
+step() {
+    local name=$1 cap=$2; shift 2
+    local t=$(date +%s)
+    timeout "$cap" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$? dt=$(( $(date +%s) - t ))
+    local note; note=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/$name.log" | tail -n1)
+    [ "$rc" = 124 ] && note="timed out after ${cap} s"
+    rows+=("$(printf '%-10s %-5s %5ss  %s' "$name" "$([ "$rc" = 0 ] && echo ok || echo FAIL)" "$dt" "$note")")
+    return $rc
+}
+
+starts() { "$B/test_runner" no_such_group >/dev/null 2>&1 && "$B/qwen35" --help >/dev/null 2>&1; }
+{
+    echo "== machine"; nvidia-smi -L 2>&1; nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+    ldd --version 2>&1 | head -n1; nproc; grep -m1 'model name' /proc/cpuinfo
+    grep -o -m1 -w 'avx512f\|avx512_vnni\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+    echo "== binaries"; ls -la "$B" "$B/lib" 2>&1 | head -n 60
+    if ! starts; then
+        echo "carried binaries missing or not loadable:"; ldd "$B/test_runner" 2>&1 | grep -i 'not found'
+        echo "== building here (make CUDA=1 BUILD=$B)"
+        make -j"$(nproc)" CUDA=1 BUILD="$B" "$B/qwen35" "$B/test_runner" "$B/bench_cuda" "$B/bench_kernels" 2>&1 | tail -n 20
+    fi
+    starts && echo "binaries start"
+} >"$OUT/start.log" 2>&1
+if ! starts; then
+    echo "gpu-check: $B/test_runner and $B/qwen35 neither start nor build here (see $OUT/start.log):"
+    echo "  on the build machine run 'make gpu-bundle' and carry $B/qwen35 $B/test_runner $B/bench_cuda $B/bench_kernels $B/lib"
+    exit 1
+fi
+
+step cuda 60 "$B/test_runner" cuda cuda_layout
+Q35_BACKEND=cpu step unit_cpu 60 "$B/test_runner"
+step kernels 25 "$B/bench_kernels" --quick
+if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)"); : >"$OUT/prepare.log"
+else step prepare 100 "$B/qwen35" prepare --synthetic qwen3.5-9b --out "$CACHE"; fi
+step bench 80 "$B/bench_cuda" -m "$CACHE" --json "$OUT/bench_cuda.json"
+Q35_BACKEND=cuda step suite 30 "$B/test_runner"
+
+picked=$(grep -m1 -oiE 'kernels?[^a-z]*(ref|avx2|avx512bf16|avx512)' "$OUT/kernels.log" "$OUT/unit_cpu.log" 2>/dev/null | head -n1)
+echo
+echo "== gpu-check summary ($(( $(date +%s) - T0 )) s; logs in $OUT)"
+grep -hE 'copy bandwidth|decode 1|prompt 254|batch of|device memory' "$OUT/bench.log" 2>/dev/null
+echo "cpu kernels: ${picked:-see $OUT/kernels.log}"
+printf '%-10s %-5s %6s  %s\n' step result time note
+for r in "${rows[@]}"; do echo "$r"; done
+! printf '%s\n' "${rows[@]}" | grep -q ' FAIL '

@@ -1,0 +1,496 @@
+/* cuda.c: the CUDA backend's object and its forward pass (see cuda.h). The
+ * blocks are those of backend/cpu/cpu.c, in the same order, as kernels
+ * (kernels.h); a residual add is folded into the matmul that produces it
+ * (x + W h: the same rounding as computing W h and then adding). */
+#include "backend/cuda/cuda.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MIN_MAJOR 9 /* the build's machine code is sm_90 (plus compute_90 PTX) */
+#define UPLOAD_CHUNK ((size_t)64 << 20)
+
+int q35_cu_ok(cu_backend *b, cudaError_t rc, const char *what) {
+    if (rc == cudaSuccess) return 1;
+    if (!b->err_status) {
+        b->err_status = Q35_ERR_IO;
+        snprintf(b->err_msg, sizeof b->err_msg, "CUDA: %s failed: %s (%s)", what, cudaGetErrorString(rc),
+                 cudaGetErrorName(rc));
+    }
+    return 0;
+}
+
+q35_status q35_cu_fail(cudaError_t rc, const char *what, q35_error *err) {
+    q35_status st = rc == cudaErrorMemoryAllocation ? Q35_ERR_NOMEM : Q35_ERR_IO;
+    return q35_fail(err, st, "CUDA: %s failed: %s (%s)", what, cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
+int q35_cuda_device_count(char *why, size_t why_size) {
+    int n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess || n == 0) {
+        if (why) snprintf(why, why_size, "no CUDA device: cudaGetDeviceCount: %s", rc ? cudaGetErrorString(rc) : "0 devices");
+        return 0;
+    }
+    return n;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+q35_status q35_cuda_copy_bandwidth(double *gb_s, q35_error *err) {
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms[10];
+    cudaError_t rc = cudaMalloc(&a, bytes);
+    const char *what = "cudaMalloc (2 x 1 GiB)";
+    if (!rc) rc = cudaMalloc(&b, bytes);
+    if (!rc) { what = "cudaMemset"; rc = cudaMemset(a, 1, bytes); }
+    if (!rc) { what = "cudaEventCreate"; rc = cudaEventCreate(&e0); }
+    if (!rc) rc = cudaEventCreate(&e1);
+    for (int i = 0; !rc && i < 11; i++) { /* the first is a warm-up */
+        what = "cudaMemcpy (device to device)";
+        rc = cudaEventRecord(e0, 0);
+        if (!rc) rc = cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, 0);
+        if (!rc) rc = cudaEventRecord(e1, 0);
+        if (!rc) rc = cudaEventSynchronize(e1);
+        if (!rc && i) rc = cudaEventElapsedTime(&ms[i - 1], e0, e1);
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    if (rc) return q35_cu_fail(rc, what, err);
+    qsort(ms, 10, sizeof ms[0], cmp_float);
+    *gb_s = 2.0 * (double)bytes / ((ms[4] + ms[5]) / 2.0 * 1e-3) / 1e9;
+    return Q35_OK;
+}
+
+q35_status q35_cuda_mem_used(size_t *used, size_t *total, q35_error *err) {
+    size_t f = 0, t = 0;
+    cudaError_t rc = cudaMemGetInfo(&f, &t);
+    if (rc) return q35_cu_fail(rc, "cudaMemGetInfo", err);
+    *used = t - f;
+    *total = t;
+    return Q35_OK;
+}
+
+static cu_backend *cu_of(q35_backend *b) { return (cu_backend *)b; }
+#define LAUNCH(b, name, call) q35_cu_ok((b), (call), "kernel " name)
+
+/* ---- weights ---- */
+
+static void *arena_take(cu_backend *b, size_t bytes) {
+    bytes = (bytes + 255) / 256 * 256;
+    if (b->arena_used + bytes > b->arena_size) return NULL;
+    void *p = b->arena + b->arena_used;
+    b->arena_used += bytes;
+    return p;
+}
+
+/* t's image (layout.h) into dst, through a pinned staging buffer. */
+static q35_status upload_image(const q35_tensor *t, const q35_cuda_mat_layout *L, uint8_t *dst, uint8_t *pin,
+                               q35_error *err) {
+    size_t per_row = L->pitch + L->exp_pitch;
+    int64_t rows = (int64_t)(UPLOAD_CHUNK / per_row);
+    if (rows < 1) rows = 1;
+    for (int64_t r0 = 0; r0 < L->n_out; r0 += rows) {
+        int64_t r1 = r0 + rows < L->n_out ? r0 + rows : L->n_out;
+        uint8_t *codes = pin, *exps = pin + (size_t)(r1 - r0) * L->pitch;
+        q35_cuda_mat_pack_rows(t, L, r0, r1, codes, L->exp_pitch ? exps : NULL);
+        cudaError_t rc = cudaMemcpy(dst + (size_t)r0 * L->pitch, codes, (size_t)(r1 - r0) * L->pitch, cudaMemcpyHostToDevice);
+        if (!rc && L->exp_pitch)
+            rc = cudaMemcpy(dst + L->exp_offset + (size_t)r0 * L->exp_pitch, exps, (size_t)(r1 - r0) * L->exp_pitch,
+                            cudaMemcpyHostToDevice);
+        if (rc) return q35_cu_fail(rc, "cudaMemcpy (weights)", err);
+    }
+    return Q35_OK;
+}
+
+static q35_cuda_mat mat_of(const q35_cuda_mat_layout *L, const uint8_t *img) {
+    q35_cuda_mat m = {(int32_t)L->dtype, (int32_t)L->n_out, (int32_t)L->n_in, (int32_t)L->pitch, (int32_t)L->exp_pitch,
+                      img, L->exp_pitch ? img + L->exp_offset : NULL};
+    return m;
+}
+
+static q35_status up_mat(cu_backend *b, const q35_tensor *t, q35_cuda_mat *m, uint8_t *pin, q35_error *err) {
+    memset(m, 0, sizeof *m);
+    if (!t->data) return Q35_OK;
+    q35_cuda_mat_layout L;
+    q35_status st = q35_cuda_mat_layout_of(t, &L, err);
+    if (st) return st;
+    uint8_t *img = arena_take(b, L.bytes);
+    if (!img) return q35_fail(err, Q35_ERR_NOMEM, "CUDA: weight arena too small at %s", t->name);
+    st = upload_image(t, &L, img, pin, err);
+    if (!st) *m = mat_of(&L, img);
+    return st;
+}
+
+static q35_status up_vec(cu_backend *b, const q35_tensor *t, float **d, float *pin, q35_error *err) {
+    *d = NULL;
+    if (!t->data) return Q35_OK;
+    int64_t n = q35_tensor_nelem(t);
+    float *p = arena_take(b, (size_t)n * 4);
+    if (!p) return q35_fail(err, Q35_ERR_NOMEM, "CUDA: weight arena too small at %s", t->name);
+    for (int64_t i = 0; i < n; i++) pin[i] = q35_tensor_get_f32(t, i);
+    cudaError_t rc = cudaMemcpy(p, pin, (size_t)n * 4, cudaMemcpyHostToDevice);
+    if (rc) return q35_cu_fail(rc, "cudaMemcpy (weights)", err);
+    *d = p;
+    return Q35_OK;
+}
+
+static q35_status up_layer(cu_backend *b, const q35_layer_weights *l, cu_layer *d, uint8_t *pin, q35_error *err) {
+    const q35_tensor *mt[] = {&l->gate_proj, &l->up_proj, &l->down_proj, &l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b,
+                              &l->in_proj_a, &l->out_proj, &l->q_proj, &l->k_proj, &l->v_proj, &l->o_proj};
+    q35_cuda_mat *md[] = {&d->gate, &d->up, &d->down, &d->qkv, &d->z, &d->b, &d->a, &d->out, &d->q, &d->k, &d->v, &d->o};
+    const q35_tensor *vt[] = {&l->input_norm, &l->post_norm, &l->conv1d, &l->A_log, &l->dt_bias, &l->gdn_norm,
+                              &l->q_norm, &l->k_norm};
+    float **vd[] = {&d->input_norm, &d->post_norm, &d->conv, &d->A_log, &d->dt_bias, &d->gdn_norm, &d->q_norm, &d->k_norm};
+    q35_status st = Q35_OK;
+    for (size_t i = 0; !st && i < sizeof mt / sizeof mt[0]; i++) st = up_mat(b, mt[i], md[i], pin, err);
+    for (size_t i = 0; !st && i < sizeof vt / sizeof vt[0]; i++) st = up_vec(b, vt[i], vd[i], (float *)pin, err);
+    return st;
+}
+
+static q35_status upload_weights(cu_backend *b, q35_error *err) {
+    const q35_weights *w = b->w;
+    uint8_t *pin = NULL;
+    cudaError_t rc = cudaMallocHost((void **)&pin, UPLOAD_CHUNK + ((size_t)1 << 20));
+    if (rc) return q35_cu_fail(rc, "cudaMallocHost (upload buffer)", err);
+    q35_status st = up_mat(b, &w->embed, &b->embed, pin, err);
+    if (!st) st = up_vec(b, &w->final_norm, &b->final_norm, (float *)pin, err);
+    if (!st && w->lm_head.data == w->embed.data) b->lm_head = b->embed;
+    else if (!st) st = up_mat(b, &w->lm_head, &b->lm_head, pin, err);
+    for (int32_t i = 0; !st && i < b->c->n_layer; i++) st = up_layer(b, &w->layers[i], &b->layers[i], pin, err);
+    if (!st && w->mtp.present) {
+        st = up_layer(b, &w->mtp.layer, &b->mtp, pin, err);
+        if (!st) st = up_mat(b, &w->mtp.fc, &b->mtp_fc, pin, err);
+        if (!st) st = up_vec(b, &w->mtp.pre_fc_norm_embedding, &b->mtp_pre_emb, (float *)pin, err);
+        if (!st) st = up_vec(b, &w->mtp.pre_fc_norm_hidden, &b->mtp_pre_hid, (float *)pin, err);
+        if (!st) st = up_vec(b, &w->mtp.norm, &b->mtp_norm, (float *)pin, err);
+    }
+    cudaFreeHost(pin);
+    b->draft_head = b->lm_head;
+    return st;
+}
+
+/* ---- the pass ---- */
+
+static float *scr(cu_backend *b, size_t off) { return b->scratch + off; }
+
+/* Uploads the stage's bytes [from, from + n) after the previous upload of them was read. */
+static void stage_upload(cu_backend *b, cudaEvent_t ev, size_t from, size_t n) {
+    CU_OK(b, cudaMemcpyAsync((uint8_t *)b->d_stage + from, (uint8_t *)b->stage + from, n, cudaMemcpyHostToDevice, b->stream));
+    CU_OK(b, cudaEventRecord(ev, b->stream));
+}
+
+static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, const int32_t *tokens, int32_t T) {
+    cu_backend *b = cu_of(base);
+    b->n_seqs = n_seqs;
+    b->n_rows = T;
+    if (b->err_status || !CU_OK(b, cudaEventSynchronize(b->staged_pass))) return;
+    cu_stage *g = b->stage;
+    memcpy(g->tokens, tokens, sizeof(int32_t) * (size_t)T);
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const q35_bseq *q = &seqs[i];
+        q35_bstate *s = q->state;
+        g->seqs[i] = (q35_cuda_seq){q->row0, q->n_rows, q->pos0, s->n_ctx, s->mem, s->mem + s->L.rec_floats,
+                                    q->rewindable ? s->row_states : NULL};
+        for (int32_t r = q->row0; r < q->row0 + q->n_rows; r++) g->row_seq[r] = i;
+    }
+    stage_upload(b, b->staged_pass, 0, offsetof(cu_stage, next));
+    const int32_t H = b->c->hidden_size;
+    LAUNCH(b, "embed", q35_cu_embed(b->stream, scr(b, b->S.x), H, b->embed, b->d_stage->tokens, T));
+}
+
+/* x += o_proj(attention(xn)) over seqs, against their kv_layer-th K/V (x, xn: rows of H). */
+static void attention(cu_backend *b, const cu_layer *l, float *x, const float *xn, const q35_cuda_seq *seqs,
+                      const int32_t *row_seq, int32_t kv_layer, int32_t T) {
+    const q35_config *c = b->c;
+    q35_cuda_attn a = {c->n_head, c->n_head_kv, c->head_dim, c->rotary_dim, c->rope_theta, c->rms_norm_eps,
+                       1.0f / sqrtf((float)c->head_dim), kv_layer};
+    float *qg = scr(b, b->S.qg), *k = scr(b, b->S.k), *v = scr(b, b->S.v), *o = scr(b, b->S.o);
+    cudaStream_t s = b->stream;
+    LAUNCH(b, "matmul q", q35_cu_matmul(s, qg, l->q, xn, T, 0));
+    LAUNCH(b, "matmul k", q35_cu_matmul(s, k, l->k, xn, T, 0));
+    LAUNCH(b, "matmul v", q35_cu_matmul(s, v, l->v, xn, T, 0));
+    LAUNCH(b, "attn_prep", q35_cu_attn_prep(s, a, qg, k, v, l->q_norm, l->k_norm, seqs, row_seq, T));
+    LAUNCH(b, "attn", q35_cu_attn(s, a, o, qg, seqs, row_seq, T));
+    LAUNCH(b, "matmul o", q35_cu_matmul(s, x, l->o, o, T, 1));
+}
+
+static void gdn(cu_backend *b, const cu_layer *l, int32_t gi, int32_t T) {
+    const q35_config *c = b->c;
+    q35_cuda_state_layout L;
+    q35_cuda_state_layout_of(c, 1, &L);
+    const size_t off = (size_t)gi * (L.conv_floats + L.ssm_floats);
+    q35_cuda_gdn g = {c->lin_n_head_k, c->lin_n_head_v, c->lin_head_k_dim, c->lin_head_v_dim, q35_conv_dim(c),
+                      c->lin_conv_kernel, c->rms_norm_eps, off, off + L.conv_floats, L.rec_floats};
+    const float *xn = scr(b, b->S.xn);
+    float *raw = scr(b, b->S.raw), *y = scr(b, b->S.y), *z = scr(b, b->S.z), *core = scr(b, b->S.core);
+    float *bb = scr(b, b->S.bb), *aa = scr(b, b->S.aa);
+    const q35_cuda_seq *seqs = b->d_stage->seqs;
+    cudaStream_t s = b->stream;
+    LAUNCH(b, "matmul qkv", q35_cu_matmul(s, raw, l->qkv, xn, T, 0));
+    LAUNCH(b, "matmul z", q35_cu_matmul(s, z, l->z, xn, T, 0));
+    LAUNCH(b, "matmul b", q35_cu_matmul(s, bb, l->b, xn, T, 0));
+    LAUNCH(b, "matmul a", q35_cu_matmul(s, aa, l->a, xn, T, 0));
+    LAUNCH(b, "gdn_conv", q35_cu_gdn_conv(s, g, y, raw, l->conv, seqs, b->n_seqs));
+    LAUNCH(b, "gdn_qknorm", q35_cu_gdn_qknorm(s, g, y, T));
+    LAUNCH(b, "gdn_recur", q35_cu_gdn_recur(s, g, core, y, bb, aa, l->A_log, l->dt_bias, seqs, b->n_seqs));
+    LAUNCH(b, "gdn_norm", q35_cu_gdn_norm(s, g, core, z, l->gdn_norm, T));
+    LAUNCH(b, "matmul out", q35_cu_matmul(s, scr(b, b->S.x), l->out, core, T, 1));
+}
+
+/* x += down(silu(gate xn) * (up xn)). */
+static void mlp(cu_backend *b, const cu_layer *l, float *x, const float *xn, int32_t T) {
+    float *gate = scr(b, b->S.gate), *up = scr(b, b->S.up);
+    cudaStream_t s = b->stream;
+    LAUNCH(b, "matmul gate", q35_cu_matmul(s, gate, l->gate, xn, T, 0));
+    LAUNCH(b, "matmul up", q35_cu_matmul(s, up, l->up, xn, T, 0));
+    LAUNCH(b, "swiglu", q35_cu_swiglu(s, gate, up, (size_t)T * (size_t)b->c->intermediate_size));
+    LAUNCH(b, "matmul down", q35_cu_matmul(s, x, l->down, gate, T, 1));
+}
+
+static void norm(cu_backend *b, float *dst, const float *src, const float *w, int32_t T, const char *what) {
+    const int32_t H = b->c->hidden_size;
+    q35_cu_ok(b, q35_cu_rmsnorm1p(b->stream, dst, H, src, H, w, T, H, b->c->rms_norm_eps), what);
+}
+
+static void cu_layer_op(q35_backend *base, int32_t li) {
+    cu_backend *b = cu_of(base);
+    if (b->err_status) return;
+    const q35_config *c = b->c;
+    const cu_layer *l = &b->layers[li];
+    const int32_t T = b->n_rows, ki = q35_cuda_kind_index(c, li);
+    float *x = scr(b, b->S.x), *xn = scr(b, b->S.xn);
+    norm(b, xn, x, l->input_norm, T, "kernel rmsnorm (input)");
+    if (c->layer_is_full[li]) {
+        attention(b, l, x, xn, b->d_stage->seqs, b->d_stage->row_seq, ki, T);
+    } else {
+        gdn(b, l, ki, T);
+    }
+    norm(b, xn, x, l->post_norm, T, "kernel rmsnorm (post)");
+    mlp(b, l, x, xn, T);
+}
+
+static void cu_end(q35_backend *base) {
+    cu_backend *b = cu_of(base);
+    if (b->err_status) return;
+    norm(b, scr(b, b->S.xn), scr(b, b->S.x), b->final_norm, b->n_rows, "kernel rmsnorm (final)");
+}
+
+/* out (n, rows of W) = W x into host memory, through the logits scratch. */
+static void head_to_host(cu_backend *b, q35_cuda_mat W, const float *x, int32_t n, float *out) {
+    float *d = scr(b, b->S.logits);
+    if (!LAUNCH(b, "matmul lm_head", q35_cu_matmul(b->stream, d, W, x, n, 0))) return;
+    if (!CU_OK(b, cudaMemcpyAsync(out, d, sizeof(float) * (size_t)n * (size_t)W.n_out, cudaMemcpyDeviceToHost, b->stream)))
+        return;
+    CU_OK(b, cudaStreamSynchronize(b->stream));
+}
+
+static void cu_logits(q35_backend *base, int32_t row0, int32_t n, float *out) {
+    cu_backend *b = cu_of(base);
+    if (b->err_status) {
+        memset(out, 0, sizeof(float) * (size_t)n * (size_t)b->c->vocab_size);
+        return;
+    }
+    head_to_host(b, b->lm_head, scr(b, b->S.xn) + (size_t)row0 * b->c->hidden_size, n, out);
+}
+
+static void cu_keep_rows(q35_backend *base, q35_bstate *st, int32_t row0, int32_t n) {
+    cu_backend *b = cu_of(base);
+    if (b->err_status || !st->kept) return;
+    const size_t H = (size_t)b->c->hidden_size;
+    CU_OK(b, cudaMemcpyAsync(st->kept, scr(b, b->S.xn) + (size_t)row0 * H, sizeof(float) * H * (size_t)n,
+                             cudaMemcpyDeviceToDevice, b->stream));
+}
+
+/* The MTP head (cpu.c): u = fc [norm(E next) | norm(h)]; u += attn(norm u) on
+ * the MTP cache; u += mlp(norm u); with logits, draft = norm(u last) and the
+ * draft head's logits of it. */
+static void cu_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t row0, const int32_t *next, int32_t n,
+                   int32_t pos0, float *logits) {
+    cu_backend *b = cu_of(base);
+    const q35_config *c = b->c;
+    const int32_t H = c->hidden_size;
+    const float eps = c->rms_norm_eps;
+    if (b->err_status || !s->mtp_kv || !CU_OK(b, cudaEventSynchronize(b->staged_mtp))) {
+        if (logits) memset(logits, 0, sizeof(float) * (size_t)b->draft_head.n_out);
+        return;
+    }
+    cu_stage *g = b->stage;
+    memcpy(g->next, next, sizeof(int32_t) * (size_t)n);
+    memset(g->mtp_row_seq, 0, sizeof(int32_t) * (size_t)n);
+    g->mtp_seq = (q35_cuda_seq){0, n, pos0, s->n_ctx, NULL, s->mtp_kv, NULL};
+    stage_upload(b, b->staged_mtp, offsetof(cu_stage, next), sizeof(cu_stage) - offsetof(cu_stage, next));
+    const float *hidden = src == Q35_MTP_FROM_FORWARD ? scr(b, b->S.xn) : src == Q35_MTP_FROM_KEPT ? s->kept : s->draft;
+    hidden += (size_t)row0 * H;
+    float *cat = scr(b, b->S.mtp_cat), *u = scr(b, b->S.mtp_u), *un = scr(b, b->S.mtp_un);
+    cudaStream_t st = b->stream;
+    LAUNCH(b, "embed (mtp)", q35_cu_embed(st, cat, 2 * H, b->embed, b->d_stage->next, n));
+    q35_cu_ok(b, q35_cu_rmsnorm1p(st, cat, 2 * H, cat, 2 * H, b->mtp_pre_emb, n, H, eps), "kernel rmsnorm (mtp embedding)");
+    q35_cu_ok(b, q35_cu_rmsnorm1p(st, cat + H, 2 * H, hidden, H, b->mtp_pre_hid, n, H, eps), "kernel rmsnorm (mtp hidden)");
+    LAUNCH(b, "matmul mtp fc", q35_cu_matmul(st, u, b->mtp_fc, cat, n, 0));
+    norm(b, un, u, b->mtp.input_norm, n, "kernel rmsnorm (mtp input)");
+    attention(b, &b->mtp, u, un, &b->d_stage->mtp_seq, b->d_stage->mtp_row_seq, 0, n);
+    norm(b, un, u, b->mtp.post_norm, n, "kernel rmsnorm (mtp post)");
+    mlp(b, &b->mtp, u, un, n);
+    if (logits) {
+        norm(b, s->draft, u + (size_t)(n - 1) * H, b->mtp_norm, 1, "kernel rmsnorm (mtp final)");
+        head_to_host(b, b->draft_head, s->draft, 1, logits);
+        if (b->err_status) memset(logits, 0, sizeof(float) * (size_t)b->draft_head.n_out);
+    }
+}
+
+static q35_status cu_set_draft_head(q35_backend *base, const q35_tensor *head, q35_error *err) {
+    cu_backend *b = cu_of(base);
+    if (b->draft_mem) { cudaFree(b->draft_mem); b->draft_mem = NULL; }
+    b->draft_head = b->lm_head;
+    if (!head) return Q35_OK;
+    q35_cuda_mat_layout L;
+    q35_status st = q35_cuda_mat_layout_of(head, &L, err);
+    if (st) return st;
+    if (L.n_out > b->c->vocab_size || L.n_in != b->c->hidden_size)
+        return q35_fail(err, Q35_ERR_ARG, "draft head %s: shape does not match lm_head", head->name);
+    cudaError_t rc = cudaMalloc((void **)&b->draft_mem, L.bytes);
+    if (rc) { b->draft_mem = NULL; return q35_cu_fail(rc, "cudaMalloc (draft head)", err); }
+    uint8_t *pin = NULL;
+    rc = cudaMallocHost((void **)&pin, UPLOAD_CHUNK + ((size_t)1 << 20));
+    if (rc) st = q35_cu_fail(rc, "cudaMallocHost (upload buffer)", err);
+    else st = upload_image(head, &L, b->draft_mem, pin, err);
+    if (pin) cudaFreeHost(pin);
+    if (st) { cudaFree(b->draft_mem); b->draft_mem = NULL; return st; }
+    b->draft_head = mat_of(&L, b->draft_mem);
+    return Q35_OK;
+}
+
+static q35_status cu_status(q35_backend *base, q35_error *err) {
+    cu_backend *b = cu_of(base);
+    if (!b->err_status) {
+        cudaError_t rc = cudaPeekAtLastError(); /* a fault of work already finished */
+        if (rc) q35_cu_ok(b, rc, "a kernel");
+    }
+    return b->err_status ? q35_fail(err, b->err_status, "%s", b->err_msg) : Q35_OK;
+}
+
+static const char *cu_kernels(const q35_backend *base, const char **note) {
+    const cu_backend *b = (const cu_backend *)base;
+    if (note) *note = b->note;
+    return b->kernels_name;
+}
+
+static int32_t cu_threads(const q35_backend *base) { (void)base; return 1; }
+
+static void cu_close(q35_backend *base) {
+    cu_backend *b = cu_of(base);
+    if (!b) return;
+    if (b->stream) cudaStreamSynchronize(b->stream);
+    if (b->staged_pass) cudaEventDestroy(b->staged_pass);
+    if (b->staged_mtp) cudaEventDestroy(b->staged_mtp);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    cudaFree(b->draft_mem);
+    cudaFree(b->arena);
+    cudaFree(b->scratch);
+    cudaFree(b->d_stage);
+    if (b->stage) cudaFreeHost(b->stage);
+    free(b);
+}
+
+static const q35_backend_ops cu_ops = {
+    .name = "cuda",
+    .close = cu_close,
+    .kernels = cu_kernels,
+    .threads = cu_threads,
+    .state_new = q35_cu_state_new,
+    .state_free = q35_cu_state_free,
+    .state_clear = q35_cu_state_clear,
+    .state_set_spec = q35_cu_state_set_spec,
+    .state_rewind = q35_cu_state_rewind,
+    .snapshot_take = q35_cu_snapshot_take,
+    .snapshot_restore = q35_cu_snapshot_restore,
+    .snapshot_free = q35_cu_snapshot_free,
+    .begin = cu_begin,
+    .layer = cu_layer_op,
+    .end = cu_end,
+    .logits = cu_logits,
+    .keep_rows = cu_keep_rows,
+    .mtp = cu_mtp,
+    .set_draft_head = cu_set_draft_head,
+    .status = cu_status,
+};
+
+static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+/* The device, its compute capability and its free memory against what the model needs. */
+static q35_status pick_device(cu_backend *b, size_t need, q35_error *err) {
+    char why[160];
+    if (!q35_cuda_device_count(why, sizeof why))
+        return q35_fail(err, Q35_ERR_UNSUPPORTED, "the cuda backend needs a CUDA device: %s (use --backend cpu)", why);
+    struct cudaDeviceProp p;
+    cudaError_t rc = cudaGetDeviceProperties(&p, 0);
+    if (!rc) rc = cudaSetDevice(0);
+    if (rc) return q35_cu_fail(rc, "cudaGetDeviceProperties / cudaSetDevice", err);
+    if (p.major < MIN_MAJOR)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED,
+                        "CUDA device 0 (%s) has compute capability %d.%d; this build runs on %d.0 or newer (sm_90)",
+                        p.name, p.major, p.minor, MIN_MAJOR);
+    size_t free_b = 0, total_b = 0;
+    rc = cudaMemGetInfo(&free_b, &total_b);
+    if (rc) return q35_cu_fail(rc, "cudaMemGetInfo", err);
+    if (need > free_b)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED,
+                        "the model needs %.0f MiB of device memory (weights and scratch, before any session); CUDA "
+                        "device 0 (%s) has %.0f MiB free of %.0f MiB",
+                        mib(need), p.name, mib(free_b), mib(total_b));
+    snprintf(b->kernels_name, sizeof b->kernels_name, "cuda sm_%d%d", p.major, p.minor);
+    snprintf(b->note, sizeof b->note, "%s, %d SMs, %.0f MiB (%.0f MiB free at load)", p.name, p.multiProcessorCount,
+             mib(total_b), mib(free_b));
+    return Q35_OK;
+}
+
+q35_status q35_backend_cuda_open(const q35_config *c, const q35_weights *w, int32_t n_threads, q35_backend **out,
+                                 q35_error *err) {
+    (void)n_threads;
+    *out = NULL;
+    q35_status st = q35_cuda_check_config(c, err);
+    if (st) return st;
+    cu_backend *b = calloc(1, sizeof *b);
+    if (!b) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    b->ops = cu_ops;
+    b->base.ops = &b->ops;
+    b->c = c;
+    b->w = w;
+    q35_cuda_scratch_layout_of(c, Q35_UBATCH, w->mtp.present, &b->S);
+    b->arena_size = q35_cuda_weight_bytes(c, w);
+    const size_t scratch_bytes = b->S.total * sizeof(float);
+    st = pick_device(b, b->arena_size + scratch_bytes + sizeof(cu_stage), err);
+    cudaError_t rc = cudaSuccess;
+    const char *what = NULL;
+    if (!st) {
+        if ((rc = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking))) what = "cudaStreamCreate";
+        else if ((rc = cudaEventCreateWithFlags(&b->staged_pass, cudaEventDisableTiming))) what = "cudaEventCreate";
+        else if ((rc = cudaEventCreateWithFlags(&b->staged_mtp, cudaEventDisableTiming))) what = "cudaEventCreate";
+        else if ((rc = cudaMalloc((void **)&b->arena, b->arena_size ? b->arena_size : 256))) what = "cudaMalloc (weights)";
+        else if ((rc = cudaMalloc((void **)&b->scratch, scratch_bytes))) what = "cudaMalloc (pass scratch)";
+        else if ((rc = cudaMemset(b->scratch, 0, scratch_bytes))) what = "cudaMemset (pass scratch)";
+        else if ((rc = cudaMalloc((void **)&b->d_stage, sizeof(cu_stage)))) what = "cudaMalloc (stage)";
+        else if ((rc = cudaMallocHost((void **)&b->stage, sizeof(cu_stage)))) what = "cudaMallocHost (stage)";
+        if (what) st = q35_cu_fail(rc, what, err);
+    }
+    if (!st) {
+        memset(b->stage, 0, sizeof(cu_stage));
+        st = upload_weights(b, err);
+    }
+    if (st) {
+        cu_close(&b->base);
+        return st;
+    }
+    *out = &b->base;
+    return Q35_OK;
+}

@@ -1,0 +1,451 @@
+/* kernels.cu: the CUDA backend's kernels (kernels.h). Correctness first:
+ * fp32 arithmetic with explicit fmaf in every sum, one fixed order per
+ * output. The matmul is the decode-path design (one warp per output row,
+ * 16-byte coalesced loads of the row, the weights decoded in registers and
+ * read once for up to 8 tokens); prompts re-read the weights once per 8
+ * rows (tensor-core tiles are the next step). */
+#include "backend/cuda/kernels.h"
+
+#include <cuda_fp16.h>
+#include <math.h>
+
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_BFP8 = 3, DT_BFP4 = 4 }; /* q35_dtype */
+
+/* ---- weights ---- */
+
+__device__ __forceinline__ float bf16f(uint32_t h) { return __uint_as_float(h << 16); }
+__device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)h)); }
+
+/* 2^(E - 127 - (w - 1)), the scale of a block with exponent byte E. */
+__device__ __forceinline__ float bfp_scale(uint32_t e, int w) {
+    int f = (int)e - (w - 1);
+    return f >= 1 ? __uint_as_float((uint32_t)f << 23) : ldexpf(1.0f, f - 127);
+}
+
+/* Code c of a w-bit-magnitude format as a signed integer magnitude. */
+__device__ __forceinline__ float bfp_code(uint32_t c, int w) {
+    float m = (float)(c & ((1u << w) - 1));
+    return (c >> w) & 1 ? -m : m;
+}
+
+/* Element (r, i) of a matrix, for the embedding and other single reads. */
+__device__ float mat_get(const q35_cuda_mat &W, int64_t r, int64_t i) {
+    const uint8_t *row = W.codes + (size_t)r * W.pitch;
+    switch (W.dtype) {
+    case DT_F32: return ((const float *)row)[i];
+    case DT_F16: return f16f(((const uint16_t *)row)[i]);
+    case DT_BF16: return bf16f(((const uint16_t *)row)[i]);
+    case DT_BFP8: return bfp_code(row[i], 7) * bfp_scale(W.exps[(size_t)r * W.exp_pitch + i / 16], 7);
+    default: return bfp_code((row[i / 2] >> (4 * (i % 2))) & 15, 3) * bfp_scale(W.exps[(size_t)r * W.exp_pitch + i / 16], 3);
+    }
+}
+
+template <int DT> struct chunk_vals { enum { n = DT == DT_F32 ? 4 : DT == DT_BFP8 ? 16 : DT == DT_BFP4 ? 32 : 8 }; };
+
+/* acc[t] += chunk . x_t over one 16-byte chunk of a row (VALS inputs from i0). */
+template <int DT, int NT>
+__device__ __forceinline__ void chunk_dot(float (&acc)[NT], uint4 q, const uint8_t *e, const float *x, int32_t n_in,
+                                          int32_t i0, int32_t nt) {
+    constexpr int VALS = chunk_vals<DT>::n;
+    const uint32_t wd[4] = {q.x, q.y, q.z, q.w};
+    float w[VALS];
+    if (DT == DT_F32) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(wd[j]);
+    } else if (DT == DT_F16 || DT == DT_BF16) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t h = (wd[j / 2] >> (16 * (j % 2))) & 0xffff;
+            w[j] = DT == DT_F16 ? f16f(h) : bf16f(h);
+        }
+    } else if (DT == DT_BFP8) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) w[j] = bfp_code((wd[j / 4] >> (8 * (j % 4))) & 0xff, 7);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 32; j++) w[j] = bfp_code((wd[j / 8] >> (4 * (j % 8))) & 15, 3);
+    }
+    const bool full = i0 + VALS <= n_in;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= nt) break;
+        const float *xt = x + (size_t)t * n_in + i0;
+        if (DT == DT_BFP8 || DT == DT_BFP4) { /* per 16-value block: integer magnitudes times x, then the scale */
+            constexpr int W = DT == DT_BFP8 ? 7 : 3;
+#pragma unroll
+            for (int b = 0; b < VALS / 16; b++) {
+                if (!full && i0 + 16 * b >= n_in) break;
+                float bs = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 16; j++) bs = fmaf(w[16 * b + j], __ldg(xt + 16 * b + j), bs);
+                acc[t] = fmaf(bfp_scale(e[b], W), bs, acc[t]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < VALS; j++)
+                if (full || i0 + j < n_in) acc[t] = fmaf(w[j], __ldg(xt + j), acc[t]);
+        }
+    }
+}
+
+/* One warp per output row; lane l takes the row's 16-byte chunks l, l+32,
+ * ...; then a fixed butterfly over the lanes. Tokens [t0, t0+NT) of this
+ * block row (blockIdx.y). */
+template <int DT, int NT>
+__global__ void __launch_bounds__(256) matmul_kernel(float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
+    constexpr int VALS = chunk_vals<DT>::n;
+    const int lane = threadIdx.x & 31;
+    const int64_t o = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int32_t t0 = blockIdx.y * NT, nt = T - t0 < NT ? T - t0 : NT;
+    if (o >= W.n_out) return;
+    const int32_t n_chunks = (W.n_in + VALS - 1) / VALS;
+    const uint4 *row = (const uint4 *)(W.codes + (size_t)o * W.pitch);
+    const uint8_t *er = (DT == DT_BFP8 || DT == DT_BFP4) ? W.exps + (size_t)o * W.exp_pitch : nullptr;
+    const float *xt = x + (size_t)t0 * W.n_in;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+#pragma unroll 2
+    for (int32_t c = lane; c < n_chunks; c += 32) {
+        uint4 q = __ldg(row + c);
+        chunk_dot<DT, NT>(acc, q, er ? er + (size_t)c * (VALS / 16) : nullptr, xt, W.n_in, c * VALS, nt);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+#pragma unroll
+        for (int off = 16; off; off >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+    }
+    if (lane == 0)
+        for (int t = 0; t < nt; t++) {
+            float *dst = y + (size_t)(t0 + t) * W.n_out + o;
+            *dst = add ? *dst + acc[t] : acc[t];
+        }
+}
+
+template <int DT>
+static void launch_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
+    dim3 block(256);
+    unsigned gx = (unsigned)((W.n_out + 7) / 8);
+    if (T == 1) matmul_kernel<DT, 1><<<dim3(gx, 1), block, 0, s>>>(y, W, x, T, add);
+    else if (T == 2) matmul_kernel<DT, 2><<<dim3(gx, 1), block, 0, s>>>(y, W, x, T, add);
+    else if (T <= 4) matmul_kernel<DT, 4><<<dim3(gx, 1), block, 0, s>>>(y, W, x, T, add);
+    else matmul_kernel<DT, 8><<<dim3(gx, (unsigned)((T + 7) / 8)), block, 0, s>>>(y, W, x, T, add);
+}
+
+extern "C" cudaError_t q35_cu_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
+    if (T <= 0 || W.n_out <= 0) return cudaSuccess;
+    switch (W.dtype) {
+    case DT_F32: launch_matmul<DT_F32>(s, y, W, x, T, add); break;
+    case DT_F16: launch_matmul<DT_F16>(s, y, W, x, T, add); break;
+    case DT_BF16: launch_matmul<DT_BF16>(s, y, W, x, T, add); break;
+    case DT_BFP8: launch_matmul<DT_BFP8>(s, y, W, x, T, add); break;
+    case DT_BFP4: launch_matmul<DT_BFP4>(s, y, W, x, T, add); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+__global__ void embed_kernel(float *out, int32_t out_stride, q35_cuda_mat W, const int32_t *tokens) {
+    const int32_t t = blockIdx.x, r = tokens[t];
+    for (int32_t i = threadIdx.x; i < W.n_in; i += blockDim.x) out[(size_t)t * out_stride + i] = mat_get(W, r, i);
+}
+
+extern "C" cudaError_t q35_cu_embed(cudaStream_t s, float *out, int32_t out_stride, q35_cuda_mat W, const int32_t *tokens,
+                                    int32_t T) {
+    if (T <= 0) return cudaSuccess;
+    embed_kernel<<<T, 256, 0, s>>>(out, out_stride, W, tokens);
+    return cudaGetLastError();
+}
+
+/* ---- reductions in a fixed order ---- */
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* Sum over a block of 256 threads: each warp's butterfly, then warp 0 over the 8 partials. */
+__device__ double block_sum256(double v, double *sh) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double r = 0.0;
+    for (int i = 0; i < 8; i++) r += sh[i];
+    __syncthreads();
+    return r;
+}
+
+__global__ void __launch_bounds__(256) rmsnorm1p_kernel(float *dst, int32_t dst_stride, const float *src,
+                                                        int32_t src_stride, const float *w, int32_t n, float eps) {
+    __shared__ double sh[8];
+    const float *x = src + (size_t)blockIdx.x * src_stride;
+    float *d = dst + (size_t)blockIdx.x * dst_stride;
+    double ss = 0.0;
+    for (int32_t i = threadIdx.x; i < n; i += 256) ss += (double)x[i] * x[i];
+    ss = block_sum256(ss, sh);
+    const float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int32_t i = threadIdx.x; i < n; i += 256) d[i] = x[i] * r * (1.0f + w[i]);
+}
+
+extern "C" cudaError_t q35_cu_rmsnorm1p(cudaStream_t s, float *dst, int32_t dst_stride, const float *src,
+                                        int32_t src_stride, const float *w, int32_t T, int32_t n, float eps) {
+    if (T <= 0) return cudaSuccess;
+    rmsnorm1p_kernel<<<T, 256, 0, s>>>(dst, dst_stride, src, src_stride, w, n, eps);
+    return cudaGetLastError();
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__global__ void swiglu_kernel(float *gate, const float *up, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        gate[i] = silu(gate[i]) * up[i];
+}
+
+extern "C" cudaError_t q35_cu_swiglu(cudaStream_t s, float *gate, const float *up, size_t n) {
+    if (!n) return cudaSuccess;
+    size_t blocks = (n + 255) / 256;
+    swiglu_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(gate, up, n);
+    return cudaGetLastError();
+}
+
+/* ---- gated attention ---- */
+
+__device__ __forceinline__ int32_t row_pos(const q35_cuda_seq &q, int32_t r) { return q.pos0 + (r - q.row0); }
+
+/* One warp per head vector: q heads of qg (h < NH), then k heads (h >= NH):
+ * rmsnorm1p with q_norm / k_norm (sum in double), rotate-half RoPE on the
+ * first RD dims with fp32 angles pos * theta^(-2i/RD); k and v rows go to
+ * the cache. */
+__global__ void attn_prep_kernel(q35_cuda_attn a, float *qg, float *k, const float *v, const float *q_norm,
+                                 const float *k_norm, const q35_cuda_seq *seqs, const int32_t *row_seq) {
+    __shared__ float vec[512];
+    const int32_t r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, HD = a.HD, KVD = a.NKV * HD;
+    const q35_cuda_seq q = seqs[row_seq[r]];
+    const int32_t pos = row_pos(q, r);
+    const bool is_q = h < a.NH;
+    float *x = is_q ? qg + (size_t)r * a.NH * 2 * HD + (size_t)h * 2 * HD : k + (size_t)r * KVD + (size_t)(h - a.NH) * HD;
+    const float *w = is_q ? q_norm : k_norm;
+    double ss = 0.0;
+    for (int32_t i = lane; i < HD; i += 32) { float f = x[i]; vec[i] = f; ss += (double)f * f; }
+    ss = warp_sum(ss);
+    const float rn = 1.0f / sqrtf((float)(ss / HD) + a.eps);
+    __syncwarp();
+    for (int32_t i = lane; i < HD; i += 32) vec[i] = vec[i] * rn * (1.0f + w[i]);
+    __syncwarp();
+    const int32_t half = a.RD / 2;
+    for (int32_t i = lane; i < HD; i += 32) {
+        float out = vec[i];
+        if (i < a.RD) {
+            int32_t f = i < half ? i : i - half;
+            float inv_freq = 1.0f / powf(a.theta, (float)(2 * f) / (float)a.RD);
+            float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
+            out = i < half ? vec[i] * cs - vec[i + half] * sn : vec[i] * cs + vec[i - half] * sn;
+        }
+        x[i] = out;
+    }
+    if (!is_q) {
+        const int32_t kvh = h - a.NH;
+        float *kc = q.kv + (size_t)a.kv_layer * 2 * q.n_ctx * KVD + (size_t)pos * KVD + (size_t)kvh * HD;
+        float *vc = kc + (size_t)q.n_ctx * KVD;
+        const float *vr = v + (size_t)r * KVD + (size_t)kvh * HD;
+        __syncwarp();
+        for (int32_t i = lane; i < HD; i += 32) { kc[i] = x[i]; vc[i] = vr[i]; }
+    }
+}
+
+extern "C" cudaError_t q35_cu_attn_prep(cudaStream_t s, q35_cuda_attn a, float *qg, float *k, const float *v,
+                                        const float *q_norm, const float *k_norm, const q35_cuda_seq *seqs,
+                                        const int32_t *row_seq, int32_t T) {
+    if (T <= 0) return cudaSuccess;
+    attn_prep_kernel<<<dim3(T, a.NH + a.NKV), 32, 0, s>>>(a, qg, k, v, q_norm, k_norm, seqs, row_seq);
+    return cudaGetLastError();
+}
+
+#define ATTN_WARPS 4
+#define ATTN_DPL 16 /* dims per lane: HD <= 512 (layout.c checks) */
+
+/* One block per (row, query head): warp w takes keys w, w+4, ... of the
+ * row's causal window with an online softmax; the four partial results are
+ * merged in warp order. */
+__global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(q35_cuda_attn a, float *o, const float *qg,
+                                                               const q35_cuda_seq *seqs, const int32_t *row_seq) {
+    __shared__ float part_m[ATTN_WARPS], part_l[ATTN_WARPS];
+    __shared__ float part_o[ATTN_WARPS][512];
+    const int32_t r = blockIdx.x, h = blockIdx.y, HD = a.HD, KVD = a.NKV * HD;
+    const int32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kvh = h / (a.NH / a.NKV);
+    const q35_cuda_seq q = seqs[row_seq[r]];
+    const int32_t n_keys = row_pos(q, r) + 1;
+    const float *qh = qg + (size_t)r * a.NH * 2 * HD + (size_t)h * 2 * HD;
+    const float *K = q.kv + (size_t)a.kv_layer * 2 * q.n_ctx * KVD + (size_t)kvh * HD, *V = K + (size_t)q.n_ctx * KVD;
+    float qv[ATTN_DPL], acc[ATTN_DPL];
+#pragma unroll
+    for (int j = 0; j < ATTN_DPL; j++) { int d = lane + 32 * j; qv[j] = d < HD ? qh[d] : 0.0f; acc[j] = 0.0f; }
+    float m = -INFINITY, l = 0.0f;
+    for (int32_t p = warp; p < n_keys; p += ATTN_WARPS) {
+        const float *kp = K + (size_t)p * KVD, *vp = V + (size_t)p * KVD;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATTN_DPL; j++) { int d = lane + 32 * j; if (d < HD) dot = fmaf(qv[j], kp[d], dot); }
+#pragma unroll
+        for (int off = 16; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        const float sc = dot * a.scale, mn = fmaxf(m, sc), corr = expf(m - mn), e = expf(sc - mn);
+        l = l * corr + e;
+#pragma unroll
+        for (int j = 0; j < ATTN_DPL; j++) { int d = lane + 32 * j; if (d < HD) acc[j] = fmaf(e, vp[d], acc[j] * corr); }
+        m = mn;
+    }
+    if (lane == 0) { part_m[warp] = m; part_l[warp] = l; }
+#pragma unroll
+    for (int j = 0; j < ATTN_DPL; j++) { int d = lane + 32 * j; if (d < HD) part_o[warp][d] = acc[j]; }
+    __syncthreads();
+    if (warp) return;
+    float M = -INFINITY;
+    for (int w = 0; w < ATTN_WARPS; w++) M = fmaxf(M, part_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < ATTN_WARPS; w++) if (part_l[w] > 0.0f) L += part_l[w] * expf(part_m[w] - M);
+    const float *gate = qh + HD;
+    float *oh = o + (size_t)r * a.NH * HD + (size_t)h * HD;
+    for (int32_t d = lane; d < HD; d += 32) {
+        float s = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; w++) if (part_l[w] > 0.0f) s += part_o[w][d] * expf(part_m[w] - M);
+        oh[d] = s / L * sigmoid(gate[d]);
+    }
+}
+
+extern "C" cudaError_t q35_cu_attn(cudaStream_t s, q35_cuda_attn a, float *o, const float *qg, const q35_cuda_seq *seqs,
+                                   const int32_t *row_seq, int32_t T) {
+    if (T <= 0) return cudaSuccess;
+    attn_kernel<<<dim3(T, a.NH), ATTN_WARPS * 32, 0, s>>>(a, o, qg, seqs, row_seq);
+    return cudaGetLastError();
+}
+
+/* ---- Gated DeltaNet ---- */
+
+/* One thread per (sequence, channel): the sequence's rows in order through
+ * the CK taps (tap j multiplies the input CK-1-j steps back), SiLU, and the
+ * conv state advanced (and copied after each row of a rewindable pass). */
+__global__ void gdn_conv_kernel(q35_cuda_gdn g, float *y, const float *raw, const float *conv_w, const q35_cuda_seq *seqs) {
+    const int32_t ch = blockIdx.x * blockDim.x + threadIdx.x, CK = g.CK;
+    const q35_cuda_seq q = seqs[blockIdx.y];
+    if (ch >= g.CD) return;
+    float w[16], hist[16];
+    for (int i = 0; i < CK; i++) w[i] = conv_w[(size_t)ch * CK + i];
+    float *st = q.rec + g.conv_off + (size_t)ch * (CK - 1);
+    for (int i = 0; i < CK - 1; i++) hist[i] = st[i];
+    for (int32_t t = 0; t < q.n_rows; t++) {
+        const size_t row = (size_t)(q.row0 + t);
+        hist[CK - 1] = raw[row * g.CD + ch];
+        float acc = 0.0f;
+        for (int i = 0; i < CK; i++) acc = fmaf(w[i], hist[i], acc);
+        y[row * g.CD + ch] = silu(acc);
+        for (int i = 0; i < CK - 1; i++) hist[i] = hist[i + 1];
+        if (q.row_states && t + 1 < q.n_rows) {
+            float *ck = q.row_states + (size_t)t * g.rec_floats + g.conv_off + (size_t)ch * (CK - 1);
+            for (int i = 0; i < CK - 1; i++) ck[i] = hist[i];
+        }
+    }
+    for (int i = 0; i < CK - 1; i++) st[i] = hist[i];
+}
+
+extern "C" cudaError_t q35_cu_gdn_conv(cudaStream_t s, q35_cuda_gdn g, float *y, const float *raw, const float *conv_w,
+                                       const q35_cuda_seq *seqs, int32_t n_seqs) {
+    if (n_seqs <= 0) return cudaSuccess;
+    gdn_conv_kernel<<<dim3((g.CD + 127) / 128, n_seqs), 128, 0, s>>>(g, y, raw, conv_w, seqs);
+    return cudaGetLastError();
+}
+
+/* One warp per (row, K head): x / sqrt(sum x^2 + 1e-6) for q and k (sum in double), q also * DK^-1/2. */
+__global__ void gdn_qknorm_kernel(q35_cuda_gdn g, float *y) {
+    const int32_t r = blockIdx.x, kh = blockIdx.y, lane = threadIdx.x, KD = g.HK * g.DK;
+    const float qs = 1.0f / sqrtf((float)g.DK);
+    for (int which = 0; which < 2; which++) {
+        float *x = y + (size_t)r * g.CD + (size_t)which * KD + (size_t)kh * g.DK;
+        double ss = 0.0;
+        for (int32_t i = lane; i < g.DK; i += 32) ss += (double)x[i] * x[i];
+        ss = warp_sum(ss);
+        const float rn = 1.0f / sqrtf((float)ss + 1e-6f);
+        for (int32_t i = lane; i < g.DK; i += 32) x[i] = which ? x[i] * rn : x[i] * rn * qs;
+    }
+}
+
+extern "C" cudaError_t q35_cu_gdn_qknorm(cudaStream_t s, q35_cuda_gdn g, float *y, int32_t T) {
+    if (T <= 0) return cudaSuccess;
+    gdn_qknorm_kernel<<<dim3(T, g.HK), 32, 0, s>>>(g, y);
+    return cudaGetLastError();
+}
+
+#define GDN_COLS 32 /* columns of S per block: the delta rule is independent per column */
+
+/* Block (sequence, V head h, 32 columns j of S (DK, DV)): for each row t
+ *   a_j = sum_i k_i S_ij,  b_j = sum_i q_i S_ij            (i ascending)
+ *   delta_j = beta (v_j - e^g a_j),  o_j = e^g b_j + (q.k) delta_j
+ *   S_ij = e^g S_ij + k_i delta_j
+ * with beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias) (gdn.c). */
+__global__ void __launch_bounds__(GDN_COLS) gdn_recur_kernel(q35_cuda_gdn g, float *core, const float *y, const float *bb,
+                                                             const float *aa, const float *A_log, const float *dt_bias,
+                                                             const q35_cuda_seq *seqs) {
+    __shared__ float sq[256], sk[256];
+    const int32_t blocks_per_head = (g.DV + GDN_COLS - 1) / GDN_COLS;
+    const int32_t h = blockIdx.x / blocks_per_head, j = (blockIdx.x % blocks_per_head) * GDN_COLS + threadIdx.x;
+    const q35_cuda_seq q = seqs[blockIdx.y];
+    const int32_t DK = g.DK, DV = g.DV, KD = g.HK * DK, kh = h / (g.HV / g.HK);
+    const bool live = j < DV;
+    float *S = q.rec + g.ssm_off + (size_t)h * DK * DV;
+    const float A = expf(A_log[h]), dt = dt_bias[h];
+    for (int32_t t = 0; t < q.n_rows; t++) {
+        const size_t row = (size_t)(q.row0 + t);
+        const float *yr = y + row * g.CD;
+        __syncthreads();
+        for (int32_t i = threadIdx.x; i < DK; i += GDN_COLS) { sq[i] = yr[(size_t)kh * DK + i]; sk[i] = yr[KD + (size_t)kh * DK + i]; }
+        __syncthreads();
+        if (!live) continue;
+        const float beta = sigmoid(bb[row * g.HV + h]), decay = expf(-A * softplus(aa[row * g.HV + h] + dt));
+        float a = 0.0f, b = 0.0f, qk = 0.0f;
+        for (int32_t i = 0; i < DK; i++) {
+            const float sij = S[(size_t)i * DV + j];
+            a = fmaf(sk[i], sij, a);
+            b = fmaf(sq[i], sij, b);
+            qk = fmaf(sq[i], sk[i], qk);
+        }
+        const float v = yr[2 * KD + (size_t)h * DV + j];
+        const float delta = beta * (v - decay * a);
+        core[row * g.HV * DV + (size_t)h * DV + j] = decay * b + qk * delta;
+        float *ck = q.row_states && t + 1 < q.n_rows ? q.row_states + (size_t)t * g.rec_floats + g.ssm_off + (size_t)h * DK * DV : nullptr;
+        for (int32_t i = 0; i < DK; i++) {
+            const float sij = fmaf(sk[i], delta, decay * S[(size_t)i * DV + j]);
+            S[(size_t)i * DV + j] = sij;
+            if (ck) ck[(size_t)i * DV + j] = sij;
+        }
+    }
+}
+
+extern "C" cudaError_t q35_cu_gdn_recur(cudaStream_t s, q35_cuda_gdn g, float *core, const float *y, const float *bb,
+                                        const float *aa, const float *A_log, const float *dt_bias,
+                                        const q35_cuda_seq *seqs, int32_t n_seqs) {
+    if (n_seqs <= 0) return cudaSuccess;
+    const int32_t per_head = (g.DV + GDN_COLS - 1) / GDN_COLS;
+    gdn_recur_kernel<<<dim3(g.HV * per_head, n_seqs), GDN_COLS, 0, s>>>(g, core, y, bb, aa, A_log, dt_bias, seqs);
+    return cudaGetLastError();
+}
+
+/* One warp per (row, V head): o / rms(o) * w * silu(z), the sum in double. */
+__global__ void gdn_norm_kernel(q35_cuda_gdn g, float *core, const float *z, const float *w) {
+    const int32_t r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, VD = g.HV * g.DV;
+    float *o = core + (size_t)r * VD + (size_t)h * g.DV;
+    const float *zr = z + (size_t)r * VD + (size_t)h * g.DV;
+    double ss = 0.0;
+    for (int32_t i = lane; i < g.DV; i += 32) ss += (double)o[i] * o[i];
+    ss = warp_sum(ss);
+    const float rn = 1.0f / sqrtf((float)(ss / g.DV) + g.eps);
+    for (int32_t i = lane; i < g.DV; i += 32) o[i] = o[i] * rn * w[i] * silu(zr[i]);
+}
+
+extern "C" cudaError_t q35_cu_gdn_norm(cudaStream_t s, q35_cuda_gdn g, float *core, const float *z, const float *w,
+                                       int32_t T) {
+    if (T <= 0) return cudaSuccess;
+    gdn_norm_kernel<<<dim3(T, g.HV), 32, 0, s>>>(g, core, z, w);
+    return cudaGetLastError();
+}

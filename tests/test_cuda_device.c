@@ -1,0 +1,186 @@
+/* The cuda test group (CUDA=1 builds): the cuda backend against the
+ * reference backend and the transformers goldens; the tolerances and their
+ * derivation are at the head of test_cuda.c. Without a device every test
+ * prints "skipped: no CUDA device" and passes. */
+#ifdef Q35_CUDA
+#include "backend/cuda/layout.h"
+#include "formats/cache.h"
+#include "golden.h"
+#include "qwen35.h"
+#include "test.h"
+
+#define LOGIT_TOL 1e-4
+#define PATH_TOL 2e-5
+
+static int no_device(const char *test) {
+    char why[200] = "";
+    if (q35_cuda_device_count(why, sizeof why) > 0) return 0;
+    printf("     cuda.%s: skipped: no CUDA device (%s)\n", test, why + (strncmp(why, "no CUDA device: ", 16) ? 0 : 16));
+    return 1;
+}
+
+static q35_engine *load_on(const char *dir, const char *backend) {
+    q35_engine_params p = {.n_threads = 2, .backend = backend};
+    q35_engine *e = NULL;
+    q35_error err = {0};
+    if (q35_engine_load(dir, &p, &e, &err)) q35_test_fail(__FILE__, __LINE__, "load %s on %s: %s", dir, backend, err.msg);
+    return e;
+}
+
+static q35_session *new_session(q35_engine *e) {
+    q35_session *s = NULL;
+    q35_error err = {0};
+    if (e && q35_session_new(e, 256, &s, &err)) q35_test_fail(__FILE__, __LINE__, "session: %s", err.msg);
+    return s;
+}
+
+TEST(cuda, without_a_device_open_fails_clearly) {
+    char why[200] = "";
+    q35_engine_params p = {.backend = "cuda"};
+    q35_engine *e = NULL;
+    q35_error err = {0};
+    q35_status st = q35_engine_load(q35_test_path("models/tiny-a"), &p, &e, &err);
+    if (q35_cuda_device_count(why, sizeof why) > 0) {
+        REQUIRE_MSG(st == Q35_OK, "%s", err.msg);
+        CHECK_STR_EQ(q35_engine_backend(e), "cuda");
+        q35_engine_free(e);
+        return;
+    }
+    CHECK(st == Q35_ERR_UNSUPPORTED && e == NULL);
+    CHECK_MSG(strstr(err.msg, "needs a CUDA device") && strstr(err.msg, "--backend cpu"), "message: %s", err.msg);
+}
+
+/* Logits of every golden prompt against transformers and the reference
+ * backend; plain and speculative greedy tokens against transformers. */
+TEST(cuda, goldens_logits_and_greedy_tokens) {
+    if (no_device("goldens_logits_and_greedy_tokens")) return;
+    for (int m = 0; m < golden_n_models; m++) {
+        golden g;
+        REQUIRE_MSG(golden_load(golden_models[m], &g) == 0, "golden %s missing", golden_models[m]);
+        const size_t V = (size_t)g.vocab_size;
+        float *lg = malloc(sizeof(float) * V * (size_t)g.n_prompt), *ref = malloc(sizeof(float) * V * (size_t)g.n_prompt);
+        q35_engine *ec = load_on(g.model_dir, "cuda"), *er = load_on(g.model_dir, "ref");
+        q35_session *sc = new_session(ec), *sr = new_session(er);
+        q35_error err = {0};
+        if (sc && sr) {
+            CHECK(!q35_session_eval(sc, g.prompt_ids, g.n_prompt, lg, Q35_EVAL_ALL_LOGITS, &err));
+            CHECK(!q35_session_eval(sr, g.prompt_ids, g.n_prompt, ref, Q35_EVAL_ALL_LOGITS, &err));
+            for (int32_t p = 0; p < g.n_prompt; p++) {
+                double d = rel_max_diff(lg + p * V, g.prompt_logits + p * V, V);
+                CHECK_MSG(d <= LOGIT_TOL, "%s: position %d: %.3g from transformers", golden_models[m], p, d);
+                d = rel_max_diff(lg + p * V, ref + p * V, V);
+                CHECK_MSG(d <= PATH_TOL, "%s: position %d: %.3g from the ref backend", golden_models[m], p, d);
+            }
+            for (int spec = 0; spec <= 2; spec += 2) {
+                q35_session_reset(sc);
+                CHECK(!q35_session_set_spec(sc, spec, &err));
+                float *last = malloc(sizeof(float) * V);
+                CHECK(!q35_session_eval(sc, g.prompt_ids, g.n_prompt, last, 0, &err));
+                int32_t *toks = calloc((size_t)g.n_greedy + Q35_SPEC_K_MAX + 1, sizeof(int32_t));
+                int32_t n = 0, tok = q35_argmax(last, (int32_t)V);
+                toks[n++] = tok;
+                while (n < g.n_greedy) {
+                    int32_t out[Q35_SPEC_K_MAX + 1], n_out = 0;
+                    if (q35_session_step(sc, tok, NULL, out, &n_out, NULL, &err)) { CHECK_MSG(0, "%s", err.msg); break; }
+                    for (int32_t i = 0; i < n_out; i++) toks[n++] = out[i];
+                    tok = out[n_out - 1];
+                }
+                for (int32_t i = 0; i < g.n_greedy; i++)
+                    CHECK_MSG(toks[i] == g.greedy_ids[i], "%s (spec %d): greedy token %d: %d, transformers %d",
+                              golden_models[m], spec, i, toks[i], g.greedy_ids[i]);
+                free(toks); free(last);
+            }
+        }
+        q35_session_free(sc); q35_session_free(sr);
+        q35_engine_free(ec); q35_engine_free(er);
+        free(lg); free(ref);
+        golden_free(&g);
+    }
+}
+
+static void demo_prompt(int32_t *ids, int32_t n, int32_t vocab) {
+    uint32_t s = 7;
+    for (int32_t i = 0; i < n; i++) { s = s * 1664525u + 1013904223u; ids[i] = (int32_t)((s >> 8) % (uint32_t)vocab); }
+}
+
+/* The demo model through a BFP4 cache (qwen35 prepare's default policy). */
+TEST(cuda, bfp4_cache_matches_the_reference) {
+    if (no_device("bfp4_cache_matches_the_reference")) return;
+    char out[1200];
+    snprintf(out, sizeof out, "%s/cache", q35_test_tmpdir());
+    char src[1200];
+    snprintf(src, sizeof src, "%s/../../models/qwen35-demo", q35_test_data_dir());
+    q35_prepare_params pp = {.checkpoint = src, .out_dir = out, .policy = Q35_POLICY_DEFAULT};
+    q35_error err = {0};
+    REQUIRE_MSG(!q35_prepare(&pp, &err), "prepare: %s", err.msg);
+    q35_engine *ec = load_on(out, "cuda"), *er = load_on(out, "ref");
+    REQUIRE(ec && er);
+    const int32_t V = q35_engine_info(ec)->vocab_size, N = 40;
+    int32_t ids[40];
+    demo_prompt(ids, N, V);
+    float *a = malloc(sizeof(float) * (size_t)V * N), *b = malloc(sizeof(float) * (size_t)V * N);
+    q35_session *sc = new_session(ec), *sr = new_session(er);
+    if (sc && sr) {
+        CHECK(!q35_session_eval(sc, ids, N, a, Q35_EVAL_ALL_LOGITS, &err));
+        CHECK(!q35_session_eval(sr, ids, N, b, Q35_EVAL_ALL_LOGITS, &err));
+        for (int32_t p = 0; p < N; p++) {
+            double d = rel_max_diff(a + (size_t)p * V, b + (size_t)p * V, (size_t)V);
+            CHECK_MSG(d <= PATH_TOL, "position %d: %.3g from the ref backend", p, d);
+        }
+    }
+    q35_session_free(sc); q35_session_free(sr);
+    q35_engine_free(ec); q35_engine_free(er);
+    free(a); free(b);
+}
+
+/* Snapshot / restore, rewind, batch against single, and repeats: all bit for bit. */
+TEST(cuda, snapshots_rewinds_batches_and_repeats_are_exact) {
+    if (no_device("snapshots_rewinds_batches_and_repeats_are_exact")) return;
+    q35_engine *e = load_on(q35_test_path("models/tiny-b"), "cuda");
+    REQUIRE(e);
+    const int32_t V = q35_engine_info(e)->vocab_size;
+    const size_t row = sizeof(float) * (size_t)V;
+    int32_t ids[24];
+    demo_prompt(ids, 24, V);
+    float *a = malloc(row * 4), *b = malloc(row * 4);
+    q35_error err = {0};
+    q35_session *s = new_session(e), *t = new_session(e);
+    REQUIRE(s && t);
+    /* snapshot at 16, continue 4 tokens; restore and continue again */
+    CHECK(!q35_session_eval(s, ids, 16, NULL, 0, &err));
+    q35_snapshot *snap = NULL;
+    REQUIRE_MSG(!q35_snapshot_take(s, &snap, &err), "%s", err.msg);
+    CHECK(!q35_session_eval(s, ids + 16, 4, a, Q35_EVAL_ALL_LOGITS, &err));
+    CHECK(!q35_snapshot_restore(t, snap, &err));
+    CHECK(!q35_session_eval(t, ids + 16, 4, b, Q35_EVAL_ALL_LOGITS, &err));
+    CHECK_MSG(!memcmp(a, b, row * 4), "restored snapshot differs");
+    /* repeat: the same prompt from scratch twice */
+    q35_session_reset(s); q35_session_reset(t);
+    CHECK(!q35_session_eval(s, ids, 20, a, 0, &err));
+    CHECK(!q35_session_eval(t, ids, 20, b, 0, &err));
+    CHECK_MSG(!memcmp(a, b, row), "a repeat differs");
+    /* batch == single: one decode step of both sessions together and alone */
+    q35_session *both[2] = {s, t};
+    int32_t next[2] = {ids[20], ids[21]};
+    CHECK(!q35_batch_decode(both, next, 2, a, &err));
+    q35_session_free(t);
+    t = new_session(e);
+    CHECK(!q35_session_eval(t, ids, 20, NULL, 0, &err));
+    CHECK(!q35_session_eval(t, next + 1, 1, b, 0, &err));
+    CHECK_MSG(!memcmp(a + V, b, row), "a batch row differs from the same row alone");
+    /* rewind: 3 checkpointed rows, keep 1, then the next token = plain decode */
+    q35_session_reset(s); q35_session_reset(t);
+    CHECK(!q35_session_set_spec(s, 2, &err));
+    CHECK(!q35_session_eval(s, ids, 10, NULL, 0, &err));
+    CHECK(!q35_session_eval(s, ids + 10, 3, NULL, Q35_EVAL_CHECKPOINT, &err));
+    CHECK(!q35_session_rewind(s, 1, &err));
+    CHECK(!q35_session_eval(s, ids + 11, 1, a, Q35_EVAL_RECURRENT, &err));
+    CHECK(!q35_session_eval(t, ids, 10, NULL, 0, &err));
+    CHECK(!q35_session_eval(t, ids + 10, 2, b, Q35_EVAL_RECURRENT, &err));
+    CHECK_MSG(!memcmp(a, b, row), "after a rewind the next row differs from plain decode");
+    q35_snapshot_free(snap);
+    q35_session_free(s); q35_session_free(t);
+    q35_engine_free(e);
+    free(a); free(b);
+}
+#endif
