@@ -4,7 +4,7 @@
  * prints "skipped: no CUDA device" and passes. */
 #ifdef Q35_CUDA
 #include "backend/cuda/layout.h"
-#include "formats/cache.h"
+#include "model/prepare.h"
 #include "golden.h"
 #include "qwen35.h"
 #include "test.h"

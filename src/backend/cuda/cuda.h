@@ -45,7 +45,7 @@ typedef struct cu_backend {
     const q35_config *c;
     const q35_weights *w;
     int device;
-    char kernels_name[64], note[256];
+    char kernels_name[64], note[512]; /* note: the device name (up to 256) and its figures */
     cudaStream_t stream;
     cudaEvent_t staged_pass, staged_mtp; /* the last uploads from the pinned stage have been read */
     /* weights */
