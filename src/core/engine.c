@@ -99,6 +99,7 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
         return st;
     }
     fill_info(e);
+    q35_eos_load(e, path);
     *out = e;
     return Q35_OK;
 }
@@ -163,7 +164,9 @@ q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_
         s->mixer_scratch = malloc(mix * sizeof(float));
         s->spec_logits = malloc((Q35_SPEC_MAX + 1) * (size_t)c->vocab_size * sizeof(float));
         s->target_probs = malloc((size_t)c->vocab_size * sizeof(float));
-        ok = s->x && s->xn && s->tmp && s->mlp_gate && s->mlp_up && s->mixer_scratch && s->spec_logits && s->target_probs;
+        s->hist = malloc((size_t)n_ctx * sizeof(int32_t));
+        ok = s->x && s->xn && s->tmp && s->mlp_gate && s->mlp_up && s->mixer_scratch && s->spec_logits && s->target_probs &&
+             s->hist;
     }
     if (!ok) {
         q35_session_free(s);
@@ -179,7 +182,7 @@ void q35_session_free(q35_session *s) {
     free(s->state_block);
     free(s->x); free(s->xn); free(s->tmp); free(s->mlp_gate); free(s->mlp_up); free(s->mixer_scratch);
     free(s->mtp_k_cache); free(s->mtp_v_cache); free(s->mtp_x); free(s->mtp_xn); free(s->mtp_cat);
-    free(s->pending_hidden); free(s->draft_hidden); free(s->ckpt);
+    free(s->pending_hidden); free(s->draft_hidden); free(s->ckpt); free(s->hist);
     q35_spec_free_buffers(s);
     free(s);
 }
@@ -189,6 +192,7 @@ void q35_session_reset(q35_session *s) {
     s->pos = 0; /* KV rows past pos are never read, so they need no clearing */
     s->n_pending = 0;
     s->ckpt_rows = 0;
+    s->n_hist = 0;
 }
 
 int32_t q35_session_pos(const q35_session *s) { return s->pos; }
@@ -270,6 +274,7 @@ static void forward_rows(q35_session *own, const seq_rows *seqs, int32_t n_seqs,
 static void commit_rows(q35_session *s, const float *hidden, const int32_t *tokens, int32_t T, int32_t pos0,
                         int checkpoint) {
     const size_t H = (size_t)s->engine->cfg.hidden_size;
+    q35_hist_note(s, tokens, T, pos0);
     s->ckpt_rows = checkpoint ? T : 0;
     s->ckpt_pos0 = pos0;
     if (!s->mtp_on) return;
@@ -323,6 +328,7 @@ q35_status q35_session_rewind(q35_session *s, int32_t n_keep, q35_error *err) {
     s->pos = s->ckpt_pos0 + n_keep;
     if (s->mtp_on && s->n_pending > n_keep) s->n_pending = n_keep;
     s->ckpt_rows = 0;
+    q35_hist_cut(s);
     return Q35_OK;
 }
 
@@ -390,6 +396,7 @@ struct q35_snapshot {
     int32_t n_pending, pending_pos0;
     int32_t pending_tok[Q35_SPEC_MAX + 1];
     float *pending_hidden;
+    int32_t *tokens; /* the session's token ids 0..pos-1; NULL: not known */
     size_t bytes;
 };
 
@@ -416,6 +423,8 @@ q35_status q35_snapshot_take(const q35_session *s, q35_snapshot **out, q35_error
         q35_snapshot_free(snap);
         return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a snapshot of %d positions", s->pos);
     }
+    if (s->n_hist == s->pos && (snap->tokens = malloc(((size_t)s->pos + 1) * sizeof(int32_t))))
+        memcpy(snap->tokens, s->hist, (size_t)s->pos * sizeof(int32_t));
     memcpy(snap->state, s->state_block, s->state_floats * sizeof(float));
     float *p = snap->kv;
     for (int32_t i = 0; i < c->n_layer; i++) {
@@ -451,6 +460,8 @@ q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_er
         memcpy(s->v_cache[i], p, rows * sizeof(float)); p += rows;
     }
     s->pos = snap->pos;
+    s->n_hist = snap->tokens ? snap->pos : -1;
+    if (snap->tokens) memcpy(s->hist, snap->tokens, (size_t)snap->pos * sizeof(int32_t));
     s->ckpt_rows = 0;
     s->n_pending = 0; /* without the MTP's part, drafting resumes after the next eval */
     if (s->mtp_on && snap->mtp_kv) {
@@ -466,6 +477,10 @@ q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_er
 
 int32_t q35_snapshot_pos(const q35_snapshot *snap) { return snap->pos; }
 size_t q35_snapshot_bytes(const q35_snapshot *snap) { return snap->bytes; }
+const int32_t *q35_snapshot_tokens(const q35_snapshot *snap, int32_t *n) {
+    if (n) *n = snap->tokens ? snap->pos : 0;
+    return snap->tokens;
+}
 
 void q35_snapshot_free(q35_snapshot *snap) {
     if (!snap) return;
@@ -473,5 +488,6 @@ void q35_snapshot_free(q35_snapshot *snap) {
     free(snap->kv);
     free(snap->mtp_kv);
     free(snap->pending_hidden);
+    free(snap->tokens);
     free(snap);
 }
