@@ -64,15 +64,6 @@ static void old_greedy(q35_session *s, int32_t first, int32_t n, int32_t *out) {
     }
 }
 
-/* The draft oracle of test_spec.c: the reference, wrong at a third of the positions. */
-typedef struct { const int32_t *seq; int32_t base, n; } oracle;
-static int32_t oracle_hook(void *ctx, int32_t pos, int32_t proposed) {
-    oracle *o = ctx;
-    int32_t i = pos - o->base;
-    if (i < 0 || i >= o->n) return proposed;
-    return (((uint32_t)pos * 2654435761u) >> 28) % 3 == 0 ? (o->seq[i] + 1) % 7 : o->seq[i];
-}
-
 /* The expected output itself as drafts. */
 static int32_t exact_hook(void *ctx, int32_t pos, int32_t proposed) {
     oracle *o = ctx;

@@ -37,17 +37,6 @@ static int generate(q35_engine *e, const golden *g, int32_t k, int32_t n, int32_
     return rc;
 }
 
-/* A draft oracle: the reference continuation, wrong at about a third of the
- * positions (a fixed hash), so that steps see full acceptance, partial
- * acceptance and rejection. */
-typedef struct { const int32_t *seq; int32_t base, n; } oracle;
-static int32_t oracle_hook(void *ctx, int32_t pos, int32_t proposed) {
-    oracle *o = ctx;
-    int32_t i = pos - o->base;
-    if (i < 0 || i >= o->n) return proposed;
-    return (((uint32_t)pos * 2654435761u) >> 28) % 3 == 0 ? (o->seq[i] + 1) % 7 : o->seq[i];
-}
-
 TEST(spec, greedy_output_identical_with_any_drafts) {
     for (int m = 0; m < golden_n_models; m++) {
         golden g;
