@@ -473,6 +473,13 @@ const int32_t *q35_session_tokens(const q35_session *session, int32_t *n);
 /* The token ids the snapshot covers; NULL when its session did not know them. */
 const int32_t *q35_snapshot_tokens(const q35_snapshot *snap, int32_t *n);
 
+/* The first half of q35_session_sync, for callers that evaluate the rest
+ * themselves (in chunks, say): keeps the session's state, restores snap or
+ * resets it, as q35_session_sync would, and evaluates nothing. *n_kept (may
+ * be NULL) receives the prompt tokens the session then holds; the caller
+ * evaluates prompt[*n_kept..n), at least one token. */
+q35_status q35_session_reuse(q35_session *session, const int32_t *prompt, int32_t n, const q35_snapshot *snap,
+                             int32_t *n_kept, q35_error *err);
 /* Makes the session hold exactly prompt[0..n) and writes the last row's
  * logits (vocab_size floats; logits may be NULL), evaluating only what it
  * cannot reuse. The Gated DeltaNet state cannot be rewound, so it reuses

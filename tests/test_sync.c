@@ -245,3 +245,43 @@ TEST(sync, a_snapshot_at_a_shorter_prefix_is_restored) {
     q35_engine_free(e);
     golden_free(&g);
 }
+
+/* q35_session_reuse keeps what it can and evaluates nothing: the caller
+ * feeds the rest, here in chunks as a server's prefill does. */
+TEST(sync, reuse_keeps_the_prefix_and_leaves_the_rest_to_the_caller) {
+    golden g;
+    q35_engine *e = golden_engine("tiny-a", &g);
+    REQUIRE(e);
+    const int32_t V = g.vocab_size;
+    size_t row = sizeof(float) * (size_t)V;
+    float *lg = malloc(row), *want = malloc(row);
+    q35_error err;
+    q35_session *s;
+    REQUIRE(q35_session_new(e, 128, &s, &err) == Q35_OK && q35_session_set_spec(s, 1, &err) == Q35_OK);
+    int32_t kept = -1;
+    CHECK(q35_session_sync(s, g.prompt_ids, 10, NULL, NULL, NULL, &err) == Q35_OK);
+    int64_t fed = s->n_fed;
+    CHECK(q35_session_reuse(s, g.prompt_ids, 40, NULL, &kept, &err) == Q35_OK);
+    CHECK_EQ_INT(kept, 10);
+    CHECK_EQ_INT(s->n_fed, fed);
+    CHECK_EQ_INT(q35_session_pos(s), 10);
+    for (int32_t done = kept; done < 40; done += 8) /* chunks of 8 */
+        CHECK(q35_session_eval(s, g.prompt_ids + done, 40 - done < 8 ? 40 - done : 8, lg, 0, &err) == Q35_OK);
+    fresh(e, 1, g.prompt_ids, (const int32_t[]){10, 18, 26, 34, 40}, 5, want);
+    CHECK(memcmp(lg, want, row) == 0);
+    /* no reusable prefix: the session starts over, nothing evaluated */
+    int32_t other[12];
+    memcpy(other, g.prompt_ids, sizeof other);
+    other[0] = (other[0] + 1) % V;
+    fed = s->n_fed;
+    CHECK(q35_session_reuse(s, other, 12, NULL, &kept, &err) == Q35_OK);
+    CHECK_EQ_INT(kept, 0);
+    CHECK_EQ_INT(q35_session_pos(s), 0);
+    CHECK_EQ_INT(s->n_fed, fed);
+    CHECK(q35_session_reuse(s, other, 0, NULL, &kept, &err) == Q35_ERR_ARG);
+    q35_session_free(s);
+    free(lg);
+    free(want);
+    q35_engine_free(e);
+    golden_free(&g);
+}

@@ -39,23 +39,29 @@ static int proper_prefix(const int32_t *ids, int32_t m, const int32_t *prompt, i
     return ids && m < n && !memcmp(ids, prompt, sizeof(int32_t) * (size_t)m);
 }
 
-q35_status q35_session_sync(q35_session *s, const int32_t *prompt, int32_t n, const q35_snapshot *snap, float *logits,
-                            int32_t *n_reused, q35_error *err) {
+/* The prompt checks of q35_session_reuse and q35_session_sync. */
+static q35_status check_prompt(const q35_session *s, const int32_t *prompt, int32_t n, q35_error *err) {
     const int32_t V = s->engine->cfg.vocab_size;
-    if (n_reused) *n_reused = 0;
     if (n <= 0 || !prompt) return q35_fail(err, Q35_ERR_ARG, "no prompt tokens to evaluate");
     if (n > s->n_ctx)
         return q35_fail(err, Q35_ERR_CONTEXT, "a prompt of %d tokens does not fit a %d-token context", n, s->n_ctx);
     for (int32_t i = 0; i < n; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             return q35_fail(err, Q35_ERR_ARG, "token id %d at index %d is outside the vocabulary [0, %d)", prompt[i], i, V);
+    return Q35_OK;
+}
+
+q35_status q35_session_reuse(q35_session *s, const int32_t *prompt, int32_t n, const q35_snapshot *snap, int32_t *n_kept,
+                             q35_error *err) {
+    if (n_kept) *n_kept = 0;
+    q35_status st = check_prompt(s, prompt, n, err);
+    if (st) return st;
     int32_t n_own = 0, n_snap = 0;
     const int32_t *own = q35_session_tokens(s, &n_own);
     const int32_t *snap_ids = snap ? q35_snapshot_tokens(snap, &n_snap) : NULL;
     int use_own = proper_prefix(own, n_own, prompt, n);
     int use_snap = proper_prefix(snap_ids, n_snap, prompt, n) && n_snap > 0 && (!use_own || n_snap > n_own);
     int32_t keep = 0;
-    q35_status st;
     if (use_snap) {
         if ((st = q35_snapshot_restore(s, snap, err))) return st;
         keep = n_snap;
@@ -64,7 +70,16 @@ q35_status q35_session_sync(q35_session *s, const int32_t *prompt, int32_t n, co
     } else {
         q35_session_reset(s);
     }
-    if ((st = q35_session_eval(s, prompt + keep, n - keep, logits, 0, err))) return st;
-    if (n_reused) *n_reused = keep;
+    if (n_kept) *n_kept = keep;
     return Q35_OK;
+}
+
+q35_status q35_session_sync(q35_session *s, const int32_t *prompt, int32_t n, const q35_snapshot *snap, float *logits,
+                            int32_t *n_reused, q35_error *err) {
+    int32_t keep = 0;
+    if (n_reused) *n_reused = 0;
+    q35_status st = q35_session_reuse(s, prompt, n, snap, &keep, err);
+    if (!st) st = q35_session_eval(s, prompt + keep, n - keep, logits, 0, err);
+    if (!st && n_reused) *n_reused = keep;
+    return st;
 }
