@@ -1,4 +1,4 @@
-/* spec.c: speculative decoding with the MTP head (see qwen35.h).
+/* spec.c: one generation step, speculative with the MTP head (see qwen35.h).
  *
  * One step from `last` (x_P, to be evaluated at position P):
  *   1. draft: the pending MTP row (h_{P-1}, x_P) gives d_0; each further
@@ -9,12 +9,21 @@
  *   3. accept the longest prefix of drafts (greedy: equal to the target's
  *      argmax; sampling: accept d with probability min(1, p(d)/q(d)), on
  *      rejection sample from max(0, p - q) normalised), then one more token
- *      from the target (the correction, or the bonus after full acceptance);
+ *      from the target (the correction, or the bonus after full acceptance:
+ *      with a sampler, its own draw, as plain decoding makes it);
  *   4. rewind the session to the accepted rows.
+ * Without drafts the step is 2 and 3 over one row. Every row a token is
+ * chosen from, draft or target, first goes through q35_gen_process (the
+ * generation's logits hook and min_tokens mask, generate.c), so p and q
+ * are distributions of the same processed rows.
+ *
+ * Who chooses: a q35_generation's sampler (NULL: greedy), drawing every
+ * random number from the sampler's RNG; or, for q35_session_step and
+ * q35_batch_step, a q35_policy's distribution and its own rng state.
  *
  * With a reduced-vocabulary draft head (q35_engine_set_draft_vocab) step 1
  * reads only the subset's rows of lm_head: a greedy draft is the argmax over
- * the subset, a sampled one is drawn from the policy's distribution of the
+ * the subset, a sampled one is drawn from the chooser's distribution of the
  * draft logits with every other token at -inf, so q is zero outside the
  * subset. Steps 2-4 do not change, so the output does not either. The head
  * itself is made in draft_vocab.c. */
