@@ -33,6 +33,9 @@ q35_status q35_step_generations(q35_generation *const *gs, int32_t n, int32_t *o
  * the logits hook, then the min_tokens mask. For a policy: row itself. */
 const float *q35_gen_process(q35_generation *g, const float *row, int32_t n_prev);
 
+/* policy.c: a uniform draw from a q35_policy's rng state. */
+double q35_policy_uniform(const q35_policy *p);
+
 /* sampler.c: a uniform draw in [0, 1) from the sampler's RNG; and
  * q35_sampler_sample with prev counted as generated. */
 double q35_sampler_uniform(q35_sampler *s);

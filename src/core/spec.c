@@ -19,7 +19,8 @@
  *
  * Who chooses: a q35_generation's sampler (NULL: greedy), drawing every
  * random number from the sampler's RNG; or, for q35_session_step and
- * q35_batch_step, a q35_policy's distribution and its own rng state.
+ * q35_batch_step (policy.c), a q35_policy's distribution and the draws of
+ * its rng state.
  *
  * With a reduced-vocabulary draft head (q35_engine_set_draft_vocab) step 1
  * reads only the subset's rows of lm_head: a greedy draft is the argmax over
@@ -34,18 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* The draws of a q35_policy (q35_session_step): xorshift64* over its rng
- * state, a 53-bit uniform in [0, 1). A generation draws from its sampler. */
-static double policy_uniform(uint64_t *st) {
-    if (!*st) *st = 0x9e3779b97f4a7c15ull;
-    *st ^= *st >> 12;
-    *st ^= *st << 25;
-    *st ^= *st >> 27;
-    return (double)((*st * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 static double uniform(q35_generation *g) {
-    return g->policy ? policy_uniform(g->policy->rng) : q35_sampler_uniform(g->sampler);
+    return g->policy ? q35_policy_uniform(g->policy) : q35_sampler_uniform(g->sampler);
 }
 
 static int greedy(const q35_generation *g) { return g->policy ? !g->policy->probs : !g->sampler; }
@@ -282,30 +273,6 @@ q35_status q35_step_generations(q35_generation *const *gs, int32_t n, int32_t *o
         }
     }
     return Q35_OK;
-}
-
-q35_status q35_batch_step(q35_session *const *ss, const int32_t *last, int32_t n, const q35_policy *const *policies,
-                          int32_t *out, int32_t *n_out, q35_error *err) {
-    if (n <= 0 || !ss || !last) return q35_fail(err, Q35_ERR_ARG, "empty batch");
-    if (n > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a step batch holds at most %d sessions (got %d)", Q35_UBATCH, n);
-    q35_generation gs[Q35_UBATCH], *gp[Q35_UBATCH];
-    for (int32_t i = 0; i < n; i++) {
-        const q35_policy *pol = policies ? policies[i] : NULL;
-        n_out[i] = 0;
-        if (pol && pol->probs && !pol->rng) return q35_fail(err, Q35_ERR_ARG, "batch row %d: a sampling policy needs an rng state", i);
-        static const q35_policy plain = {0};
-        gs[i] = (q35_generation){.s = ss[i], .policy = pol ? pol : &plain, .last = last[i]};
-        gp[i] = &gs[i];
-    }
-    return q35_step_generations(gp, n, out, n_out, err);
-}
-
-q35_status q35_session_step(q35_session *s, int32_t last, const q35_policy *policy, int32_t *out, int32_t *n_out,
-                            float *logits_out, q35_error *err) {
-    const q35_policy *pols[1] = {policy};
-    q35_status st = q35_batch_step(&s, &last, 1, pols, out, n_out, err);
-    if (!st && logits_out) memcpy(logits_out, s->spec_logits, sizeof(float) * (size_t)s->engine->cfg.vocab_size * (size_t)*n_out);
-    return st;
 }
 
 const float *q35_session_step_logits(const q35_session *s) { return s->spec_logits; }
