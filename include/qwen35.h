@@ -454,10 +454,13 @@ void q35_generation_free(q35_generation *gen);
 q35_status q35_generation_begin(q35_generation *gen, const float *logits, q35_gen_out *out, q35_error *err);
 /* One step: 1..k+1 tokens. Q35_ERR_ARG before begin or after a stop. */
 q35_status q35_generation_step(q35_generation *gen, q35_gen_out *out, q35_error *err);
-/* One step for n generations of distinct sessions of one engine: every
- * verify row of every one goes through one forward pass, so the weights are
- * read once for the whole batch; out[i] equals what q35_generation_step
- * would give gens[i] alone. Calls on one engine must not run concurrently. */
+/* One step for n generations of distinct sessions of one engine: the
+ * verify rows of all of them go through one forward pass, so the weights
+ * are read once for the whole batch (a pass holds 128 rows and a step takes
+ * k+1 at most; a batch that needs more takes several passes, each over as
+ * many generations as fit). out[i] equals what q35_generation_step would
+ * give gens[i] alone. After an error some generations may have stepped.
+ * Calls on one engine must not run concurrently. */
 q35_status q35_generation_batch_step(q35_generation *const *gens, int32_t n, q35_gen_out *out, q35_error *err);
 /* The tokens generated so far (all of them, in order). */
 const int32_t *q35_generation_tokens(const q35_generation *gen, int32_t *n);

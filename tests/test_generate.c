@@ -480,3 +480,45 @@ TEST(generate, the_hook_of_a_draft_row_sees_the_drafts_before_it) {
     q35_engine_free(e);
     golden_free(&g);
 }
+
+/* More verify rows than one forward pass holds (20 generations of k = 8:
+ * 180 rows): the batch takes several passes, and each generation still
+ * gets what it gets alone. */
+TEST(generate, a_batch_larger_than_a_pass_equals_single_steps) {
+    golden g;
+    q35_engine *e = golden_engine("tiny-a", &g);
+    REQUIRE(e);
+    enum { NS = 20, STEPS = 3 };
+    const int32_t V = g.vocab_size;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    q35_session *s[2][NS];
+    q35_generation *gen[2][NS];
+    q35_gen_out o[2][NS];
+    q35_error err;
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < NS; i++) {
+            REQUIRE((s[c][i] = prompted(e, &g, 8, 64, 4 + i, lg)));
+            q35_gen_params p = {.ignore_eos = 1};
+            REQUIRE(q35_generation_new(s[c][i], &p, &gen[c][i], &err) == Q35_OK);
+            REQUIRE(q35_generation_begin(gen[c][i], lg, &o[c][i], &err) == Q35_OK);
+        }
+    for (int step = 0; step < STEPS; step++) {
+        REQUIRE(q35_generation_batch_step(gen[0], NS, o[0], &err) == Q35_OK);
+        for (int i = 0; i < NS; i++) {
+            REQUIRE(q35_generation_step(gen[1][i], &o[1][i], &err) == Q35_OK);
+            CHECK_EQ_INT(o[0][i].n_tokens, o[1][i].n_tokens);
+            CHECK(memcmp(o[0][i].tokens, o[1][i].tokens, sizeof(int32_t) * (size_t)o[1][i].n_tokens) == 0);
+        }
+    }
+    for (int i = 0; i < NS; i++) {
+        CHECK_EQ_INT(q35_session_pos(s[0][i]), q35_session_pos(s[1][i]));
+        CHECK_EQ_INT(q35_session_spec_stats(s[0][i]).drafts, 8 * STEPS);
+        for (int c = 0; c < 2; c++) {
+            q35_generation_free(gen[c][i]);
+            q35_session_free(s[c][i]);
+        }
+    }
+    free(lg);
+    q35_engine_free(e);
+    golden_free(&g);
+}

@@ -156,17 +156,23 @@ q35_status q35_generation_begin(q35_generation *g, const float *logits, q35_gen_
 
 q35_status q35_generation_batch_step(q35_generation *const *gens, int32_t n, q35_gen_out *out, q35_error *err) {
     if (n <= 0 || !gens || !out) return q35_fail(err, Q35_ERR_ARG, "empty batch");
-    if (n > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a step batch holds at most %d generations (got %d)", Q35_UBATCH, n);
     for (int32_t i = 0; i < n; i++) {
         out[i].n_tokens = 0;
         out[i].stop = gens[i]->stop;
         if (!gens[i]->started) return q35_fail(err, Q35_ERR_ARG, "batch row %d: the generation has not begun", i);
         if (gens[i]->stop) return q35_fail(err, Q35_ERR_ARG, "batch row %d: the generation has stopped", i);
     }
+    /* consecutive generations whose rows fit one forward pass go together */
     int32_t toks[Q35_UBATCH * (Q35_SPEC_K_MAX + 1)], counts[Q35_UBATCH];
-    q35_status st = q35_step_generations(gens, n, toks, counts, err);
-    if (st) return st;
-    for (int32_t i = 0; i < n; i++) emit(gens[i], toks + (size_t)i * (Q35_SPEC_K_MAX + 1), counts[i], &out[i]);
+    for (int32_t i0 = 0; i0 < n;) {
+        int32_t m = 0, rows = 0;
+        while (i0 + m < n && m < Q35_UBATCH && rows + q35_gen_draft_cap(gens[i0 + m]) + 1 <= Q35_UBATCH)
+            rows += q35_gen_draft_cap(gens[i0 + m++]) + 1;
+        q35_status st = q35_step_generations(gens + i0, m, toks, counts, err);
+        if (st) return st;
+        for (int32_t i = 0; i < m; i++) emit(gens[i0 + i], toks + (size_t)i * (Q35_SPEC_K_MAX + 1), counts[i], &out[i0 + i]);
+        i0 += m;
+    }
     return Q35_OK;
 }
 

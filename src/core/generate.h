@@ -29,6 +29,10 @@ struct q35_generation {
  * n_out[i] tokens generation i accepted and chose (none recorded yet). */
 q35_status q35_step_generations(q35_generation *const *gs, int32_t n, int32_t *out, int32_t *n_out, q35_error *err);
 
+/* The most drafts g's steps make: the session's k cut by max_drafts. A step
+ * of g takes at most that plus one rows of a forward pass. */
+int32_t q35_gen_draft_cap(const q35_generation *g);
+
 /* The row the chooser sees for the token after the first n_prev of g->toks:
  * the logits hook, then the min_tokens mask. For a policy: row itself. */
 const float *q35_gen_process(q35_generation *g, const float *row, int32_t n_prev);

@@ -115,18 +115,18 @@ int32_t q35_session_spec_k(const q35_session *s) { return s->spec_k; }
 q35_spec_stats q35_session_spec_stats(const q35_session *s) { return s->stats; }
 
 /* The session's k cut by the generation's limit. */
-static int32_t draft_cap(const q35_generation *g) {
+int32_t q35_gen_draft_cap(const q35_generation *g) {
     int32_t k = g->s->spec_k < Q35_SPEC_MAX ? g->s->spec_k : Q35_SPEC_MAX;
     if (g->max_drafts < 0) return 0;
     return g->max_drafts > 0 && g->max_drafts < k ? g->max_drafts : k;
 }
 
-/* How many drafts g's next step may make: draft_cap, cut by the tokens
+/* How many drafts g's next step may make: q35_gen_draft_cap, cut by the tokens
  * max_tokens leaves (the step's last token comes from the target) and by
  * the context. */
 static int32_t draft_room(const q35_generation *g) {
     const q35_session *s = g->s;
-    int32_t k = draft_cap(g);
+    int32_t k = q35_gen_draft_cap(g);
     if (g->max_tokens > 0 && k > g->max_tokens - g->n_gen - 1) k = g->max_tokens - g->n_gen - 1;
     if (k > s->n_ctx - s->pos - 1) k = s->n_ctx - s->pos - 1; /* drafts must fit the context too */
     return k;
@@ -234,7 +234,7 @@ q35_status q35_step_generations(q35_generation *const *gs, int32_t n, int32_t *o
         if (gs[i]->last < 0 || gs[i]->last >= V)
             return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary [0, %d)", i, gs[i]->last, V);
         if (s->engine != e) return q35_fail(err, Q35_ERR_ARG, "batch row %d uses another engine", i);
-        total += draft_cap(gs[i]) + 1;
+        total += q35_gen_draft_cap(gs[i]) + 1;
     }
     if (total > Q35_UBATCH) return q35_fail(err, Q35_ERR_ARG, "a step batch holds at most %d rows (got %d)", Q35_UBATCH, total);
     float *logits = gs[0]->s->spec_logits;
