@@ -436,7 +436,8 @@ typedef struct q35_generation q35_generation;
  * generation when stop is set: the EOS, stop id or max_tokens-th token;
  * callers that print text usually drop an EOS or stop id). The target
  * logits rows that chose them, before the hook and mask, are
- * q35_session_step_logits(session) after a step. */
+ * q35_session_step_logits(session) after a step (after begin: the row
+ * begin was given), for log-probabilities. */
 typedef struct q35_gen_out {
     int32_t tokens[Q35_SPEC_K_MAX + 1];
     int32_t n_tokens;
