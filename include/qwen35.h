@@ -412,8 +412,9 @@ typedef enum q35_stop_reason {
 typedef void (*q35_logits_fn)(void *ctx, float *logits, int32_t n_vocab, const int32_t *prev, int32_t n_prev);
 
 typedef struct q35_gen_params {
-    /* NULL: greedy. Borrowed for the generation's life: it records every
-     * emitted token (q35_sampler_accept) and supplies every random draw. */
+    /* NULL: greedy (so is a sampler at temperature 0 without penalties).
+     * Borrowed for the generation's life: it records every emitted token
+     * (q35_sampler_accept) and supplies every random draw. */
     q35_sampler *sampler;
     q35_logits_fn logits_fn;   /* NULL: none */
     void *logits_ctx;

@@ -51,6 +51,14 @@ static int32_t run_gen(q35_session *s, const q35_gen_params *p, const float *log
     return st ? -1 : got;
 }
 
+static q35_sampler *sampler_of(q35_sampler_params sp, int32_t V, const int32_t *prompt, int32_t n_prompt) {
+    q35_error err;
+    q35_sampler *sm = NULL;
+    if (q35_sampler_new(&sp, V, &sm, &err)) { q35_test_fail(__FILE__, __LINE__, "%s", err.msg); return NULL; }
+    q35_sampler_set_prompt(sm, prompt, n_prompt);
+    return sm;
+}
+
 /* The old way: q35_session_step with a NULL policy (greedy). */
 static void old_greedy(q35_session *s, int32_t first, int32_t n, int32_t *out) {
     q35_error err;
@@ -99,19 +107,20 @@ TEST(generate, greedy_equals_the_old_step_with_any_drafts) {
                 if (k) CHECK(q35_session_spec_stats(s).drafts > 0);
                 q35_session_free(s);
             }
+            /* a sampler at temperature 0 without penalties is greedy too */
+            q35_sampler *sm = sampler_of((q35_sampler_params){.top_p = 1.0f, .repetition_penalty = 1.0f, .seed = 1}, V, NULL, 0);
+            s = prompted(e, &g, k, 256, g.n_prompt, lg);
+            REQUIRE(s && sm);
+            q35_gen_params ps = {.sampler = sm, .ignore_eos = 1};
+            CHECK_EQ_INT(run_gen(s, &ps, lg, N, now, &stop), N);
+            CHECK_MSG(memcmp(old, now, sizeof old) == 0, "%s k=%d: a temperature-0 sampler changed the output", golden_models[m], k);
+            q35_sampler_free(sm);
+            q35_session_free(s);
         }
         free(lg);
         q35_engine_free(e);
         golden_free(&g);
     }
-}
-
-static q35_sampler *sampler_of(q35_sampler_params sp, int32_t V, const int32_t *prompt, int32_t n_prompt) {
-    q35_error err;
-    q35_sampler *sm = NULL;
-    if (q35_sampler_new(&sp, V, &sm, &err)) { q35_test_fail(__FILE__, __LINE__, "%s", err.msg); return NULL; }
-    q35_sampler_set_prompt(sm, prompt, n_prompt);
-    return sm;
 }
 
 static const q35_sampler_params penalised = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .min_p = 0.01f,

@@ -6,6 +6,8 @@
 
 #include "core/session.h"
 
+#include <stdbool.h>
+
 struct q35_generation {
     q35_session *s;
     q35_sampler *sampler;         /* NULL: greedy */
@@ -44,6 +46,8 @@ double q35_policy_uniform(const q35_policy *p);
  * q35_sampler_sample with prev counted as generated. */
 double q35_sampler_uniform(q35_sampler *s);
 int32_t q35_sampler_vocab(const q35_sampler *s);
+/* The sampler draws nothing and penalises nothing: it picks the argmax. */
+bool q35_sampler_is_argmax(const q35_sampler *s);
 int32_t q35_sampler_sample_after(q35_sampler *s, float *logits, const int32_t *prev, int32_t n_prev);
 
 #endif

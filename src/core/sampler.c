@@ -255,6 +255,10 @@ static void unaccept(q35_sampler *s, const int32_t *ids, int32_t n) {
 
 double q35_sampler_uniform(q35_sampler *s) { return rng_uniform(s->rng); }
 int32_t q35_sampler_vocab(const q35_sampler *s) { return s->n_vocab; }
+bool q35_sampler_is_argmax(const q35_sampler *s) {
+    return s->p.temperature <= 0 && s->p.repetition_penalty == 1.0f && s->p.presence_penalty == 0 &&
+           s->p.frequency_penalty == 0;
+}
 
 int32_t q35_sampler_sample_after(q35_sampler *s, float *logits, const int32_t *prev, int32_t n_prev) {
     for (int32_t i = 0; i < n_prev; i++) q35_sampler_accept(s, prev[i]);

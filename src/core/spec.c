@@ -39,7 +39,11 @@ static double uniform(q35_generation *g) {
     return g->policy ? q35_policy_uniform(g->policy) : q35_sampler_uniform(g->sampler);
 }
 
-static int greedy(const q35_generation *g) { return g->policy ? !g->policy->probs : !g->sampler; }
+/* Greedy: no sampler, or one that only picks the argmax (then the verify
+ * rows need no distributions and no draws). */
+static int greedy(const q35_generation *g) {
+    return g->policy ? !g->policy->probs : !g->sampler || q35_sampler_is_argmax(g->sampler);
+}
 
 /* The distribution of the token after the step's first n_step tokens
  * (step: the drafts so far, not yet recorded by the sampler), from the
