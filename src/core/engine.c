@@ -432,7 +432,7 @@ q35_status q35_snapshot_take(const q35_session *s, q35_snapshot **out, q35_error
         memcpy(p, s->k_cache[i], rows * sizeof(float)); p += rows;
         memcpy(p, s->v_cache[i], rows * sizeof(float)); p += rows;
     }
-    snap->bytes = (s->state_floats + kv_floats) * sizeof(float);
+    snap->bytes = (s->state_floats + kv_floats) * sizeof(float) + (snap->tokens ? (size_t)s->pos * sizeof(int32_t) : 0);
     if (s->mtp_on) {
         memcpy(snap->mtp_kv, s->mtp_k_cache, rows * sizeof(float));
         memcpy(snap->mtp_kv + rows, s->mtp_v_cache, rows * sizeof(float));
