@@ -3,7 +3,8 @@
  * body. Any input must give 0 with a consistent request, or an HTTP status
  * with a message; never a crash, a leak or an out-of-bounds read. The
  * accepted requests also drive the length check and the stop matcher. */
-#include "server/api.h"
+#include "server/request.h"
+#include "server/stop.h"
 
 #include <assert.h>
 #include <stdlib.h>

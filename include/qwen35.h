@@ -71,6 +71,8 @@ typedef enum q35_weights_mode {
 typedef struct q35_engine_params {
     int32_t n_threads;         /* 0: one per core */
     int32_t weights;           /* a q35_weights_mode; 0: Q35_WEIGHTS_AUTO */
+    const char *backend;       /* "cpu" or "ref" (q35_engine_backend); NULL: the environment variable
+                                  Q35_BACKEND, else "cpu" */
 } q35_engine_params;
 
 /* Loads a Hugging Face checkpoint directory (config.json plus
@@ -86,6 +88,10 @@ const q35_model_info *q35_engine_info(const q35_engine *engine);
  * Q35_KERNELS forces one) and a note for the user, or NULL, e.g. that this
  * CPU has no AVX2 and runs the slow scalar kernels. */
 const char *q35_engine_kernels(const q35_engine *engine, const char **note);
+/* The backend the model runs on: "cpu" (the default), or "ref", the scalar
+ * reference (one thread, reference kernels), as the environment variable
+ * Q35_BACKEND chooses at load. */
+const char *q35_engine_backend(const q35_engine *engine);
 int32_t q35_engine_threads(const q35_engine *engine);
 
 /* A session holds up to n_ctx positions (0: the model's maximum). */
@@ -203,6 +209,8 @@ int32_t q35_engine_draft_vocab(const q35_engine *engine);
  * malformed, negative or out-of-range id, or a repeat is Q35_ERR_FORMAT
  * with the line number. *ids is malloc'd: free() it. */
 q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **ids, int32_t *n, q35_error *err);
+/* q35_draft_vocab_load of path, then q35_engine_set_draft_vocab with its ids. */
+q35_status q35_engine_set_draft_vocab_file(q35_engine *engine, const char *path, q35_error *err);
 
 /* The target logits rows that chose the tokens of the session's last step
  * (n_out rows of vocab_size), valid until its next eval or step. */

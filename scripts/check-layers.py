@@ -110,8 +110,10 @@ def check_server_state(build, problems):
     for top in ("src/server", "tools"):
         d = os.path.join(ROOT, build, top)
         if os.path.isdir(d):
+            # objects of sources that still exist (a build directory keeps stale ones)
             objs += [os.path.join(d, n) for n in sorted(os.listdir(d))
-                     if n.endswith(".o") and (top == "src/server" or n.startswith("serve"))]
+                     if n.endswith(".o") and (top == "src/server" or n.startswith("serve"))
+                     and os.path.exists(os.path.join(ROOT, top, n[:-2] + ".c"))]
     if not objs:
         problems.append(f"{build}: no server objects to inspect (build first)")
         return

@@ -1,6 +1,11 @@
 /* test_api.c: the sampler and the server's protocol logic (src/sampler.c,
- * src/api.c) on synthetic inputs: no model, no sockets. */
-#include "server/api.h"
+ * src/server/) on synthetic inputs: no model, no sockets. */
+#include "server/auth.h"
+#include "server/json_prefix.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/sse.h"
+#include "server/stop.h"
 #include "test.h"
 
 #include <float.h>

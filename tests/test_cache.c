@@ -4,7 +4,7 @@
  * break caches and sources in the ways the issue lists: each must fail
  * with an error naming the file or tensor. */
 #include "formats/bfp.h"
-#include "formats/cache.h"
+#include "model/prepare.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "helpers.h"
 #include "test.h"

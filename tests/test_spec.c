@@ -1,7 +1,7 @@
 /* Tests of speculative decoding with the MTP head: greedy output is
  * token-for-token the plain output whatever the drafts are, rollback
  * restores every state, and rejection sampling keeps the distribution. */
-#include "formats/cache.h"
+#include "model/prepare.h"
 #include "golden.h"
 #include "helpers.h"
 #include "qwen35.h"

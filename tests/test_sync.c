@@ -1,6 +1,6 @@
 /* Tests of the engine's EOS list and of prefix reuse (q35_session_sync,
  * the token history sessions and snapshots keep). */
-#include "formats/cache.h"
+#include "model/prepare.h"
 #include "golden.h"
 #include "helpers.h"
 #include "qwen35.h"

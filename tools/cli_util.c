@@ -36,14 +36,10 @@ char *cli_default_model(void) {
 
 int cli_set_draft_vocab(q35_engine *e, const char *path, const char *prog) {
     q35_error err = {0};
-    int32_t *ids = NULL, n = 0;
-    if (q35_draft_vocab_load(path, q35_engine_info(e)->vocab_size, &ids, &n, &err) ||
-        q35_engine_set_draft_vocab(e, ids, n, &err)) {
+    if (q35_engine_set_draft_vocab_file(e, path, &err)) {
         fprintf(stderr, "%s: --draft-vocab: %s\n", prog, err.msg);
-        free(ids);
         return -1;
     }
-    free(ids);
     return 0;
 }
 

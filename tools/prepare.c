@@ -3,9 +3,10 @@
  * `qwen35 info` (what a checkpoint or cache holds and what it costs per
  * token). The work is in the library (src/prepare.c, src/cache.c,
  * src/hub.c); this file parses options and draws progress. */
-#include "formats/cache.h"
+#include "model/prepare.h"
+#include "formats/hub.h"
 #include "cli.h"
-#include "model/model.h"
+#include "model/tensors.h"
 #include "qwen35.h"
 
 #include <stdio.h>
@@ -130,9 +131,7 @@ int cmd_verify(int argc, char **argv) {
 
 static uint64_t row_bytes(const q35_tensor *t) {
     if (t->ndim < 2) return t->nbytes;
-    int64_t rows = t->shape[0];
-    if (t->dtype == Q35_DT_BFP4 || t->dtype == Q35_DT_BFP8) rows = (rows + 15) / 16 * 16;
-    return t->nbytes / (uint64_t)rows;
+    return q35_dtype_row_bytes(t->dtype, q35_tensor_nelem(t) / t->shape[0]);
 }
 
 typedef struct {
@@ -145,15 +144,16 @@ typedef struct {
  * one row (unless tied: then it is also the lm_head), the MTP head apart. */
 static void add_tensor(tally *t, const char *name, const q35_tensor *x, int tied) {
     if (!strncmp(name, "model.visual.", 13)) { t->skipped++; return; }
+    q35_tensor_role role = q35_tensor_role_of(name);
     t->n++;
     t->count[x->dtype]++;
     t->bytes[x->dtype] += x->nbytes;
     t->total += x->nbytes;
     if (!strncmp(name, "mtp.", 4)) t->mtp += x->nbytes;
-    else if (!strcmp(name, "model.language_model.embed_tokens.weight"))
+    else if (role == Q35_ROLE_EMBED)
         t->per_token += tied ? x->nbytes + row_bytes(x) : row_bytes(x);
     else t->per_token += x->nbytes;
-    if (!strcmp(name, "lm_head.weight") || (tied && !strcmp(name, "model.language_model.embed_tokens.weight")))
+    if (role == Q35_ROLE_HEAD || (tied && role == Q35_ROLE_EMBED))
         t->lm_head = x->nbytes;
 }
 

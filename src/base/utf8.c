@@ -1,4 +1,4 @@
-/* text.c: UTF-8 repair, Python whitespace and the growable buffer (text.h). */
+/* utf8.c: UTF-8 repair, Python whitespace and the growable buffer (utf8.h). */
 #include "base/utf8.h"
 
 #include <stdarg.h>

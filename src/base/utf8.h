@@ -1,4 +1,4 @@
-/* text.h: UTF-8 and string helpers shared by the tokenizer, the chat
+/* utf8.h: UTF-8 and string helpers shared by the tokenizer, the chat
  * renderer and the output parsers: a byte-at-a-time UTF-8 repairer that
  * follows the "maximal subpart" rule (what Python's errors="replace" and
  * Rust's from_utf8_lossy do, so a stream and a whole buffer give the same

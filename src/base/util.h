@@ -15,6 +15,10 @@
 q35_status q35_fail(q35_error *err, q35_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Progress of a long job: bytes done so far of total, and what is at hand
+ * (a file, a tensor). */
+typedef void (*q35_progress_fn)(void *ctx, uint64_t done, uint64_t total, const char *what);
+
 /* A whole file mapped read-only, at a 2 MiB boundary. */
 typedef struct q35_mapped_file {
     void *data;

@@ -6,7 +6,7 @@
  * subset row's draft logit is bit for bit the full head's and argmax ties
  * still pick the lower id. */
 #include "core/session.h"
-#include "formats/bfp.h"
+#include "formats/dtype.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -33,10 +33,11 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
     if (n > 0 && !e->w.mtp.present)
         return q35_fail(err, Q35_ERR_UNSUPPORTED, "the model has no MTP head (mtp.* tensors), so it has no draft head to reduce");
     int64_t full_bytes = (int64_t)head->nbytes, old_bytes = e->n_draft ? (int64_t)e->draft_head.nbytes : full_bytes;
+    q35_backend *be = e->backend;
     if (n == 0) {
         q35_spec_free_draft_head(e);
         e->info.mtp_bytes_per_draft += full_bytes - old_bytes;
-        return Q35_OK;
+        return be->ops->set_draft_head(be, NULL, err);
     }
     int32_t *sorted = malloc(sizeof *sorted * (size_t)n);
     if (!sorted) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a draft vocabulary of %d ids", n);
@@ -54,9 +55,7 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
             return q35_fail(err, Q35_ERR_ARG, "draft vocabulary: token id %d is listed twice", bad);
         }
     }
-    const int bfp = q35_bfp_mant_bits(head->dtype) != 0;
-    size_t row_bytes = bfp ? 0 : head->nbytes / (size_t)V;
-    size_t bytes = bfp ? q35_bfp_tensor_bytes(head->dtype, n, H) : row_bytes * (size_t)n;
+    size_t bytes = q35_dtype_bytes(head->dtype, n, H);
     size_t alloc = (bytes + 63) / 64 * 64; /* the kernels' 64-byte alignment */
     uint8_t *data = aligned_alloc(64, alloc);
     if (!data) {
@@ -64,17 +63,7 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
         return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a draft head of %d rows (%zu bytes)", n, bytes);
     }
     memset(data, 0, alloc); /* bfp padding rows: exponent 0, code 0 */
-    for (int32_t i = 0; i < n; i++) {
-        if (!bfp) {
-            memcpy(data + row_bytes * (size_t)i, (const uint8_t *)head->data + row_bytes * (size_t)sorted[i], row_bytes);
-            continue;
-        }
-        for (int64_t b = 0; b < H / Q35_BFP_BLOCK; b++) { /* the panel layout moves a row block by block, exactly */
-            uint8_t codes[Q35_BFP_BLOCK];
-            uint8_t ex = q35_bfp_get_block(head->dtype, head->data, H, sorted[i], b, codes);
-            q35_bfp_put_block(head->dtype, data, H, i, b, ex, codes);
-        }
-    }
+    for (int32_t i = 0; i < n; i++) q35_dtype_copy_row(head->dtype, data, i, head->data, sorted[i], H);
     q35_spec_free_draft_head(e);
     e->n_draft = n;
     e->draft_ids = sorted;
@@ -84,6 +73,13 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
     e->draft_head.shape[0] = n;
     e->draft_head.data = data;
     e->draft_head.nbytes = bytes;
+    q35_status st = be->ops->set_draft_head(be, &e->draft_head, err);
+    if (st) { /* the backend could not take it: back to the whole lm_head */
+        q35_spec_free_draft_head(e);
+        e->info.mtp_bytes_per_draft += full_bytes - old_bytes;
+        be->ops->set_draft_head(be, NULL, NULL);
+        return st;
+    }
     e->info.mtp_bytes_per_draft += (int64_t)bytes - old_bytes;
     return Q35_OK;
 }
@@ -148,5 +144,13 @@ q35_status q35_draft_vocab_load(const char *path, int32_t vocab_size, int32_t **
     if (st) return st;
     st = q35_draft_vocab_parse(text, size, path, vocab_size, ids, n, err);
     free(text);
+    return st;
+}
+
+q35_status q35_engine_set_draft_vocab_file(q35_engine *e, const char *path, q35_error *err) {
+    int32_t *ids = NULL, n = 0;
+    q35_status st = q35_draft_vocab_load(path, e->cfg.vocab_size, &ids, &n, err);
+    if (!st) st = q35_engine_set_draft_vocab(e, ids, n, err);
+    free(ids);
     return st;
 }

@@ -68,53 +68,6 @@ static int32_t sample(q35_generation *g, const float *probs, int32_t n) {
     return last_nz; /* rounding left u at the very top */
 }
 
-void q35_spec_free_buffers(q35_session *s) {
-    free(s->spec_logits); free(s->draft_logits); free(s->draft_probs); free(s->target_probs);
-    s->spec_logits = s->draft_logits = s->draft_probs = s->target_probs = NULL;
-}
-
-q35_status q35_session_set_spec(q35_session *s, int32_t k, q35_error *err) {
-    const q35_engine *e = s->engine;
-    const q35_config *c = &e->cfg;
-    if (k < 0 || k > Q35_SPEC_K_MAX)
-        return q35_fail(err, Q35_ERR_ARG, "speculative draft length %d is out of range [0, %d]", k, Q35_SPEC_K_MAX);
-    if (k > 0 && !e->w.mtp.present)
-        return q35_fail(err, Q35_ERR_UNSUPPORTED, "the model has no MTP head (mtp.* tensors), so it cannot speculate");
-    if (k == 0) {
-        s->spec_k = 0;
-        s->mtp_on = 0;
-        s->n_pending = 0;
-        s->ckpt_rows = 0;
-        return Q35_OK;
-    }
-    size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size, U = Q35_UBATCH;
-    size_t kv = (size_t)s->n_ctx * (size_t)c->n_head_kv * (size_t)c->head_dim;
-    int ok = 1;
-#define ALLOC(ptr, n) do { if (!(ptr)) { (ptr) = calloc((n), sizeof(float)); ok = ok && (ptr); } } while (0)
-    ALLOC(s->mtp_k_cache, kv);
-    ALLOC(s->mtp_v_cache, kv);
-    ALLOC(s->mtp_x, U * H);
-    ALLOC(s->mtp_xn, U * H);
-    ALLOC(s->mtp_cat, U * 2 * H);
-    ALLOC(s->pending_hidden, (Q35_SPEC_MAX + 1) * H);
-    ALLOC(s->draft_hidden, H);
-    ALLOC(s->draft_logits, Q35_SPEC_MAX * V);
-    ALLOC(s->draft_probs, Q35_SPEC_MAX * V);
-#undef ALLOC
-    if (ok && k != s->spec_k) {
-        /* 64-byte aligned, so the GDN update streams the copies past the
-         * cache; touched now, so the first verify takes no page faults */
-        size_t bytes = ((size_t)k * s->state_floats * sizeof(float) + 63) & ~(size_t)63;
-        float *nc = aligned_alloc(64, bytes ? bytes : 64);
-        if (nc) { free(s->ckpt); s->ckpt = nc; memset(nc, 0, bytes); } else ok = 0;
-    }
-    if (!ok) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for speculative decoding buffers (k = %d)", k);
-    s->spec_k = k;
-    s->mtp_on = 1;
-    s->ckpt_rows = 0;
-    return Q35_OK;
-}
-
 int32_t q35_session_spec_k(const q35_session *s) { return s->spec_k; }
 q35_spec_stats q35_session_spec_stats(const q35_session *s) { return s->stats; }
 
@@ -171,7 +124,7 @@ static int32_t draft(q35_generation *g, int32_t *drafts) {
         }
         if (s->draft_hook) d = s->draft_hook(s->draft_hook_ctx, P + 1 + j, d);
         drafts[nd++] = d;
-        if (j + 1 < k) q35_mtp_rows(s, s->draft_hidden, &d, 1, P + j, dl + V);
+        if (j + 1 < k) q35_mtp_rows(s, Q35_MTP_FROM_DRAFT, 0, &d, 1, P + j, dl + V);
     }
     return nd;
 }

@@ -20,7 +20,7 @@
  * activation can be quantized per block to int8 and the dot product runs on
  * integer units (vpdpbusd), with one float scale per 16 x 16 weights. The
  * codec is TT's exactly; only the block orientation differs, so values are
- * not bit-identical to a TT tile cache of the same weights.
+ * not bit-identical to TT's own tiles of the same weights.
  *
  * A tensor [n_out, n_in] (n_in % 16 == 0) is stored as ceil(n_out / 16)
  * panels of 16 rows; rows past n_out are padding (exponent 0, code 0). With
@@ -49,9 +49,9 @@
  * [12288, 4096] GEMV (n_tok = 1), best of several runs, on a 2-vCPU AMD EPYC
  * VM (AVX2, no AVX-512) that other jobs were loading at the time, so its
  * DRAM figures moved between runs (read ceiling 4-9 GB/s with 1 thread);
- * the in-cache figure (one core, weights hot in L2) is the stable one:
+ * the hot-in-L2 figure (one core, weights in L2) is the stable one:
  *
- *   GB/s of bfp4 data             in cache, 1 thread   DRAM, 1 thread
+ *   GB/s of bfp4 data             in L2, 1 thread      DRAM, 1 thread
  *   16-row panels (this layout)        11.7 - 16.4        2.8 - 5.9
  *   row-major, blocks along K           6.0 -  7.9        2.1 - 4.4
  *   TT orientation, blocks along N      1.8 -  4.0        1.2 - 1.5
@@ -61,7 +61,7 @@
  * sum per row), and TT's orientation more again (x stays fp32: a scalar
  * scale and a float decode per input). With AVX-512 VNNI a panel block is
  * about 30 instructions (one vpdpbusd per group). Kept in TT's orientation,
- * a TT tile cache could be used without re-encoding; this layout instead
+ * TT's tiles could be used without re-encoding; this layout instead
  * re-encodes the checkpoint's weights with the same codec along K.
  */
 #ifndef Q35_BFP_H

@@ -1,5 +1,5 @@
 /* cache.c: the model.q35 file format (see cache.h): parse and map a cache,
- * lay out and write one, and the storage policies.
+ * lay out and write one.
  *
  * Writing streams: the table is known before any data (every size follows
  * from dtype and shape), so each tensor is converted in chunks of whole
@@ -34,25 +34,22 @@ static void sha256(const void *data, size_t n, uint8_t out[32]) {
     EVP_Digest(data, n, out, &len, EVP_sha256(), NULL);
 }
 
-static int is_bfp(q35_dtype dt) { return dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8; }
-
-static size_t elem_bytes(q35_dtype dt) { return dt == Q35_DT_F32 ? 4 : 2; }
-
 size_t q35_cache_tensor_bytes(q35_dtype dt, int ndim, const int64_t *shape) {
-    if (ndim < 1 || ndim > Q35_MAX_DIMS) return 0;
+    const q35_dtype_traits *t = q35_dtype_info(dt);
+    if (!t || ndim < 1 || ndim > Q35_MAX_DIMS) return 0;
     uint64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40)) return 0;
         if (n > (UINT64_MAX >> 8) / (uint64_t)shape[i]) return 0;
         n *= (uint64_t)shape[i];
     }
-    if (is_bfp(dt)) {
-        if (ndim != 2 || shape[1] % Q35_BFP_BLOCK) return 0;
-        return q35_bfp_tensor_bytes(dt, shape[0], shape[1]);
-    }
-    if (dt != Q35_DT_F32 && dt != Q35_DT_F16 && dt != Q35_DT_BF16) return 0;
-    return (size_t)(n * elem_bytes(dt));
+    if (q35_dtype_is_block(dt) && (ndim != 2 || shape[1] % t->block_elems)) return 0; /* panels of a matrix */
+    int64_t rows = ndim == 1 ? 1 : shape[0];
+    return q35_dtype_bytes(dt, rows, (int64_t)n / rows);
 }
+
+/* The layout code a record gives each dtype. */
+static uint32_t layout_of(q35_dtype dt) { return q35_dtype_is_block(dt) ? Q35_LAYOUT_BFP_PANELS : Q35_LAYOUT_ROWS; }
 
 /* ---- reading ---- */
 
@@ -68,7 +65,7 @@ static q35_status parse_record(const uint8_t *r, int32_t idx, const uint8_t *bas
     uint32_t dtype = rd32(r + 128), layout = rd32(r + 132), ndim = rd32(r + 136);
     if (dtype >= Q35_DT_COUNT)
         return q35_fail(err, Q35_ERR_FORMAT, "%s: tensor '%s': unknown dtype code %u", label, name, dtype);
-    if (layout != (is_bfp((q35_dtype)dtype) ? Q35_LAYOUT_BFP_PANELS : Q35_LAYOUT_ROWS))
+    if (layout != layout_of((q35_dtype)dtype))
         return q35_fail(err, Q35_ERR_FORMAT, "%s: tensor '%s': layout %u does not go with dtype %s", label, name, layout,
                         q35_dtype_name((q35_dtype)dtype));
     if (ndim < 1 || ndim > Q35_MAX_DIMS)
@@ -165,16 +162,16 @@ static int cmp_entry_ptr(const void *a, const void *b) {
     return strcmp((*(const q35_st_entry *const *)a)->name, (*(const q35_st_entry *const *)b)->name);
 }
 
-q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err) {
-    memset(ck, 0, sizeof *ck);
-    ck->dir = strdup(dir);
-    ck->files = calloc(1, sizeof *ck->files);
-    if (!ck->dir || !ck->files) { q35_checkpoint_close(ck); return q35_fail(err, Q35_ERR_NOMEM, "out of memory"); }
-    q35_st_file *f = &ck->files[0];
+q35_status q35_cache_open(const char *dir, q35_checkpoint *out, q35_error *err) {
+    memset(out, 0, sizeof *out);
+    out->dir = strdup(dir);
+    out->files = calloc(1, sizeof *out->files);
+    if (!out->dir || !out->files) { q35_checkpoint_close(out); return q35_fail(err, Q35_ERR_NOMEM, "out of memory"); }
+    q35_st_file *f = &out->files[0];
     f->map.fd = -1;
     f->path = q35_path_join(dir, Q35_CACHE_FILE);
     q35_status st = q35_map_file(f->path, &f->map, err);
-    ck->n_files = 1;
+    out->n_files = 1;
     if (!st) st = q35_cache_parse(f->map.data, f->map.size, f->path, f, err);
     if (!st) { /* the config the engine reads must be the one the cache was prepared from */
         char *cfg = q35_path_join(dir, "config.json"), *text = NULL;
@@ -191,64 +188,16 @@ q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err) {
         free(cfg);
     }
     if (!st) {
-        ck->index = calloc((size_t)f->n_entries, sizeof *ck->index);
-        if (!ck->index) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
-        for (int32_t i = 0; !st && i < f->n_entries; i++) ck->index[i] = &f->entries[i];
+        out->index = calloc((size_t)f->n_entries, sizeof *out->index);
+        if (!out->index) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+        for (int32_t i = 0; !st && i < f->n_entries; i++) out->index[i] = &f->entries[i];
         if (!st) {
-            ck->n_index = f->n_entries;
-            qsort(ck->index, (size_t)ck->n_index, sizeof *ck->index, cmp_entry_ptr);
+            out->n_index = f->n_entries;
+            qsort(out->index, (size_t)out->n_index, sizeof *out->index, cmp_entry_ptr);
         }
     }
-    if (st) q35_checkpoint_close(ck);
+    if (st) q35_checkpoint_close(out);
     return st;
-}
-
-/* ---- policies ---- */
-
-static const char *const policy_names[Q35_POLICY_COUNT] = {"default", "bf16", "bfp8", "bfp4-all"};
-
-const char *q35_policy_name(q35_policy_id p) { return p < Q35_POLICY_COUNT ? policy_names[p] : "?"; }
-
-q35_status q35_policy_parse(const char *name, q35_policy_id *out, q35_error *err) {
-    for (int i = 0; i < Q35_POLICY_COUNT; i++)
-        if (!strcmp(name, policy_names[i])) { *out = (q35_policy_id)i; return Q35_OK; }
-    return q35_fail(err, Q35_ERR_ARG, "unknown policy '%s' (choose default, bf16, bfp8 or bfp4-all)", name);
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
-/* The large matrices every token streams through. */
-static int is_projection(const char *name) {
-    static const char *const sfx[] = {
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-        "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.out_proj.weight",
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-    };
-    if (!strcmp(name, "mtp.fc.weight")) return 1;
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
-        if (ends_with(name, sfx[i])) return 1;
-    return 0;
-}
-
-q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape) {
-    int matrix = ndim == 2 && shape[1] % Q35_BFP_BLOCK == 0 && shape[0] > 0;
-    int embed = !strcmp(name, "model.language_model.embed_tokens.weight");
-    int head = !strcmp(name, "lm_head.weight");
-    q35_dtype stored = ndim == 2 && src == Q35_DT_F32 && p == Q35_POLICY_BF16 ? Q35_DT_BF16 : src;
-    if (!matrix || p == Q35_POLICY_BF16) return stored;
-    switch (p) {
-    case Q35_POLICY_BFP8: return Q35_DT_BFP8;
-    case Q35_POLICY_BFP4_ALL: return Q35_DT_BFP4;
-    default: break;
-    }
-    /* default: chosen by `qwen35 eval --kld-base` on the test models
-     * (docs/weight-cache.md): BFP8 for the embedding and lm_head measured
-     * the same as BF16 at half the bytes; BFP4 there cost measurably more. */
-    if (embed || head) return Q35_DT_BFP8;
-    return is_projection(name) ? Q35_DT_BFP4 : src;
 }
 
 /* ---- writing ---- */
@@ -272,34 +221,21 @@ static q35_status write_all(int fd, const void *buf, size_t n, uint64_t off, con
     return Q35_OK;
 }
 
-/* Converts rows of src (item->src_dtype) into the stored dtype. For BFP the
+/* Converts rows of src (item->src_dtype) into the stored dtype, through
+ * floats (tmp, when the source is not F32 already). For a block format the
  * rows start on a panel boundary, so they land at a panel's offset. */
-static q35_status convert_rows(const q35_cache_item *it, const void *src, int64_t n_rows, int64_t row_elems, void *dst,
-                               size_t dst_size, float *tmp, q35_error *err) {
-    size_t n = (size_t)n_rows * (size_t)row_elems;
+static void convert_rows(const q35_cache_item *it, const void *src, int64_t n_rows, int64_t row_elems, void *dst,
+                         float *tmp) {
     if (it->dtype == it->src_dtype) { /* already in the stored form (synthetic codes, as-stored tensors) */
-        memcpy(dst, src, is_bfp(it->dtype) ? q35_bfp_tensor_bytes(it->dtype, n_rows, row_elems) : n * elem_bytes(it->dtype));
-        return Q35_OK;
+        memcpy(dst, src, q35_dtype_bytes(it->dtype, n_rows, row_elems));
+        return;
     }
-    if (is_bfp(it->dtype)) {
-        const void *in = src;
-        q35_dtype in_dt = it->src_dtype;
-        if (in_dt == Q35_DT_F16) {
-            const uint16_t *h = src;
-            for (size_t i = 0; i < n; i++) tmp[i] = q35_f16_to_f32(h[i]);
-            in = tmp;
-            in_dt = Q35_DT_F32;
-        }
-        return q35_bfp_pack_matrix(it->dtype, dst, dst_size, in, in_dt, n_rows, row_elems, 0, err);
+    const float *f = src;
+    if (it->src_dtype != Q35_DT_F32) {
+        q35_dtype_decode(it->src_dtype, src, row_elems, 0, n_rows * row_elems, tmp);
+        f = tmp;
     }
-    if (it->dtype == Q35_DT_BF16 && it->src_dtype == Q35_DT_F32) {
-        const float *f = src;
-        uint16_t *o = dst;
-        for (size_t i = 0; i < n; i++) o[i] = q35_f32_to_bf16(f[i]);
-        return Q35_OK;
-    }
-    return q35_fail(err, Q35_ERR_UNSUPPORTED, "tensor '%s': cannot convert %s to %s", it->name,
-                    q35_dtype_name(it->src_dtype), q35_dtype_name(it->dtype));
+    q35_dtype_encode(it->dtype, dst, f, n_rows, row_elems);
 }
 
 static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int32_t idx, q35_cache_fill_fn fill,
@@ -308,28 +244,26 @@ static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int
     int64_t rows = it->shape[0], row_elems = 1;
     for (int d = 1; d < it->ndim; d++) row_elems *= it->shape[d];
     if (it->ndim == 1) { rows = 1; row_elems = it->shape[0]; }
-    size_t src_row = (size_t)row_elems * elem_bytes(it->src_dtype);
+    size_t src_row = q35_dtype_row_bytes(it->src_dtype, row_elems);
     int64_t chunk = (int64_t)(CHUNK_BYTES / (src_row ? src_row : 1));
     chunk = chunk / Q35_BFP_PANEL * Q35_BFP_PANEL;
     if (chunk < Q35_BFP_PANEL) chunk = Q35_BFP_PANEL;
     if (chunk > rows) chunk = rows;
-    size_t out_cap = is_bfp(it->dtype) ? q35_bfp_tensor_bytes(it->dtype, chunk, row_elems)
-                                       : (size_t)chunk * (size_t)row_elems * elem_bytes(it->dtype);
-    void *src = malloc(is_bfp(it->src_dtype) ? q35_bfp_tensor_bytes(it->src_dtype, chunk, row_elems) : (size_t)chunk * src_row);
-    void *dst = malloc(out_cap);
-    float *tmp = it->src_dtype == Q35_DT_F16 && is_bfp(it->dtype) ? malloc((size_t)chunk * (size_t)row_elems * 4) : NULL;
+    int need_tmp = it->dtype != it->src_dtype && it->src_dtype != Q35_DT_F32; /* converted through floats */
+    void *src = malloc(q35_dtype_bytes(it->src_dtype, chunk, row_elems));
+    void *dst = malloc(q35_dtype_bytes(it->dtype, chunk, row_elems));
+    float *tmp = need_tmp ? malloc((size_t)chunk * (size_t)row_elems * sizeof *tmp) : NULL;
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     q35_status st = Q35_OK;
-    if (!src || !dst || !md || (it->src_dtype == Q35_DT_F16 && is_bfp(it->dtype) && !tmp))
+    if (!src || !dst || !md || (need_tmp && !tmp))
         st = q35_fail(err, Q35_ERR_NOMEM, "tensor '%s': out of memory for a %lld-row chunk", it->name, (long long)chunk);
     if (!st) EVP_DigestInit_ex(md, EVP_sha256(), NULL);
     uint64_t off = it->offset;
     for (int64_t r0 = 0; !st && r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
         st = fill(fill_ctx, it, idx, r0, n, src, err);
-        size_t out_n = is_bfp(it->dtype) ? q35_bfp_tensor_bytes(it->dtype, n, row_elems)
-                                         : (size_t)n * (size_t)row_elems * elem_bytes(it->dtype);
-        if (!st) st = convert_rows(it, src, n, row_elems, dst, out_cap, tmp, err);
+        size_t out_n = q35_dtype_bytes(it->dtype, n, row_elems);
+        if (!st) convert_rows(it, src, n, row_elems, dst, tmp);
         if (!st) st = write_all(fd, dst, out_n, off, path, err);
         if (!st) EVP_DigestUpdate(md, dst, out_n);
         off += out_n;
@@ -354,7 +288,7 @@ static void encode_record(const q35_cache_item *it, uint8_t *r) {
     memset(r, 0, Q35_CACHE_RECORD_BYTES);
     memcpy(r, it->name, strlen(it->name));
     wr32(r + 128, (uint32_t)it->dtype);
-    wr32(r + 132, is_bfp(it->dtype) ? Q35_LAYOUT_BFP_PANELS : Q35_LAYOUT_ROWS);
+    wr32(r + 132, layout_of(it->dtype));
     wr32(r + 136, (uint32_t)it->ndim);
     for (int d = 0; d < it->ndim; d++) wr64(r + 144 + 8 * d, (uint64_t)it->shape[d]);
     wr64(r + 208, it->offset);

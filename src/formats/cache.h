@@ -1,12 +1,13 @@
 /* cache.h: the weight cache: one file, model.q35, that the engine maps and
- * binds without converting anything, plus the code that writes it from a
- * checkpoint (prepare), checks it (verify) and reads it (load).
+ * binds without converting anything. Here: its format, reading it (parse,
+ * open) and writing it from tensors a caller supplies. What to write and
+ * how to check a cache directory are model/prepare.h (prepare, verify).
  *
  * A cache directory holds:
  *   model.q35        header, tensor table, tensor data (below)
  *   config.json      copied from the source (the engine reads it as usual)
  *   tokenizer files  copied when the source has them
- *   manifest.json    source files (size, SHA-256), qwen35 version, policy,
+ *   manifest.json    source files (size, SHA-256), qwen35 version, dtype policy,
  *                    per-tensor dtype/shape/SHA-256, the model config
  *   model-spec.json  context length, MTP, concurrency
  * model.q35 and manifest.json are written as *.partial, fsynced and renamed,
@@ -67,24 +68,10 @@ q35_status q35_cache_parse(const void *data, size_t size, const char *label, q35
 /* 1 when dir holds a cache (dir/model.q35), 0 otherwise. */
 int q35_cache_present(const char *dir);
 
-/* Maps dir/model.q35 and fills ck as q35_checkpoint_open does, so that
- * the weights bind unchanged; also checks dir/config.json against the hash
+/* Maps dir/model.q35 and fills out as q35_checkpoint_open does for a
+ * checkpoint, so that the weights bind unchanged; also checks dir/config.json against the hash
  * recorded at prepare time. */
-q35_status q35_cache_open(const char *dir, q35_checkpoint *ck, q35_error *err);
-
-/* ---- policies: which dtype each tensor gets ---- */
-typedef enum q35_policy_id {
-    Q35_POLICY_DEFAULT = 0, /* projections BFP4; embedding and lm_head BFP8; small tensors as stored */
-    Q35_POLICY_BF16,        /* every tensor as stored (F32 matrices rounded to BF16) */
-    Q35_POLICY_BFP8,        /* every matrix BFP8 */
-    Q35_POLICY_BFP4_ALL,    /* every matrix BFP4, embedding and lm_head included */
-    Q35_POLICY_COUNT
-} q35_policy_id;
-
-const char *q35_policy_name(q35_policy_id p);
-q35_status q35_policy_parse(const char *name, q35_policy_id *out, q35_error *err);
-/* The stored dtype of tensor `name` (source dtype src, shape) under p. */
-q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape);
+q35_status q35_cache_open(const char *dir, q35_checkpoint *out, q35_error *err);
 
 /* ---- writing ---- */
 /* One tensor of a cache being written. */
@@ -101,8 +88,6 @@ typedef struct q35_cache_item {
  * 2-D view [shape0, rest]) in the item's source dtype into buf. */
 typedef q35_status (*q35_cache_fill_fn)(void *ctx, const q35_cache_item *item, int32_t i, int64_t r0, int64_t n,
                                         void *buf, q35_error *err);
-/* Progress: bytes written so far of total, and the tensor at hand. */
-typedef void (*q35_progress_fn)(void *ctx, uint64_t done, uint64_t total, const char *what);
 
 /* Lays out items (sorted by name; offsets assigned) and writes the cache
  * file at `path` (written as path.partial, fsynced, renamed). Fills each
@@ -114,48 +99,5 @@ q35_status q35_cache_write(const char *path, q35_cache_item *items, int32_t n, c
 /* SHA-256 of a whole file, streamed (for the manifest and --expect). */
 q35_status q35_sha256_file(const char *path, uint8_t out[32], q35_progress_fn progress, void *ctx, q35_error *err);
 void q35_sha256_hex(const uint8_t sha[32], char hex[65]);
-
-/* ---- prepare / verify ---- */
-typedef struct q35_prepare_params {
-    const char *checkpoint;   /* source checkpoint directory (or NULL with synthetic) */
-    const char *out_dir;      /* cache directory to create */
-    q35_policy_id policy;
-    const char *expect;       /* NULL, or a JSON file of expected source files (size, sha256) */
-    const char *synthetic;    /* NULL, "qwen3.5-9b" (exact shapes), or a config.json path: pseudo-random weights */
-    int force;                /* replace a different cache in out_dir */
-    const char *const *overrides; /* "TENSOR=DTYPE" (bf16, bfp8, bfp4, stored): exceptions to the policy */
-    int32_t n_overrides;
-    q35_progress_fn progress;
-    void *progress_ctx;
-} q35_prepare_params;
-
-q35_status q35_prepare(const q35_prepare_params *p, q35_error *err);
-
-/* Re-hashes every tensor of the cache in dir against its table and the
- * manifest. On a mismatch returns Q35_ERR_FORMAT; `report` (if not NULL)
- * receives one line per bad tensor. */
-typedef void (*q35_report_fn)(void *ctx, const char *line);
-q35_status q35_cache_verify(const char *dir, q35_report_fn report, void *report_ctx, q35_progress_fn progress,
-                            void *progress_ctx, q35_error *err);
-
-/* The text_config of Qwen3.5-9B (spec qwen35-model.md 1.2), as a full
- * config.json document (a new heap string). */
-char *q35_config_json_9b(void);
-
-/* The tensors (name, source dtype, shape) of the model a config describes,
- * text model and MTP head, in binding order. *items is a new array. */
-q35_status q35_model_tensors(const char *config_json, q35_cache_item **items, int32_t *n, q35_error *err);
-
-/* ---- source download (src/hub.c) ---- */
-typedef struct q35_download_params {
-    const char *endpoint;  /* "https://huggingface.co"; http only for 127.0.0.1 / localhost */
-    const char *repo;      /* "Qwen/Qwen3.5-9B" */
-    const char *revision;  /* commit hash or branch */
-    const char *dest_dir;  /* created if missing; files resume from dest/NAME.partial */
-    q35_progress_fn progress;
-    void *progress_ctx;
-} q35_download_params;
-
-q35_status q35_hub_download(const q35_download_params *p, q35_error *err);
 
 #endif

@@ -1,5 +1,5 @@
 /* hub.c: fetch a model repository revision from the Hugging Face Hub with
- * libcurl (see cache.h, q35_hub_download).
+ * libcurl (see hub.h, q35_hub_download).
  *
  * 1. GET {endpoint}/api/models/{repo}/tree/{revision}?recursive=true lists the
  *    files with their sizes, git blob ids and, for LFS files, SHA-256.
@@ -10,7 +10,7 @@
  * 3. The finished file is hashed (SHA-256 for LFS files, the git blob SHA-1
  *    otherwise) and renamed into place only if it matches; a mismatch
  *    deletes the download and fails, naming the file. */
-#include "formats/cache.h"
+#include "formats/hub.h"
 
 #include <curl/curl.h>
 #include <errno.h>

@@ -9,11 +9,11 @@
 
 #define Q35_ST_MAX_HEADER (256u << 20) /* real headers are well under 1 MiB */
 
+/* The element formats read from a checkpoint (the block formats exist only in a cache). */
 static int dtype_from_name(const char *s, q35_dtype *dt, size_t *elem) {
-    if (!strcmp(s, "F32")) { *dt = Q35_DT_F32; *elem = 4; return 1; }
-    if (!strcmp(s, "F16")) { *dt = Q35_DT_F16; *elem = 2; return 1; }
-    if (!strcmp(s, "BF16")) { *dt = Q35_DT_BF16; *elem = 2; return 1; }
-    return 0;
+    if (!q35_dtype_parse(s, dt) || q35_dtype_is_block(*dt)) return 0;
+    *elem = (size_t)q35_dtype_info(*dt)->block_bytes;
+    return 1;
 }
 
 /* Element sizes of the dtypes we only list (so sizes can still be checked). */

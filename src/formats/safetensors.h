@@ -34,7 +34,9 @@ q35_status q35_st_open(const char *path, q35_st_file *out, q35_error *err);
 void q35_st_close(q35_st_file *f);
 
 /* A checkpoint directory: one model.safetensors, or the shards named in
- * model.safetensors.index.json's weight_map. Lookup is by exact name. */
+ * model.safetensors.index.json's weight_map. Lookup is by exact name. An
+ * open weight cache takes the same form (q35_cache_open, cache.h), one file
+ * and its entries, so that the weights bind from either. */
 typedef struct q35_checkpoint {
     char *dir;
     int32_t n_files;

@@ -6,19 +6,10 @@
 #ifndef Q35_TENSOR_H
 #define Q35_TENSOR_H
 
+#include "formats/dtype.h"
+
 #include <stddef.h>
 #include <stdint.h>
-
-typedef enum q35_dtype {
-    Q35_DT_F32 = 0,
-    Q35_DT_F16 = 1,
-    Q35_DT_BF16 = 2,
-    Q35_DT_BFP8 = 3, /* Tenstorrent bfp8_b codes, blocks of 16 along in, 16-row panels (bfp.h) */
-    Q35_DT_BFP4 = 4, /* Tenstorrent bfp4_b codes, blocks of 16 along in, 16-row panels (bfp.h) */
-    Q35_DT_COUNT
-} q35_dtype;
-
-const char *q35_dtype_name(q35_dtype dt);
 
 #define Q35_MAX_DIMS 8
 

@@ -83,7 +83,8 @@ typedef struct q35_weights {
 } q35_weights;
 
 struct q35_checkpoint;
-/* Binds and checks every tensor the text model (and MTP, if present) needs. */
-q35_status q35_weights_bind(const struct q35_checkpoint *ck, const q35_config *cfg, q35_weights *w, q35_error *err);
+/* Binds and checks every tensor the text model (and MTP, if present) needs,
+ * from an open checkpoint or weight cache. */
+q35_status q35_weights_bind(const struct q35_checkpoint *src, const q35_config *cfg, q35_weights *w, q35_error *err);
 
 #endif

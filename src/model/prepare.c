@@ -9,8 +9,8 @@
  * from the mapping one chunk at a time and their pages dropped afterwards,
  * so memory stays bounded by the chunk size, not by the checkpoint. */
 #include "formats/bfp.h"
-#include "formats/cache.h"
-#include "model/model.h"
+#include "model/prepare.h"
+#include "model/tensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -100,7 +100,7 @@ static char *hex_of(const uint8_t sha[32]) {
     return hex;
 }
 
-/* ---- the Qwen3.5-9B config and tensor list ---- */
+/* ---- the Qwen3.5-9B config and the model's tensor list ---- */
 
 char *q35_config_json_9b(void) {
     json_t *lt = json_array();
@@ -128,73 +128,32 @@ char *q35_config_json_9b(void) {
     return s;
 }
 
-static void add_item(q35_cache_item *v, int32_t *n, const char *name, q35_dtype dt, int nd, int64_t d0, int64_t d1,
-                     int64_t d2) {
-    q35_cache_item *it = &v[(*n)++];
-    memset(it, 0, sizeof *it);
-    size_t len = strlen(name) < sizeof it->name ? strlen(name) : sizeof it->name - 1; /* our own names are short */
-    memcpy(it->name, name, len);
-    it->src_dtype = it->dtype = dt;
-    it->ndim = nd;
-    it->shape[0] = d0; it->shape[1] = d1; it->shape[2] = d2;
-}
+typedef struct {
+    q35_cache_item *v;
+    int32_t n;
+} item_list;
 
-static void add_common(q35_cache_item *v, int32_t *n, const q35_config *c, const char *p, int attention) {
-    char s[200];
-    int64_t H = c->hidden_size, I = c->intermediate_size, HD = c->head_dim;
-#define ADD(suffix, dt, nd, a, b, cc) (snprintf(s, sizeof s, "%s%s", p, suffix), add_item(v, n, s, dt, nd, a, b, cc))
-    ADD("input_layernorm.weight", Q35_DT_BF16, 1, H, 0, 0);
-    ADD("post_attention_layernorm.weight", Q35_DT_BF16, 1, H, 0, 0);
-    ADD("mlp.gate_proj.weight", Q35_DT_BF16, 2, I, H, 0);
-    ADD("mlp.up_proj.weight", Q35_DT_BF16, 2, I, H, 0);
-    ADD("mlp.down_proj.weight", Q35_DT_BF16, 2, H, I, 0);
-    if (attention) {
-        ADD("self_attn.q_proj.weight", Q35_DT_BF16, 2, c->n_head * HD * 2, H, 0);
-        ADD("self_attn.k_proj.weight", Q35_DT_BF16, 2, c->n_head_kv * HD, H, 0);
-        ADD("self_attn.v_proj.weight", Q35_DT_BF16, 2, c->n_head_kv * HD, H, 0);
-        ADD("self_attn.o_proj.weight", Q35_DT_BF16, 2, H, c->n_head * HD, 0);
-        ADD("self_attn.q_norm.weight", Q35_DT_BF16, 1, HD, 0, 0);
-        ADD("self_attn.k_norm.weight", Q35_DT_BF16, 1, HD, 0, 0);
-    } else {
-        int64_t HV = c->lin_n_head_v, DV = c->lin_head_v_dim, CD = q35_conv_dim(c);
-        ADD("linear_attn.in_proj_qkv.weight", Q35_DT_BF16, 2, CD, H, 0);
-        ADD("linear_attn.in_proj_z.weight", Q35_DT_BF16, 2, HV * DV, H, 0);
-        ADD("linear_attn.in_proj_b.weight", Q35_DT_BF16, 2, HV, H, 0);
-        ADD("linear_attn.in_proj_a.weight", Q35_DT_BF16, 2, HV, H, 0);
-        ADD("linear_attn.conv1d.weight", Q35_DT_BF16, 3, CD, 1, c->lin_conv_kernel);
-        ADD("linear_attn.A_log", Q35_DT_F32, 1, HV, 0, 0);
-        ADD("linear_attn.dt_bias", Q35_DT_BF16, 1, HV, 0, 0);
-        ADD("linear_attn.norm.weight", Q35_DT_F32, 1, DV, 0, 0);
-        ADD("linear_attn.out_proj.weight", Q35_DT_BF16, 2, H, HV * DV, 0);
-    }
-#undef ADD
+static q35_status add_item(void *ctx, const q35_model_tensor *t, q35_error *err) {
+    item_list *l = ctx;
+    q35_cache_item *it = &l->v[l->n++];
+    memset(it, 0, sizeof *it);
+    snprintf(it->name, sizeof it->name, "%s", t->name); /* the table's names are short */
+    it->src_dtype = it->dtype = t->def->hf_dtype;
+    it->ndim = t->ndim;
+    memcpy(it->shape, t->shape, sizeof t->shape);
+    return Q35_OK;
 }
 
 q35_status q35_model_tensors(const char *config_json, q35_cache_item **items, int32_t *n_out, q35_error *err) {
     q35_config c;
     q35_status st = q35_config_parse(config_json, strlen(config_json), "config", &c, err);
     if (st) return st;
-    q35_cache_item *v = calloc((size_t)c.n_layer * 16 + 32, sizeof *v);
-    if (!v) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
-    int32_t n = 0;
-    int64_t H = c.hidden_size, V = c.vocab_size;
-    add_item(v, &n, "model.language_model.embed_tokens.weight", Q35_DT_BF16, 2, V, H, 0);
-    add_item(v, &n, "model.language_model.norm.weight", Q35_DT_BF16, 1, H, 0, 0);
-    if (!c.tie_word_embeddings) add_item(v, &n, "lm_head.weight", Q35_DT_BF16, 2, V, H, 0);
-    for (int32_t i = 0; i < c.n_layer; i++) {
-        char p[64];
-        snprintf(p, sizeof p, "model.language_model.layers.%d.", i);
-        add_common(v, &n, &c, p, c.layer_is_full[i]);
-    }
-    if (c.mtp_num_hidden_layers > 0) {
-        add_item(v, &n, "mtp.pre_fc_norm_embedding.weight", Q35_DT_BF16, 1, H, 0, 0);
-        add_item(v, &n, "mtp.pre_fc_norm_hidden.weight", Q35_DT_BF16, 1, H, 0, 0);
-        add_item(v, &n, "mtp.fc.weight", Q35_DT_BF16, 2, H, 2 * H, 0);
-        add_item(v, &n, "mtp.norm.weight", Q35_DT_BF16, 1, H, 0, 0);
-        add_common(v, &n, &c, "mtp.layers.0.", 1);
-    }
-    *items = v;
-    *n_out = n;
+    item_list l = {calloc((size_t)(c.n_layer + 1) * (size_t)q35_n_tensor_defs, sizeof *l.v), 0};
+    if (!l.v) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    unsigned which = Q35_TENSORS_TEXT | (c.mtp_num_hidden_layers > 0 ? Q35_TENSORS_MTP : 0);
+    q35_model_tensors_each(&c, which, NULL, add_item, &l, err);
+    *items = l.v;
+    *n_out = l.n;
     return Q35_OK;
 }
 
@@ -315,29 +274,27 @@ static void fill_bfp_codes(const q35_cache_item *it, int64_t r0, int64_t n, uint
 
 static q35_status fill_synthetic(void *ctx, const q35_cache_item *it, int32_t i, int64_t r0, int64_t n, void *buf,
                                  q35_error *err) {
-    if (it->src_dtype == Q35_DT_BFP4 || it->src_dtype == Q35_DT_BFP8) {
+    if (q35_dtype_is_block(it->src_dtype)) {
         fill_bfp_codes(it, r0, n, buf);
         return Q35_OK;
     }
     int64_t row = 1;
     for (int d = 1; d < it->ndim; d++) row *= it->shape[d];
     if (it->ndim == 1) row = it->shape[0];
+    float *f = malloc((size_t)row * sizeof *f);
+    if (!f) return q35_fail(err, Q35_ERR_NOMEM, "tensor '%s': out of memory", it->name);
+    /* the bulk, matrices of N(0, 0.02), skips synthetic_value's name tests (the same draws, faster) */
+    int plain = it->src_dtype != Q35_DT_F32 && !strstr(it->name, "norm") && !strstr(it->name, "A_log") &&
+                !strstr(it->name, "dt_bias") && !strstr(it->name, "conv1d");
+    size_t row_bytes = q35_dtype_row_bytes(it->src_dtype, row);
     uint64_t h = name_hash(it->name);
     for (int64_t r = 0; r < n; r++) {
         uint64_t s = h ^ ((uint64_t)(r0 + r) * 0x2545f4914f6cdd1dull);
-        if (it->src_dtype == Q35_DT_F32) {
-            float *o = (float *)buf + r * row;
-            for (int64_t k = 0; k < row; k++) o[k] = synthetic_value(it->name, splitmix(&s));
-        } else {
-            uint16_t *o = (uint16_t *)buf + r * row;
-            int plain = !strstr(it->name, "norm") && !strstr(it->name, "A_log") && !strstr(it->name, "dt_bias") &&
-                        !strstr(it->name, "conv1d");
-            if (plain) /* the bulk: matrices of N(0, 0.02) */
-                for (int64_t k = 0; k < row; k++) o[k] = q35_f32_to_bf16(0.02f * approx_normal(splitmix(&s)));
-            else
-                for (int64_t k = 0; k < row; k++) o[k] = q35_f32_to_bf16(synthetic_value(it->name, splitmix(&s)));
-        }
+        for (int64_t k = 0; k < row; k++)
+            f[k] = plain ? 0.02f * approx_normal(splitmix(&s)) : synthetic_value(it->name, splitmix(&s));
+        q35_dtype_encode(it->src_dtype, (uint8_t *)buf + (size_t)r * row_bytes, f, 1, row);
     }
+    free(f);
     return Q35_OK;
 }
 
@@ -593,7 +550,8 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
         items[i].dtype = q35_policy_dtype(p->policy, items[i].name, items[i].src_dtype, items[i].ndim, items[i].shape);
     if (!st) st = apply_overrides(p, items, n_items, err);
     for (int32_t i = 0; !st && p->synthetic && i < n_items; i++) /* whole panels: generate the codes themselves */
-        if (items[i].dtype != items[i].src_dtype && q35_bfp_mant_bits(items[i].dtype) && items[i].shape[0] % 16 == 0)
+        if (items[i].dtype != items[i].src_dtype && q35_dtype_is_block(items[i].dtype) &&
+            items[i].shape[0] % q35_dtype_info(items[i].dtype)->panel_rows == 0)
             items[i].src_dtype = items[i].dtype;
 
     /* the cache file; a config hash ties it to the config.json beside it */
@@ -695,10 +653,10 @@ static void reportf(q35_report_fn report, void *ctx, const char *fmt, ...) {
 
 q35_status q35_cache_verify(const char *dir, q35_report_fn report, void *rctx, q35_progress_fn progress, void *pctx,
                             q35_error *err) {
-    q35_checkpoint ck;
-    q35_status st = q35_cache_open(dir, &ck, err);
+    q35_checkpoint cache;
+    q35_status st = q35_cache_open(dir, &cache, err);
     if (st) return st;
-    const q35_st_file *f = &ck.files[0];
+    const q35_st_file *f = &cache.files[0];
     const uint8_t *base = f->map.data;
     uint32_t n = (uint32_t)f->n_entries;
     char *man_path = q35_path_join(dir, "manifest.json");
@@ -743,6 +701,6 @@ q35_status q35_cache_verify(const char *dir, q35_report_fn report, void *rctx, q
                            bad == 1 ? "" : "s", first);
     json_decref(man);
     free(man_path);
-    q35_checkpoint_close(&ck);
+    q35_checkpoint_close(&cache);
     return st;
 }

@@ -1,4 +1,4 @@
-/* json_prefix.c: is this byte string the start of a JSON object? (api.h)
+/* json_prefix.c: is this byte string the start of a JSON object? (json_prefix.h)
  *
  * A pushdown recogniser fed byte by byte, for response_format json_object:
  * before each sampled token the server feeds the token's bytes to a copy of
@@ -7,7 +7,7 @@
  * checked as UTF-8 there (a character may span tokens; the detokenizer
  * repairs what never completes). Whitespace between tokens is limited, so a
  * model cannot stall in an endless run of blanks. */
-#include "server/api.h"
+#include "server/json_prefix.h"
 
 #include <string.h>
 

@@ -7,8 +7,6 @@
  *   o = softmax(q k^T / sqrt(HD), causal) v, q head h reads kv head h / (NH/NKV)
  *   out = o_proj (o * sigmoid(gate)) */
 #include "backend/cpu/attention.h"
-#include "backend/cpu/compute.h"
-#include "backend/cpu/kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,15 +17,6 @@ size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t 
     return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)c->rotary_dim +
            (size_t)n_workers * (NH / NKV) * (size_t)n_ctx;
 }
-
-void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
-    double ss = 0.0;
-    for (int32_t i = 0; i < n; i++) ss += (double)src[i] * src[i];
-    float r = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int32_t i = 0; i < n; i++) dst[i] = src[i] * r * (1.0f + q35_tensor_get_f32(w, i));
-}
-
-void q35_rmsnorm1p(float *x, const q35_tensor *w, int32_t n, float eps) { q35_rmsnorm1p_to(x, x, w, n, eps); }
 
 /* transformers: inv_freq[i] = 1 / theta^(2i/RD) and angle = pos * inv_freq, in fp32. */
 static void rope(float *x, int32_t pos, int32_t rd, const float *inv_freq) {
@@ -82,8 +71,8 @@ static void attn_worker(void *p, int ith, int nth) {
     }
 }
 
-void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, const q35_attn_seg *segs, int32_t n_segs,
-                           const float *xn, float *out, int32_t n_tok, int32_t n_ctx, float *scratch, q35_pool *pool) {
+void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_layer_weights *l, const q35_attn_seg *segs,
+                           int32_t n_segs, const float *xn, float *out, int32_t n_tok, int32_t n_ctx, float *scratch) {
     const int32_t T = n_tok, NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, RD = c->rotary_dim;
     const int32_t QD = NH * HD, KVD = NKV * HD;
     float *qg = scratch, *k = qg + (size_t)T * QD * 2, *v = k + (size_t)T * KVD, *o = v + (size_t)T * KVD;
@@ -91,7 +80,7 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, cons
 
     float *ys[3] = {qg, k, v};
     const q35_tensor *Ws[3] = {&l->q_proj, &l->k_proj, &l->v_proj};
-    q35_matmul_multi(pool, 3, ys, Ws, xn, T);
+    q35_matmul_multi(hc, 3, ys, Ws, xn, T);
     for (int32_t i = 0; i < RD / 2; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)RD);
 
     for (int32_t si = 0; si < n_segs; si++) {
@@ -112,10 +101,10 @@ void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, cons
             memcpy(sg->v_cache + (size_t)pos * KVD, v + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
         }
     }
-    attn_job j = {c, q35_kernels_get(), segs, n_segs, T, qg, o, scores, (size_t)(NH / NKV) * n_ctx};
+    attn_job j = {c, hc->k, segs, n_segs, T, qg, o, scores, (size_t)(NH / NKV) * n_ctx};
     double work = 0; /* multiply-adds, to keep tiny jobs off the pool */
     for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
     if (work < 1e5) attn_worker(&j, 0, 1);
-    else q35_pool_run(pool, attn_worker, &j);
-    q35_matmul(pool, out, &l->o_proj, o, T);
+    else q35_pool_run(hc->pool, attn_worker, &j);
+    q35_matmul(hc, out, &l->o_proj, o, T);
 }

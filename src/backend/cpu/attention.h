@@ -6,8 +6,8 @@
 #ifndef Q35_ATTENTION_H
 #define Q35_ATTENTION_H
 
+#include "backend/cpu/compute.h"
 #include "model/model.h"
-#include "backend/cpu/threadpool.h"
 
 /* One sequence's rows within a batch, at positions pos0.., and its cache. */
 typedef struct q35_attn_seg {
@@ -21,12 +21,7 @@ size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t 
 /* out (n_tok, H) = gated attention of xn (n_tok, H); each sequence's rows
  * first write their keys and values into its cache. (row, head) pairs are
  * spread over the pool. */
-void q35_attention_forward(const q35_config *c, const q35_layer_weights *l, const q35_attn_seg *segs, int32_t n_segs,
-                           const float *xn, float *out, int32_t n_tok, int32_t n_ctx, float *scratch, q35_pool *pool);
-
-/* RMSNorm with the (1 + w) weight convention, in place over n values. */
-void q35_rmsnorm1p(float *x, const q35_tensor *w, int32_t n, float eps);
-/* dst = rmsnorm1p(src) */
-void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps);
+void q35_attention_forward(const q35_host *h, const q35_config *c, const q35_layer_weights *l, const q35_attn_seg *segs,
+                           int32_t n_segs, const float *xn, float *out, int32_t n_tok, int32_t n_ctx, float *scratch);
 
 #endif

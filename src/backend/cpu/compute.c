@@ -1,6 +1,6 @@
-/* compute.c: parallel matmuls over the thread pool (see compute.h). */
+/* compute.c: parallel matmuls over the thread pool, the SwiGLU MLP and
+ * RMSNorm (see compute.h). */
 #include "backend/cpu/compute.h"
-#include "backend/cpu/kernels/kernels.h"
 
 #include <math.h>
 
@@ -14,7 +14,7 @@ typedef struct {
     const q35_tensor *const *Ws;
     const float *x;
     int64_t n_tok, n_blocks;     /* n_blocks: ROW_ALIGN-row blocks of all pieces together */
-    float *swiglu_out;           /* q35_matmul_swiglu: silu(y0) * y1 goes here */
+    float *swiglu_out;           /* q35_mlp: silu(y0) * y1 goes here (it may be y0) */
 } matmul_job;
 
 static int64_t piece_blocks(const q35_tensor *W) { return (W->shape[0] + ROW_ALIGN - 1) / ROW_ALIGN; }
@@ -44,23 +44,23 @@ static double job_work(const matmul_job *j) {
     return w * (double)j->n_tok;
 }
 
-static void run_job(q35_pool *pool, matmul_job *j, q35_pool_fn fn) {
+static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
     j->n_blocks = 0;
     for (int i = 0; i < j->n; i++) j->n_blocks += piece_blocks(j->Ws[i]);
-    if (job_work(j) < 2e5 || !pool) fn(j, 0, 1); /* too small to be worth a handoff */
-    else q35_pool_run(pool, fn, j);
+    if (job_work(j) < 2e5 || !h->pool) fn(j, 0, 1); /* too small to be worth a handoff */
+    else q35_pool_run(h->pool, fn, j);
 }
 
-void q35_matmul(q35_pool *pool, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {
-    q35_matmul_multi(pool, 1, &y, &W, x, n_tok);
+void q35_matmul(const q35_host *h, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {
+    q35_matmul_multi(h, 1, &y, &W, x, n_tok);
 }
 
-void q35_matmul_multi(q35_pool *pool, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
+void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                       int64_t n_tok) {
     for (int i = 0; i < n; i += Q35_MATMUL_MAX_PIECES) { /* callers pass 2-4 */
-        matmul_job j = {q35_kernels_get(), n - i < Q35_MATMUL_MAX_PIECES ? n - i : Q35_MATMUL_MAX_PIECES,
+        matmul_job j = {h->k, n - i < Q35_MATMUL_MAX_PIECES ? n - i : Q35_MATMUL_MAX_PIECES,
                         ys + i, Ws + i, x, n_tok, 0, NULL};
-        run_job(pool, &j, matmul_worker);
+        run_job(h, &j, matmul_worker);
     }
 }
 
@@ -82,10 +82,18 @@ static void swiglu_worker(void *p, int ith, int nth) {
     }
 }
 
-void q35_matmul_swiglu(q35_pool *pool, float *h, float *gate, float *up, const q35_tensor *W_gate,
-                       const q35_tensor *W_up, const float *x, int64_t n_tok) {
+void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_tensor *W_gate, const q35_tensor *W_up,
+             const q35_tensor *W_down, const float *x, int64_t n_tok) {
     float *ys[2] = {gate, up};
     const q35_tensor *Ws[2] = {W_gate, W_up};
-    matmul_job j = {q35_kernels_get(), 2, ys, Ws, x, n_tok, 0, h};
-    run_job(pool, &j, swiglu_worker);
+    matmul_job j = {h->k, 2, ys, Ws, x, n_tok, 0, gate};
+    run_job(h, &j, swiglu_worker);
+    q35_matmul(h, out, W_down, gate, n_tok);
+}
+
+void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++) ss += (double)src[i] * src[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int32_t i = 0; i < n; i++) dst[i] = src[i] * r * (1.0f + q35_tensor_get_f32(w, i));
 }

@@ -1,26 +1,44 @@
-/* compute.h: the forward pass's entry to the kernels and the thread pool.
+/* compute.h: what the host blocks (attention.c, gdn.c, cpu.c) compute with:
+ * a kernel table and a pool of workers (q35_host), matmuls over the pool,
+ * and RMSNorm.
+ *
  * The matmuls split their output rows across the pool's workers in fixed,
  * aligned ranges, so results do not depend on the thread count (each output
  * row is computed by exactly one worker, in the same order). */
 #ifndef Q35_COMPUTE_H
 #define Q35_COMPUTE_H
 
-#include "formats/tensor.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/threadpool.h"
+#include "formats/tensor.h"
+
+/* The kernels and the workers of one host backend: the CPU backend's
+ * cpuid-chosen table and its pool, or the reference backend's scalar table
+ * and no pool (everything on the calling thread). */
+typedef struct q35_host {
+    const q35_kernels *k;
+    q35_pool *pool; /* NULL: one thread */
+} q35_host;
 
 /* y (n_tok, n_out) = x (n_tok, n_in) W^T, with W (n_out, n_in). */
-void q35_matmul(q35_pool *pool, float *y, const q35_tensor *W, const float *x, int64_t n_tok);
+void q35_matmul(const q35_host *h, float *y, const q35_tensor *W, const float *x, int64_t n_tok);
 
 /* ys[i] = x Ws[i]^T for n matrices of the same n_in, in one handoff to the
  * pool: the rows of all of them are split over the workers together, and
  * each worker quantizes x once for all its rows (kernels' matmul_n). */
-void q35_matmul_multi(q35_pool *pool, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
+void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                       int64_t n_tok);
 
-/* h (n_tok, I) = silu(x W_gate^T) * (x W_up^T), with gate and up (n_tok, I)
- * as scratch (h may be gate). One handoff; each worker applies the product
- * to the rows it has just computed. */
-void q35_matmul_swiglu(q35_pool *pool, float *h, float *gate, float *up, const q35_tensor *W_gate,
-                       const q35_tensor *W_up, const float *x, int64_t n_tok);
+/* out (n_tok, H) = down(silu(x W_gate^T) * (x W_up^T)), the SwiGLU MLP,
+ * with gate and up (n_tok, I) as scratch. The gate and up products are one
+ * handoff; each worker applies silu(gate) * up to the rows it has just
+ * computed, while they are in its cache. */
+void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_tensor *W_gate, const q35_tensor *W_up,
+             const q35_tensor *W_down, const float *x, int64_t n_tok);
+
+/* RMSNorm with the (1 + w) weight convention: dst = src / rms(src) * (1 + w),
+ * over n values, the sum of squares in double. dst may be src. */
+void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps);
+static inline void q35_rmsnorm1p(float *x, const q35_tensor *w, int32_t n, float eps) { q35_rmsnorm1p_to(x, x, w, n, eps); }
 
 #endif

@@ -13,8 +13,6 @@
  * step reads each head's state twice (kernels.h: gdn_recurrent) and nothing
  * else waits on a single thread. */
 #include "backend/cpu/gdn.h"
-#include "backend/cpu/compute.h"
-#include "backend/cpu/kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -54,6 +52,7 @@ static void l2norm(float *x, int32_t n) {
 }
 
 typedef struct {
+    const q35_kernels *k;
     const q35_config *c;
     const q35_layer_weights *l;
     const q35_gdn_seg *segs;
@@ -110,10 +109,10 @@ static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float
     }
     float *S = sg->ssm_state + (size_t)h * DK * DV;
     if (sg->recurrent || sg->ckpt_ssm || T == 1)
-        q35_gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, sg->ckpt_ssm ? sg->ckpt_ssm + (size_t)h * DK * DV : NULL,
-                          sg->ckpt_stride);
+        j->k->gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, sg->ckpt_ssm ? sg->ckpt_ssm + (size_t)h * DK * DV : NULL,
+                            sg->ckpt_stride);
     else
-        q35_gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
+        j->k->gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
     for (int32_t t = 0; t < T; t++) { /* gated RMSNorm: normalise, * w (plain), * silu(z) */
         const float *o = ho + (size_t)t * DV, *zt = j->z + (size_t)(r0 + t) * VD + h * DV;
         double ss = 0.0;
@@ -153,8 +152,8 @@ static void heads_worker(void *p, int ith, int nth) {
         run_k_head(j, (int32_t)(i / HK), (int32_t)(i % HK), j->head_scratch + (size_t)ith * j->head_stride);
 }
 
-void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
-                     const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool) {
+void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs,
+                     int32_t n_segs, const float *xn, float *out, int32_t n_tok, float *scratch) {
     const int32_t T = n_tok, CD = q35_conv_dim(c);
     const int32_t HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim, VD = HV * DV;
     float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
@@ -163,13 +162,13 @@ void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_
     /* the four projections of xn in one pass over the pool */
     float *ys[4] = {raw, z, bb, aa};
     const q35_tensor *Ws[4] = {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a};
-    q35_matmul_multi(pool, 4, ys, Ws, xn, T);
+    q35_matmul_multi(hc, 4, ys, Ws, xn, T);
 
     int32_t max_rows = 0;
     for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
-    heads_job j = {c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows)};
+    heads_job j = {hc->k, c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows)};
     /* a handoff costs microseconds: tiny models run their heads inline */
     if ((double)T * HV * DK * DV < 1e5) heads_worker(&j, 0, 1);
-    else q35_pool_run(pool, heads_worker, &j);
-    q35_matmul(pool, out, &l->out_proj, core, T);
+    else q35_pool_run(hc->pool, heads_worker, &j);
+    q35_matmul(hc, out, &l->out_proj, core, T);
 }

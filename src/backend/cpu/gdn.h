@@ -8,10 +8,8 @@
 #ifndef Q35_GDN_H
 #define Q35_GDN_H
 
+#include "backend/cpu/compute.h"
 #include "model/model.h"
-#include "backend/cpu/threadpool.h"
-#include "backend/cpu/kernels/kernels.h"
-
 
 /* One sequence's rows within a batch, and that sequence's layer state.
  * With ckpt_conv and ckpt_ssm (recurrent path only), the states after each
@@ -31,12 +29,12 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_work
 /* out (n_tok, H) = GDN mixer of xn (n_tok, H), where the rows are split into
  * sequences (segs), each advancing its own state. Projections run once over
  * all rows; (sequence, head) pairs are spread over the pool. */
-void q35_gdn_forward(const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs, int32_t n_segs,
-                     const float *xn, float *out, int32_t n_tok, float *scratch, q35_pool *pool);
+void q35_gdn_forward(const q35_host *h, const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs,
+                     int32_t n_segs, const float *xn, float *out, int32_t n_tok, float *scratch);
 
 /* The two delta-rule kernels, per V head, exposed for tests: the kernel
- * table's gdn_recurrent and gdn_chunked (kernels.h; scratch for the chunked
- * one: q35_gdn_chunk_scratch_floats).
+ * table's gdn_recurrent and gdn_chunked of the cpuid-chosen table (kernels.h;
+ * scratch for the chunked one: q35_gdn_chunk_scratch_floats).
  * S (DK, DV); q, k (T, DK) already L2-normalised, q scaled; v (T, DV); g, beta (T); o (T, DV). */
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                        float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);

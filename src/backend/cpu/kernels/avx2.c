@@ -18,7 +18,7 @@
  * few tokens, reading and decoding the weights once. Decode (one token)
  * runs two whole panels side by side (bfp_gemv_tile), two streams that the
  * hardware prefetcher serves better than one, and prefetches ahead in each
- * (matmul_driver.h), so that its decoding overlaps DRAM reads. Calls of 4
+ * (matmul_common.h), so that its decoding overlaps DRAM reads. Calls of 4
  * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
  * in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
@@ -35,7 +35,7 @@
 
 #include <immintrin.h>
 
-#include "matmul_driver.h"
+#include "backend/cpu/kernels/matmul_common.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 /* The tiles' small loops over tokens, rows and groups must unroll fully so
@@ -406,7 +406,7 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
     }
 }
 
-/* Tokens [t0, t1) over one slice, two at a time (matmul_driver.h's
+/* Tokens [t0, t1) over one slice, two at a time (matmul_driver.inc's
  * bfp_wide_panel walks the slices). */
 ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
                                     int64_t t1, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo,
@@ -503,7 +503,7 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
         }
 }
 
-#include "matmul_driver.h"
+#include "matmul_driver.inc"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
 const q35_kernels q35_kernels_avx2 = {"avx2", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,

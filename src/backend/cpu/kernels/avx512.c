@@ -14,7 +14,7 @@
  * (w - 1)) (vscalefps makes every E exact, subnormal scales included). A
  * panel tile serves up to 8 tokens, so the weights are read and decoded
  * once for a whole small batch, and it prefetches ahead in the panel
- * stream (matmul_driver.h). Batches of more than 8 tokens (prefill,
+ * stream (matmul_common.h). Batches of more than 8 tokens (prefill,
  * batched verify) decode each k-slice of a panel once into scratch
  * (bfp_slice_predecode) and then run a tile that only does the dot products
  * (bfp_slice_tile). Both tiles share the per-block arithmetic
@@ -33,7 +33,7 @@
 
 #include <immintrin.h>
 
-#include "matmul_driver.h"
+#include "backend/cpu/kernels/matmul_common.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 /* The tiles' small loops over tokens, rows and groups must unroll fully so
@@ -167,7 +167,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
- * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks (matmul_driver.h):
+ * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks (matmul_common.h):
  * a slice is decoded once into L1 scratch (bfp_slice_predecode), then every
  * token of the chunk passes over it, 8 at a time (bfp_slice_tile), its
  * partial sums waiting in a->acc between slices. Each block and token is
@@ -228,7 +228,7 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, int64_t n_in, con
     }
 }
 
-/* Tokens [t0, t1) over one slice (matmul_driver.h's bfp_wide_panel walks
+/* Tokens [t0, t1) over one slice (matmul_driver.inc's bfp_wide_panel walks
  * the slices): groups of 8, then of 4, 2 and 1 (a token's results do not
  * depend on its group). */
 ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
@@ -363,7 +363,7 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
                 _mm512_reduce_add_ps(nu == 2 ? _mm512_add_ps(acc[0][r][t], acc[nu - 1][r][t]) : acc[0][r][t]);
 }
 
-#include "matmul_driver.h"
+#include "matmul_driver.inc"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
 #ifdef Q35_KERNELS_BF16

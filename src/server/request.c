@@ -1,51 +1,14 @@
-/* api.c: request validation, stop strings, SSE framing, Prometheus text and
- * key comparison for `qwen35 serve` (see api.h). Nothing here does I/O. */
-#include "server/api.h"
+/* request.c: request bodies of /v1/completions and /v1/chat/completions
+ * (request.h). JSON bytes come in; a validated q35_api_request, or an HTTP
+ * status with a message and the offending field, goes out. Also the error
+ * body every refused request gets. Nothing here does I/O. */
+#include "server/request.h"
 
 #include <math.h>
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- growing buffers --------------------------------------------------- */
-
-static int buf_put(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *len + n + 1) nc *= 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) return -1;
-        *buf = nb;
-        *cap = nc;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
-
-static int buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return -1;
-    if ((size_t)n < sizeof tmp) return buf_put(buf, len, cap, tmp, (size_t)n);
-    char *big = malloc((size_t)n + 1);
-    if (!big) return -1;
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    int rc = buf_put(buf, len, cap, big, (size_t)n);
-    free(big);
-    return rc;
-}
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -498,132 +461,4 @@ int q35_api_check_length(const q35_api_request *r, int32_t n_prompt, const q35_a
     }
     *max_tokens = (int32_t)mt;
     return 0;
-}
-
-/* ---- stop strings ------------------------------------------------------------ */
-
-void q35_stop_init(q35_stop_matcher *m, char **stop, int32_t n_stop) {
-    memset(m, 0, sizeof *m);
-    m->stop = stop;
-    m->n_stop = n_stop;
-    m->matched = -1;
-}
-
-void q35_stop_free(q35_stop_matcher *m) {
-    free(m->buf);
-    memset(m, 0, sizeof *m);
-    m->matched = -1;
-}
-
-const char *q35_stop_text(const q35_stop_matcher *m) { return m->buf ? m->buf : ""; }
-
-void q35_stop_consume(q35_stop_matcher *m, size_t n) {
-    if (n > m->len) n = m->len;
-    memmove(m->buf, m->buf + n, m->len - n);
-    m->len -= n;
-    if (m->buf) m->buf[m->len] = 0;
-}
-
-long q35_stop_feed(q35_stop_matcher *m, const char *text, size_t len) {
-    if (m->matched >= 0) return 0;
-    size_t old = m->len;
-    if (buf_put(&m->buf, &m->len, &m->cap, text, len)) return -1;
-    if (!m->n_stop) return (long)m->len;
-    /* the earliest complete match; only a match that ends in the new text
-     * can be new, so the search starts where one could begin */
-    size_t best = SIZE_MAX;
-    for (int32_t i = 0; i < m->n_stop; i++) {
-        size_t sl = strlen(m->stop[i]);
-        size_t from = old + 1 > sl ? old + 1 - sl : 0;
-        for (size_t p = from; p + sl <= m->len; p++)
-            if (!memcmp(m->buf + p, m->stop[i], sl)) {
-                if (p < best) { best = p; m->matched = i; }
-                break;
-            }
-    }
-    if (m->matched >= 0) return (long)best;
-    /* hold the longest suffix that is a proper prefix of a stop string */
-    size_t hold = 0;
-    for (int32_t i = 0; i < m->n_stop; i++) {
-        size_t sl = strlen(m->stop[i]);
-        for (size_t k = sl - 1 < m->len ? sl - 1 : m->len; k > hold; k--)
-            if (!memcmp(m->buf + m->len - k, m->stop[i], k)) { hold = k; break; }
-    }
-    return (long)(m->len - hold);
-}
-
-size_t q35_stop_finish(q35_stop_matcher *m) { return m->matched >= 0 ? 0 : m->len; }
-
-/* ---- SSE -------------------------------------------------------------------- */
-
-int q35_sse_append_raw(char **buf, size_t *len, size_t *cap, const char *data) {
-    if (buf_put(buf, len, cap, "data: ", 6)) return -1;
-    if (buf_put(buf, len, cap, data, strlen(data))) return -1;
-    return buf_put(buf, len, cap, "\n\n", 2);
-}
-
-int q35_sse_append_json(char **buf, size_t *len, size_t *cap, const json_t *event) {
-    /* compact JSON never contains a raw newline, so one data: line suffices */
-    char *s = json_dumps(event, JSON_COMPACT);
-    if (!s) return -1;
-    int rc = q35_sse_append_raw(buf, len, cap, s);
-    free(s);
-    return rc;
-}
-
-/* ---- metrics ------------------------------------------------------------------ */
-
-void q35_hist_init(q35_hist *h, const double *bounds, int n) {
-    memset(h, 0, sizeof *h);
-    h->n_buckets = n < Q35_HIST_MAX_BUCKETS ? n : Q35_HIST_MAX_BUCKETS;
-    for (int i = 0; i < h->n_buckets; i++) h->le[i] = bounds[i];
-}
-
-void q35_hist_observe(q35_hist *h, double v) {
-    for (int i = 0; i < h->n_buckets; i++)
-        if (v <= h->le[i]) { h->count[i]++; break; }
-    h->total++;
-    h->sum += v;
-}
-
-int q35_prom_hist(char **buf, size_t *len, size_t *cap, const char *name, const char *help, const char *labels,
-                  const q35_hist *h) {
-    const char *sep = labels && *labels ? "," : "";
-    if (!labels) labels = "";
-    int rc = buf_printf(buf, len, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    uint64_t cum = 0;
-    for (int i = 0; i < h->n_buckets && !rc; i++) {
-        cum += h->count[i];
-        rc = buf_printf(buf, len, cap, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, h->le[i], (unsigned long long)cum);
-    }
-    if (!rc) rc = buf_printf(buf, len, cap, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)h->total);
-    if (!rc) rc = buf_printf(buf, len, cap, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
-                             (unsigned long long)h->total);
-    return rc;
-}
-
-int q35_prom_value(char **buf, size_t *len, size_t *cap, const char *name, const char *type, const char *help,
-                   const char *labels, double value) {
-    return buf_printf(buf, len, cap, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
-                      labels ? labels : "", value);
-}
-
-/* ---- auth ------------------------------------------------------------------------ */
-
-bool q35_secret_equal(const char *a, size_t a_len, const char *b, size_t b_len) {
-    unsigned char ha[SHA256_DIGEST_LENGTH], hb[SHA256_DIGEST_LENGTH];
-    SHA256((const unsigned char *)a, a_len, ha);
-    SHA256((const unsigned char *)b, b_len, hb);
-    return CRYPTO_memcmp(ha, hb, sizeof ha) == 0;
-}
-
-bool q35_bearer_ok(const char *header, const char *key) {
-    if (!header || !key) return false;
-    /* the scheme is case-insensitive (RFC 7235); the token is not */
-    if (strncasecmp(header, "Bearer ", 7)) return false;
-    const char *tok = header + 7;
-    while (*tok == ' ') tok++;
-    size_t n = strlen(tok);
-    while (n && tok[n - 1] == ' ') n--;
-    return q35_secret_equal(tok, n, key, strlen(key));
 }

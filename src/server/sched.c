@@ -1,4 +1,8 @@
-/* serve_sched.c: the scheduler of `qwen35 serve` (see serve.h).
+/* sched.c: the scheduler (sched.h): slots, the wait queue, prompt
+ * evaluation in chunks, batched decode and speculative steps, sampling, stop
+ * strings, and prefix reuse (warm slots here, snapshots in prefix_cache.c).
+ * Tasks come in through q35_sched_submit from the routes' threads; events go
+ * out into each task; counts go into the metrics sink of its config.
  *
  * One thread owns every session. Each turn of its loop:
  *   1. admits waiting sequences into free slots (FIFO);
@@ -27,20 +31,25 @@
  * evaluate, for the logits). Entries are evicted least recently used first
  * when their bytes pass the budget. Choices 2..n of a request wait for the
  * first one's prompt checkpoint instead of evaluating the same prompt again. */
-#include "serve.h"
+#include "server/sched.h"
+#include "server/decoder.h"
+#include "server/json_prefix.h"
+#include "server/prefix_cache.h"
+#include "server/stop.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include "base/util.h"
 
 enum { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE };
 
+typedef struct q35_sched q35_sched;
+
 typedef struct seq {
-    request *req;
+    q35_sched *sched;
+    q35_task *req;
     int32_t choice, prompt_index;
     const int32_t *prompt;
     int32_t n_prompt, max_tokens;
@@ -56,19 +65,10 @@ typedef struct seq {
     bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
     q35_json_prefix json;
     q35_stop_matcher stop;
-    text_decoder *dec;
+    q35_text_decoder *dec;
     double t_last;
     struct seq *next;
 } seq;
-
-typedef struct cache_entry {
-    int32_t *tokens;
-    int32_t n;
-    uint64_t salt;
-    q35_snapshot *snap;
-    size_t bytes;
-    uint64_t last_used;
-} cache_entry;
 
 /* What a free slot's session still holds. */
 typedef struct warm_slot {
@@ -79,20 +79,22 @@ typedef struct warm_slot {
     uint64_t last_used;
 } warm_slot;
 
-/* (V) each token's bytes, for json_object; NULL without a tokenizer */
-static const char *const *g_tok_bytes;
-static const size_t *g_tok_len;
-
-static struct {
+struct q35_sched {
     q35_engine *engine;
+    const q35_tokenizer *tok;
+    q35_metrics *metrics;
     int32_t V, n_ctx;
-    serve_config cfg;
+    int max_queue;
+    int32_t prefill_chunk;
     int32_t eos[8];
     int n_eos;
+    const char **tok_bytes;    /* (V) each token's bytes, for json_object; NULL without a tokenizer */
+    size_t *tok_len;
     q35_session **sessions;
     seq **slots;
     warm_slot *warm;           /* (n_slots) */
     int n_slots;
+    uint64_t warm_clock;
     float *logits;             /* (n_slots, V) */
     float *raw;                /* (V) logits before sampling, for logprobs */
     q35_session **batch_sess;
@@ -113,125 +115,12 @@ static struct {
     pthread_t thread;
     bool started;
 
-    cache_entry *cache;
-    int n_cache, cap_cache;
-    size_t cache_used;
-    uint64_t clock;
+    q35_prefix_cache cache;
     unsigned long long cache_queries, cache_hits;
     int32_t spec_k;            /* draft tokens per step, 0: off */
     unsigned long long spec_steps, spec_drafts, spec_accepted;
     unsigned long long spec_accepted_at[Q35_SPEC_K_MAX];
-} S;
-
-/* ---- requests ---- */
-
-void request_release(request *r) {
-    pthread_mutex_lock(&r->mu);
-    int left = --r->refs;
-    pthread_mutex_unlock(&r->mu);
-    if (left) return;
-    for (size_t i = 0; i < r->n_ev; i++) { free(r->ev[i].text); free(r->ev[i].stop_str); }
-    free(r->ev);
-    for (int32_t i = 0; r->prompt_ids && i < r->api.n_prompts; i++) free(r->prompt_ids[i]);
-    free(r->prompt_ids);
-    free(r->prompt_len);
-    free(r->max_tokens);
-    free(r->prompt_ready);
-    free(r->tools_json);
-    free(r->completion_tokens);
-    free(r->error);
-    q35_api_request_free(&r->api);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
-    free(r);
-}
-
-static void push_event(request *r, tok_event *ev) {
-    pthread_mutex_lock(&r->mu);
-    if (r->n_ev == r->cap_ev) {
-        size_t nc = r->cap_ev ? 2 * r->cap_ev : 64;
-        tok_event *ne = realloc(r->ev, nc * sizeof *ne);
-        if (!ne) { /* keep the finish, lose the text */
-            free(ev->text);
-            free(ev->stop_str);
-            if (ev->finish && r->n_ev) r->ev[r->n_ev - 1].finish = ev->finish;
-            pthread_mutex_unlock(&r->mu);
-            return;
-        }
-        r->ev = ne;
-        r->cap_ev = nc;
-    }
-    r->ev[r->n_ev++] = *ev;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-}
-
-/* ---- prefix cache ---- */
-
-static uint64_t salt_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a; 0 is the shared partition */
-    if (!s) return 0;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h | 1;
-}
-
-static void cache_drop(int i) {
-    q35_snapshot_free(S.cache[i].snap);
-    free(S.cache[i].tokens);
-    S.cache_used -= S.cache[i].bytes;
-    S.cache[i] = S.cache[--S.n_cache];
-}
-
-static void cache_store(q35_session *sess, const int32_t *tokens, int32_t n, uint64_t salt) {
-    if (n < 1 || !S.cfg.cache_bytes) return;
-    for (int i = 0; i < S.n_cache; i++)
-        if (S.cache[i].n == n && S.cache[i].salt == salt && !memcmp(S.cache[i].tokens, tokens, sizeof *tokens * (size_t)n)) {
-            S.cache[i].last_used = ++S.clock;
-            return;
-        }
-    q35_snapshot *snap;
-    q35_error err;
-    if (q35_snapshot_take(sess, &snap, &err)) return;
-    size_t bytes = q35_snapshot_bytes(snap) + sizeof *tokens * (size_t)n;
-    if (bytes > S.cfg.cache_bytes) { q35_snapshot_free(snap); return; }
-    pthread_mutex_lock(&S.mu);
-    while (S.n_cache && S.cache_used + bytes > S.cfg.cache_bytes) {
-        int lru = 0;
-        for (int i = 1; i < S.n_cache; i++)
-            if (S.cache[i].last_used < S.cache[lru].last_used) lru = i;
-        cache_drop(lru);
-    }
-    if (S.n_cache == S.cap_cache) {
-        int nc = S.cap_cache ? 2 * S.cap_cache : 16;
-        cache_entry *ne = realloc(S.cache, sizeof *ne * (size_t)nc);
-        if (!ne) { pthread_mutex_unlock(&S.mu); q35_snapshot_free(snap); return; }
-        S.cache = ne;
-        S.cap_cache = nc;
-    }
-    int32_t *copy = malloc(sizeof *copy * (size_t)n);
-    if (!copy) { pthread_mutex_unlock(&S.mu); q35_snapshot_free(snap); return; }
-    memcpy(copy, tokens, sizeof *copy * (size_t)n);
-    S.cache[S.n_cache++] = (cache_entry){copy, n, salt, snap, bytes, ++S.clock};
-    S.cache_used += bytes;
-    pthread_mutex_unlock(&S.mu);
-}
-
-/* Restores the longest usable entry into sess; returns the tokens it covers. */
-static int32_t cache_restore(q35_session *sess, const int32_t *prompt, int32_t n, uint64_t salt) {
-    int best = -1;
-    for (int i = 0; i < S.n_cache; i++) {
-        cache_entry *c = &S.cache[i];
-        if (c->salt != salt || c->n >= n || (best >= 0 && c->n <= S.cache[best].n)) continue;
-        if (!memcmp(c->tokens, prompt, sizeof *prompt * (size_t)c->n)) best = i;
-    }
-    q35_error err;
-    if (best < 0 || q35_snapshot_restore(sess, S.cache[best].snap, &err)) {
-        q35_session_reset(sess);
-        return 0;
-    }
-    S.cache[best].last_used = ++S.clock;
-    return S.cache[best].n;
-}
+};
 
 /* ---- sequences ---- */
 
@@ -240,13 +129,13 @@ static void seq_free(seq *s) {
     free(s->tokens);
     q35_sampler_free(s->sampler);
     q35_stop_free(&s->stop);
-    decoder_free(s->dec);
+    q35_text_decoder_free(s->dec);
     free(s);
 }
 
-static bool is_eos(int32_t t) {
-    for (int i = 0; i < S.n_eos; i++)
-        if (S.eos[i] == t) return true;
+static bool is_eos(q35_sched *S, int32_t t) {
+    for (int i = 0; i < S->n_eos; i++)
+        if (S->eos[i] == t) return true;
     return false;
 }
 
@@ -263,103 +152,103 @@ static char *dup_n(const char *p, size_t n) {
 }
 
 /* Ends a sequence: the end-of-generation checkpoint, the slot, the counts. */
-static void seq_end(seq *s, int finish) {
-    request *r = s->req;
-    q35_session *sess = S.sessions[s->slot];
-    warm_slot *w = &S.warm[s->slot];
+static void seq_end(q35_sched *S, seq *s, int finish) {
+    q35_task *r = s->req;
+    q35_session *sess = S->sessions[s->slot];
+    warm_slot *w = &S->warm[s->slot];
     w->n = 0;
     int32_t fed = s->n_prompt + (s->n_gen > 0 ? s->n_gen - 1 : 0);
-    if (finish != FIN_ERROR && q35_session_pos(sess) <= fed) {
+    if (finish != Q35_FIN_ERROR && q35_session_pos(sess) <= fed) {
         /* the session holds the prompt and every generated token but the
          * last (not so after a speculative step cut short by a stop) */
         w->n = q35_session_pos(sess);
         memcpy(w->tokens, s->tokens, sizeof *w->tokens * (size_t)w->n);
-        w->salt = salt_hash(r->api.cache_salt);
+        w->salt = q35_salt_hash(r->api.cache_salt);
         w->cacheable = r->api.cache_prompt; /* an abort leaves a consistent state too */
-        w->last_used = ++S.clock;
+        w->last_used = ++S->warm_clock;
     }
-    metrics_tokens(s->choice % r->api.n == 0 ? s->n_prompt : 0, s->n_gen);
+    q35_metrics_tokens(S->metrics, s->choice % r->api.n == 0 ? s->n_prompt : 0, s->n_gen);
     /* the slot is free before the client can see its last event */
-    pthread_mutex_lock(&S.mu);
-    S.slots[s->slot] = NULL;
-    S.n_running--;
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&S->mu);
+    S->slots[s->slot] = NULL;
+    S->n_running--;
+    pthread_mutex_unlock(&S->mu);
     /* only this thread finishes choices, so n_finished is stable here; the
      * counters are updated before the client can see the end */
-    if (r->n_finished + 1 == r->n_choices) metrics_request_done(finish, q35_now_seconds() - r->t_arrive);
+    if (r->n_finished + 1 == r->n_choices) q35_metrics_request_done(S->metrics, finish, q35_now_seconds() - r->t_arrive);
     pthread_mutex_lock(&r->mu);
     r->completion_tokens[s->choice] = s->n_gen;
     r->n_finished++;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    request_release(r);
+    q35_task_release(r);
     seq_free(s);
 }
 
-static void seq_fail(seq *s, const char *msg) {
-    request *r = s->req;
+static void seq_fail(q35_sched *S, seq *s, const char *msg) {
+    q35_task *r = s->req;
     pthread_mutex_lock(&r->mu);
     if (!r->error) r->error = strdup(msg);
     pthread_mutex_unlock(&r->mu);
-    tok_event ev = {.choice = s->choice, .token = -1, .text = strdup(""), .finish = FIN_ERROR, .stop_id = -1};
-    push_event(r, &ev);
-    seq_end(s, FIN_ERROR);
+    q35_event ev = {.choice = s->choice, .token = -1, .text = strdup(""), .finish = Q35_FIN_ERROR, .stop_id = -1};
+    q35_task_push(r, &ev);
+    seq_end(S, s, Q35_FIN_ERROR);
 }
 
-/* Handles the token just sampled from row `logits` (raw copy in S.raw when
+/* Handles the token just sampled from row `logits` (raw copy in S->raw when
  * logprobs are wanted). Returns true when the sequence ended. */
-static bool seq_take_token(seq *s, int32_t tok) {
-    request *r = s->req;
+static bool seq_take_token(q35_sched *S, seq *s, int32_t tok) {
+    q35_task *r = s->req;
     double now = q35_now_seconds();
     if (s->n_gen == 0) {
-        metrics_first_token(now - r->t_arrive);
+        q35_metrics_first_token(S->metrics, now - r->t_arrive);
         pthread_mutex_lock(&r->mu);
         if (r->t_first_token == 0) r->t_first_token = now;
         pthread_mutex_unlock(&r->mu);
     } else {
-        metrics_token_gap(now - s->t_last);
+        q35_metrics_token_gap(S->metrics, now - s->t_last);
     }
     s->t_last = now;
     s->tokens[s->n_prompt + s->n_gen++] = tok;
     q35_sampler_accept(s->sampler, tok);
 
-    tok_event ev = {.choice = s->choice, .token = tok, .stop_id = -1};
+    q35_event ev = {.choice = s->choice, .token = tok, .stop_id = -1};
     if (r->api.logprobs >= 0) {
         ev.n_top = r->api.logprobs;
-        ev.logprob = q35_logprobs(S.raw, S.V, tok, ev.n_top, ev.top_ids, ev.top_lp);
+        ev.logprob = q35_logprobs(S->raw, S->V, tok, ev.n_top, ev.top_ids, ev.top_lp);
         if (ev.logprob == -INFINITY) ev.logprob = -9999.0f;
         for (int i = 0; i < ev.n_top; i++)
             if (ev.top_lp[i] == -INFINITY) ev.top_lp[i] = -9999.0f;
     }
-    bool eos = !r->api.ignore_eos && is_eos(tok);
+    bool eos = !r->api.ignore_eos && is_eos(S, tok);
     int32_t sid = stop_id_of(s, tok);
     long rel = 0;
     if (!eos && sid < 0) {
         size_t n;
-        const char *piece = decoder_feed(s->dec, tok, &n);
+        const char *piece = q35_text_decoder_feed(s->dec, tok, &n);
         rel = q35_stop_feed(&s->stop, piece, n);
     }
     if (s->stop.matched >= 0) {
-        ev.finish = FIN_STOP;
+        ev.finish = Q35_FIN_STOP;
         ev.stop_str = strdup(s->stop.stop[s->stop.matched]);
     } else if (eos || sid >= 0) {
-        ev.finish = FIN_STOP;
+        ev.finish = Q35_FIN_STOP;
         ev.stop_id = sid;
     } else if (s->json_done) {
-        ev.finish = FIN_STOP; /* the object is complete */
-    } else if (s->n_gen >= s->max_tokens || q35_session_pos(S.sessions[s->slot]) >= S.n_ctx) {
-        ev.finish = FIN_LENGTH;
+        ev.finish = Q35_FIN_STOP; /* the object is complete */
+    } else if (s->n_gen >= s->max_tokens || q35_session_pos(S->sessions[s->slot]) >= S->n_ctx) {
+        ev.finish = Q35_FIN_LENGTH;
     }
     if (ev.finish && s->stop.matched < 0) {
         size_t n;
-        const char *tail = decoder_flush(s->dec, &n);
+        const char *tail = q35_text_decoder_flush(s->dec, &n);
         if (n) q35_stop_feed(&s->stop, tail, n);
         rel = (long)q35_stop_finish(&s->stop);
         if (s->stop.matched >= 0) { /* the flushed tail completed a stop string */
             rel = (long)strlen(q35_stop_text(&s->stop));
             const char *hit = strstr(q35_stop_text(&s->stop), s->stop.stop[s->stop.matched]);
             if (hit) rel = hit - q35_stop_text(&s->stop);
-            ev.finish = FIN_STOP;
+            ev.finish = Q35_FIN_STOP;
             ev.stop_str = strdup(s->stop.stop[s->stop.matched]);
         }
     }
@@ -367,57 +256,57 @@ static bool seq_take_token(seq *s, int32_t tok) {
     ev.text = dup_n(q35_stop_text(&s->stop), (size_t)rel);
     ev.len = ev.text ? (size_t)rel : 0;
     q35_stop_consume(&s->stop, (size_t)rel);
-    push_event(r, &ev);
-    if (ev.finish) { seq_end(s, ev.finish); return true; }
+    q35_task_push(r, &ev);
+    if (ev.finish) { seq_end(S, s, ev.finish); return true; }
     return false;
 }
 
 /* Samples the next token of s from its logits row. */
-static bool seq_sample(seq *s, float *row) {
-    request *r = s->req;
-    if (r->api.logprobs >= 0) memcpy(S.raw, row, sizeof *row * (size_t)S.V);
+static bool seq_sample(q35_sched *S, seq *s, float *row) {
+    q35_task *r = s->req;
+    if (r->api.logprobs >= 0) memcpy(S->raw, row, sizeof *row * (size_t)S->V);
     if (s->n_gen < r->api.min_tokens) {
         if (!r->api.ignore_eos)
-            for (int i = 0; i < S.n_eos; i++)
-                if (S.eos[i] >= 0 && S.eos[i] < S.V) row[S.eos[i]] = -INFINITY;
+            for (int i = 0; i < S->n_eos; i++)
+                if (S->eos[i] >= 0 && S->eos[i] < S->V) row[S->eos[i]] = -INFINITY;
         for (int32_t i = 0; i < r->api.n_stop_token_ids; i++) row[r->api.stop_token_ids[i]] = -INFINITY;
     }
     if (s->json_on) {
         /* only tokens whose bytes continue a JSON object */
         int32_t live = 0;
-        for (int32_t t = 0; t < S.V; t++) {
+        for (int32_t t = 0; t < S->V; t++) {
             q35_json_prefix trial = s->json;
-            if (g_tok_len[t] && g_tok_bytes[t] && q35_json_prefix_feed(&trial, g_tok_bytes[t], g_tok_len[t])) live++;
+            if (S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t])) live++;
             else row[t] = -INFINITY;
         }
         if (!live) { s->json_done = true; }
     }
     int32_t tok = q35_sampler_sample(s->sampler, row);
     if (s->json_on && !s->json_done) {
-        q35_json_prefix_feed(&s->json, g_tok_bytes[tok], g_tok_len[tok]);
+        q35_json_prefix_feed(&s->json, S->tok_bytes[tok], S->tok_len[tok]);
         s->json_done = q35_json_prefix_complete(&s->json);
     }
     s->last = tok;
-    return seq_take_token(s, tok);
+    return seq_take_token(S, s, tok);
 }
 
 /* The session holds all of s's prompt but its last token: cache that state
  * (once) and let the request's other choices of this prompt go on. */
-static void prompt_checkpoint(seq *s, q35_session *sess) {
-    request *r = s->req;
+static void prompt_checkpoint(q35_sched *S, seq *s, q35_session *sess) {
+    q35_task *r = s->req;
     if (s->ckpt_done) return;
     s->ckpt_done = true;
     if (!r->api.cache_prompt) return;
-    if (s->n_eval > 0) cache_store(sess, s->prompt, s->n_eval, salt_hash(r->api.cache_salt));
+    if (s->n_eval > 0) q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, q35_salt_hash(r->api.cache_salt));
     pthread_mutex_lock(&r->mu);
     r->prompt_ready[s->prompt_index] = true;
     pthread_mutex_unlock(&r->mu);
 }
 
 /* Evaluates the next chunk of s's prompt; on the last one samples. */
-static void seq_prefill(seq *s) {
-    request *r = s->req;
-    q35_session *sess = S.sessions[s->slot];
+static void seq_prefill(q35_sched *S, seq *s) {
+    q35_task *r = s->req;
+    q35_session *sess = S->sessions[s->slot];
     q35_error err;
     if (!s->looked_up) {
         int32_t j = s->choice % r->api.n;
@@ -430,21 +319,21 @@ static void seq_prefill(seq *s) {
         }
         s->looked_up = true;
         int32_t hit = 0;
-        uint64_t salt = salt_hash(r->api.cache_salt);
-        warm_slot *w = &S.warm[s->slot];
+        uint64_t salt = q35_salt_hash(r->api.cache_salt);
+        warm_slot *w = &S->warm[s->slot];
         if (r->api.cache_prompt && w->n > 0 && w->cacheable && w->salt == salt && w->n < s->n_prompt &&
             !memcmp(w->tokens, s->prompt, sizeof *s->prompt * (size_t)w->n)) {
             hit = w->n; /* continue in place */
         } else {
-            if (w->n > 0 && w->cacheable) cache_store(sess, w->tokens, w->n, w->salt); /* keep the old state */
-            if (r->api.cache_prompt) hit = cache_restore(sess, s->prompt, s->n_prompt, salt);
+            if (w->n > 0 && w->cacheable) q35_prefix_cache_store(&S->cache, sess, w->tokens, w->n, w->salt); /* keep the old state */
+            if (r->api.cache_prompt) hit = q35_prefix_cache_restore(&S->cache, sess, s->prompt, s->n_prompt, salt);
             else q35_session_reset(sess);
         }
         w->n = 0;
-        pthread_mutex_lock(&S.mu);
-        S.cache_queries += (unsigned long long)s->n_prompt;
-        S.cache_hits += (unsigned long long)hit;
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_lock(&S->mu);
+        S->cache_queries += (unsigned long long)s->n_prompt;
+        S->cache_hits += (unsigned long long)hit;
+        pthread_mutex_unlock(&S->mu);
         if (s->choice % r->api.n == 0) {
             pthread_mutex_lock(&r->mu);
             r->cached_tokens += hit;
@@ -455,27 +344,27 @@ static void seq_prefill(seq *s) {
     /* the checkpoint falls one token before the end: the last token is fed
      * alone, so a repeat of this prompt can restore it and still get logits */
     int32_t ckpt = s->n_prompt - 1, turn = r->turn_ckpt;
-    if (s->n_eval == ckpt) prompt_checkpoint(s, sess);
+    if (s->n_eval == ckpt) prompt_checkpoint(S, s, sess);
     int32_t end = s->n_eval < ckpt ? ckpt : s->n_prompt;
     if (turn > s->n_eval && turn < ckpt) end = turn; /* stop there for the turn checkpoint */
     int32_t n = end - s->n_eval;
-    if (n > S.cfg.prefill_chunk) n = S.cfg.prefill_chunk;
+    if (n > S->prefill_chunk) n = S->prefill_chunk;
     bool last = s->n_eval + n == s->n_prompt;
-    float *row = S.logits;
+    float *row = S->logits;
     if (n > 0 && q35_session_eval(sess, s->prompt + s->n_eval, n, last ? row : NULL, 0, &err)) {
-        seq_fail(s, err.msg);
+        seq_fail(S, s, err.msg);
         return;
     }
     s->n_eval += n;
     if (s->n_eval == turn && turn < ckpt && r->api.cache_prompt && s->choice % r->api.n == 0)
-        cache_store(sess, s->prompt, turn, salt_hash(r->api.cache_salt));
-    if (s->n_eval == ckpt) prompt_checkpoint(s, sess);
+        q35_prefix_cache_store(&S->cache, sess, s->prompt, turn, q35_salt_hash(r->api.cache_salt));
+    if (s->n_eval == ckpt) prompt_checkpoint(S, s, sess);
     if (!last) return;
     pthread_mutex_lock(&r->mu);
     r->n_started++;
     pthread_mutex_unlock(&r->mu);
     s->state = SEQ_DECODE;
-    seq_sample(s, row);
+    seq_sample(S, s, row);
 }
 
 /* The distribution seq_sample would draw s's next token from after the
@@ -485,14 +374,15 @@ static void seq_prefill(seq *s) {
  * speculative rejection sampling, so the output keeps its distribution. */
 static void seq_probs(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
     seq *s = ctx;
+    q35_sched *S = s->sched;
     const q35_api_request *a = &s->req->api;
     if (s->n_gen + n_prev < a->min_tokens) {
-        memcpy(S.masked, logits, sizeof *S.masked * (size_t)S.V);
+        memcpy(S->masked, logits, sizeof *S->masked * (size_t)S->V);
         if (!a->ignore_eos)
-            for (int i = 0; i < S.n_eos; i++)
-                if (S.eos[i] >= 0 && S.eos[i] < S.V) S.masked[S.eos[i]] = -INFINITY;
-        for (int32_t i = 0; i < a->n_stop_token_ids; i++) S.masked[a->stop_token_ids[i]] = -INFINITY;
-        logits = S.masked;
+            for (int i = 0; i < S->n_eos; i++)
+                if (S->eos[i] >= 0 && S->eos[i] < S->V) S->masked[S->eos[i]] = -INFINITY;
+        for (int32_t i = 0; i < a->n_stop_token_ids; i++) S->masked[a->stop_token_ids[i]] = -INFINITY;
+        logits = S->masked;
     }
     q35_sampler_probs(s->sampler, logits, prev, n_prev, probs);
 }
@@ -509,12 +399,12 @@ static void seq_probs(void *ctx, const float *logits, const int32_t *prev, int32
  * distribution would not be the one plain decoding samples from; those
  * decode one token per step. So does every sequence near the end of the
  * context, where a verify batch would not fit. */
-static bool can_speculate(const seq *s) {
-    return S.spec_k > 0 && !s->json_on && q35_session_pos(S.sessions[s->slot]) + S.spec_k + 1 < S.n_ctx;
+static bool can_speculate(q35_sched *S, const seq *s) {
+    return S->spec_k > 0 && !s->json_on && q35_session_pos(S->sessions[s->slot]) + S->spec_k + 1 < S->n_ctx;
 }
 
 /* The speculative policy of s: none (plain argmax) when that is exact. */
-static const q35_policy *seq_policy(seq *s) {
+static const q35_policy *seq_policy(q35_sched *S, seq *s) {
     const q35_api_request *a = &s->req->api;
     const q35_sampler_params *p = &a->sampling;
     if (p->temperature == 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0 &&
@@ -526,47 +416,48 @@ static const q35_policy *seq_policy(seq *s) {
 
 /* One speculative step for n sequences in one batch (the weights are read
  * once for every verify row); each yields 1..k+1 tokens, sent in order. */
-static void spec_step(seq **list, int n) {
+static void spec_step(q35_sched *S, seq **list, int n) {
     q35_spec_stats before = {0}, after = {0};
     for (int i = 0; i < n; i++) {
-        q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
+        q35_spec_stats st = q35_session_spec_stats(S->sessions[list[i]->slot]);
         before.steps += st.steps; before.drafts += st.drafts; before.accepted += st.accepted;
         for (int j = 0; j < Q35_SPEC_K_MAX; j++) before.accepted_at[j] += st.accepted_at[j];
-        S.batch_sess[i] = S.sessions[list[i]->slot];
-        S.batch_tok[i] = list[i]->last;
-        S.spec_pol[i] = seq_policy(list[i]);
+        S->batch_sess[i] = S->sessions[list[i]->slot];
+        S->batch_tok[i] = list[i]->last;
+        S->spec_pol[i] = seq_policy(S, list[i]);
     }
     q35_error err;
-    if (q35_batch_step(S.batch_sess, S.batch_tok, n, S.spec_pol, S.spec_out, S.spec_n, &err)) {
-        for (int i = 0; i < n; i++) seq_fail(list[i], err.msg);
+    if (q35_batch_step(S->batch_sess, S->batch_tok, n, S->spec_pol, S->spec_out, S->spec_n, &err)) {
+        for (int i = 0; i < n; i++) seq_fail(S, list[i], err.msg);
         return;
     }
     for (int i = 0; i < n; i++) {
-        q35_spec_stats st = q35_session_spec_stats(S.sessions[list[i]->slot]);
+        q35_spec_stats st = q35_session_spec_stats(S->sessions[list[i]->slot]);
         after.steps += st.steps; after.drafts += st.drafts; after.accepted += st.accepted;
         for (int j = 0; j < Q35_SPEC_K_MAX; j++) after.accepted_at[j] += st.accepted_at[j];
     }
-    pthread_mutex_lock(&S.mu);
-    S.spec_steps += (unsigned long long)(after.steps - before.steps);
-    S.spec_drafts += (unsigned long long)(after.drafts - before.drafts);
-    S.spec_accepted += (unsigned long long)(after.accepted - before.accepted);
-    for (int j = 0; j < Q35_SPEC_K_MAX; j++) S.spec_accepted_at[j] += (unsigned long long)(after.accepted_at[j] - before.accepted_at[j]);
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&S->mu);
+    S->spec_steps += (unsigned long long)(after.steps - before.steps);
+    S->spec_drafts += (unsigned long long)(after.drafts - before.drafts);
+    S->spec_accepted += (unsigned long long)(after.accepted - before.accepted);
+    for (int j = 0; j < Q35_SPEC_K_MAX; j++) S->spec_accepted_at[j] += (unsigned long long)(after.accepted_at[j] - before.accepted_at[j]);
+    pthread_mutex_unlock(&S->mu);
     for (int i = 0; i < n; i++) {
         seq *s = list[i];
-        const int32_t *out = S.spec_out + (size_t)i * (Q35_SPEC_K_MAX + 1);
-        const float *rows = s->req->api.logprobs >= 0 ? q35_session_step_logits(S.sessions[s->slot]) : NULL;
-        for (int32_t k = 0; k < S.spec_n[i]; k++) {
-            if (rows) memcpy(S.raw, rows + (size_t)k * (size_t)S.V, sizeof *S.raw * (size_t)S.V);
+        const int32_t *out = S->spec_out + (size_t)i * (Q35_SPEC_K_MAX + 1);
+        const float *rows = s->req->api.logprobs >= 0 ? q35_session_step_logits(S->sessions[s->slot]) : NULL;
+        for (int32_t k = 0; k < S->spec_n[i]; k++) {
+            if (rows) memcpy(S->raw, rows + (size_t)k * (size_t)S->V, sizeof *S->raw * (size_t)S->V);
             s->last = out[k];
-            if (seq_take_token(s, out[k])) break;
+            if (seq_take_token(S, s, out[k])) break;
         }
     }
 }
 
-static seq *seq_new(request *r, int32_t prompt_index, int32_t j) {
+static seq *seq_new(q35_sched *S, q35_task *r, int32_t prompt_index, int32_t j) {
     seq *s = calloc(1, sizeof *s);
     if (!s) return NULL;
+    s->sched = S;
     s->req = r;
     s->prompt_index = prompt_index;
     s->choice = prompt_index * r->api.n + j;
@@ -578,30 +469,30 @@ static seq *seq_new(request *r, int32_t prompt_index, int32_t j) {
     sp.seed += (uint64_t)j; /* choice j of a seeded request: its own stream */
     s->spec_rng = sp.seed * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull; /* never 0 for seed 0 */
     q35_error err;
-    s->dec = decoder_new();
-    if (!s->tokens || !s->dec || q35_sampler_new(&sp, S.V, &s->sampler, &err)) { seq_free(s); return NULL; }
+    s->dec = q35_text_decoder_new(S->tok);
+    if (!s->tokens || !s->dec || q35_sampler_new(&sp, S->V, &s->sampler, &err)) { seq_free(s); return NULL; }
     memcpy(s->tokens, s->prompt, sizeof *s->tokens * (size_t)s->n_prompt);
     q35_sampler_set_prompt(s->sampler, s->prompt, s->n_prompt);
     q35_stop_init(&s->stop, r->api.stop, r->api.n_stop);
-    s->json_on = r->api.json_object && g_tok_bytes;
+    s->json_on = r->api.json_object && S->tok_bytes;
     q35_json_prefix_init(&s->json);
     return s;
 }
 
-bool sched_submit(request *r) {
+bool q35_sched_submit(q35_sched *S, q35_task *r) {
     int32_t m = r->api.n_prompts * r->api.n;
     seq **list = calloc((size_t)m, sizeof *list);
     if (!list) return false;
     for (int32_t p = 0, k = 0; p < r->api.n_prompts; p++)
         for (int32_t j = 0; j < r->api.n; j++, k++)
-            if (!(list[k] = seq_new(r, p, j))) {
+            if (!(list[k] = seq_new(S, r, p, j))) {
                 for (int32_t i = 0; i < k; i++) seq_free(list[i]);
                 free(list);
                 return false;
             }
-    pthread_mutex_lock(&S.mu);
-    if (S.stop || S.n_waiting_req >= S.cfg.max_queue) {
-        pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&S->mu);
+    if (S->stop || S->n_waiting_req >= S->max_queue) {
+        pthread_mutex_unlock(&S->mu);
         for (int32_t i = 0; i < m; i++) seq_free(list[i]);
         free(list);
         return false;
@@ -610,27 +501,27 @@ bool sched_submit(request *r) {
     r->refs += m;
     pthread_mutex_unlock(&r->mu);
     for (int32_t i = 0; i < m; i++) {
-        if (S.wait_tail) S.wait_tail->next = list[i]; else S.wait_head = list[i];
-        S.wait_tail = list[i];
+        if (S->wait_tail) S->wait_tail->next = list[i]; else S->wait_head = list[i];
+        S->wait_tail = list[i];
     }
-    S.n_waiting_req++;
-    pthread_cond_signal(&S.cv);
-    pthread_mutex_unlock(&S.mu);
+    S->n_waiting_req++;
+    pthread_cond_signal(&S->cv);
+    pthread_mutex_unlock(&S->mu);
     free(list);
     return true;
 }
 
 /* The free slot for s: the one whose warm history s extends the furthest,
  * else an empty one, else the least recently used; -1 when none is free. */
-static int pick_slot(const seq *s) {
+static int pick_slot(q35_sched *S, const seq *s) {
     int best = -1, empty = -1, lru = -1;
     int32_t best_n = 0;
-    uint64_t salt = salt_hash(s->req->api.cache_salt);
-    for (int i = 0; i < S.n_slots; i++) {
-        if (S.slots[i]) continue;
-        const warm_slot *w = &S.warm[i];
+    uint64_t salt = q35_salt_hash(s->req->api.cache_salt);
+    for (int i = 0; i < S->n_slots; i++) {
+        if (S->slots[i]) continue;
+        const warm_slot *w = &S->warm[i];
         if (w->n == 0) { if (empty < 0) empty = i; continue; }
-        if (lru < 0 || w->last_used < S.warm[lru].last_used) lru = i;
+        if (lru < 0 || w->last_used < S->warm[lru].last_used) lru = i;
         if (s->req->api.cache_prompt && w->cacheable && w->salt == salt && w->n < s->n_prompt && w->n > best_n &&
             !memcmp(w->tokens, s->prompt, sizeof *s->prompt * (size_t)w->n)) {
             best = i;
@@ -640,42 +531,42 @@ static int pick_slot(const seq *s) {
     return best >= 0 ? best : empty >= 0 ? empty : lru;
 }
 
-/* Under S.mu: is any later waiting sequence from the same request? */
-static bool more_waiting_of(const request *r) {
-    for (seq *w = S.wait_head; w; w = w->next)
+/* Under S->mu: is any later waiting sequence from the same request? */
+static bool more_waiting_of(q35_sched *S, const q35_task *r) {
+    for (seq *w = S->wait_head; w; w = w->next)
         if (w->req == r) return true;
     return false;
 }
 
 static void *sched_main(void *arg) {
-    (void)arg;
+    q35_sched *S = arg;
     for (;;) {
-        pthread_mutex_lock(&S.mu);
+        pthread_mutex_lock(&S->mu);
         for (;;) {
-            if (S.stop) break;
+            if (S->stop) break;
             bool active = false;
-            for (int i = 0; i < S.n_slots; i++) active |= S.slots[i] != NULL;
-            if (active || S.wait_head) break;
-            pthread_cond_wait(&S.cv, &S.mu);
+            for (int i = 0; i < S->n_slots; i++) active |= S->slots[i] != NULL;
+            if (active || S->wait_head) break;
+            pthread_cond_wait(&S->cv, &S->mu);
         }
-        for (int k = 0; k < S.n_slots && S.wait_head; k++) {
-            int i = pick_slot(S.wait_head);
+        for (int k = 0; k < S->n_slots && S->wait_head; k++) {
+            int i = pick_slot(S, S->wait_head);
             if (i < 0) break;
-            seq *s = S.wait_head;
-            S.wait_head = s->next;
-            if (!S.wait_head) S.wait_tail = NULL;
+            seq *s = S->wait_head;
+            S->wait_head = s->next;
+            if (!S->wait_head) S->wait_tail = NULL;
             s->next = NULL;
             s->slot = i;
             s->state = SEQ_PREFILL;
-            S.slots[i] = s;
-            S.n_running++;
-            if (!more_waiting_of(s->req)) S.n_waiting_req--;
+            S->slots[i] = s;
+            S->n_running++;
+            if (!more_waiting_of(S, s->req)) S->n_waiting_req--;
         }
-        bool stopping = S.stop;
-        pthread_mutex_unlock(&S.mu);
+        bool stopping = S->stop;
+        pthread_mutex_unlock(&S->mu);
 
-        for (int i = 0; i < S.n_slots; i++) {
-            seq *s = S.slots[i];
+        for (int i = 0; i < S->n_slots; i++) {
+            seq *s = S->slots[i];
             if (!s) continue;
             if (stopping || atomic_load(&s->req->cancelled)) {
                 if (stopping) {
@@ -683,146 +574,198 @@ static void *sched_main(void *arg) {
                     if (!s->req->error) s->req->error = strdup("the server is shutting down");
                     pthread_mutex_unlock(&s->req->mu);
                 }
-                tok_event ev = {.choice = s->choice, .token = -1, .text = strdup(""), .finish = FIN_ABORT, .stop_id = -1};
-                push_event(s->req, &ev);
-                seq_end(s, FIN_ABORT);
+                q35_event ev = {.choice = s->choice, .token = -1, .text = strdup(""), .finish = Q35_FIN_ABORT, .stop_id = -1};
+                q35_task_push(s->req, &ev);
+                seq_end(S, s, Q35_FIN_ABORT);
             }
         }
         if (stopping) {
-            pthread_mutex_lock(&S.mu);
-            seq *w = S.wait_head;
-            S.wait_head = S.wait_tail = NULL;
-            pthread_mutex_unlock(&S.mu);
+            pthread_mutex_lock(&S->mu);
+            seq *w = S->wait_head;
+            S->wait_head = S->wait_tail = NULL;
+            pthread_mutex_unlock(&S->mu);
             while (w) {
                 seq *next = w->next;
-                request *r = w->req;
+                q35_task *r = w->req;
                 pthread_mutex_lock(&r->mu);
                 if (!r->error) r->error = strdup("the server is shutting down");
                 r->n_finished++;
                 pthread_cond_broadcast(&r->cv);
                 pthread_mutex_unlock(&r->mu);
-                request_release(r);
+                q35_task_release(r);
                 seq_free(w);
                 w = next;
             }
             break;
         }
 
-        for (int i = 0; i < S.n_slots; i++)
-            if (S.slots[i] && S.slots[i]->state == SEQ_PREFILL) seq_prefill(S.slots[i]);
+        for (int i = 0; i < S->n_slots; i++)
+            if (S->slots[i] && S->slots[i]->state == SEQ_PREFILL) seq_prefill(S, S->slots[i]);
 
         int nb = 0, ns = 0;
-        for (int i = 0; i < S.n_slots; i++) {
-            seq *s = S.slots[i];
+        for (int i = 0; i < S->n_slots; i++) {
+            seq *s = S->slots[i];
             if (!s || s->state != SEQ_DECODE) continue;
-            if (can_speculate(s)) S.spec_seq[ns++] = s;
-            else S.batch_seq[nb++] = s;
+            if (can_speculate(S, s)) S->spec_seq[ns++] = s;
+            else S->batch_seq[nb++] = s;
         }
-        if (ns) spec_step(S.spec_seq, ns);
+        if (ns) spec_step(S, S->spec_seq, ns);
         if (!nb) continue;
         for (int i = 0; i < nb; i++) {
-            S.batch_sess[i] = S.sessions[S.batch_seq[i]->slot];
-            S.batch_tok[i] = S.batch_seq[i]->last;
+            S->batch_sess[i] = S->sessions[S->batch_seq[i]->slot];
+            S->batch_tok[i] = S->batch_seq[i]->last;
         }
         q35_error err;
-        if (q35_batch_decode(S.batch_sess, S.batch_tok, nb, S.logits, &err)) {
-            for (int i = 0; i < nb; i++) seq_fail(S.batch_seq[i], err.msg);
+        if (q35_batch_decode(S->batch_sess, S->batch_tok, nb, S->logits, &err)) {
+            for (int i = 0; i < nb; i++) seq_fail(S, S->batch_seq[i], err.msg);
             continue;
         }
-        for (int i = 0; i < nb; i++) seq_sample(S.batch_seq[i], S.logits + (size_t)i * (size_t)S.V);
+        for (int i = 0; i < nb; i++) seq_sample(S, S->batch_seq[i], S->logits + (size_t)i * (size_t)S->V);
     }
     return NULL;
 }
 
-int sched_start(q35_engine *engine, const serve_config *cfg, int32_t n_ctx, const int32_t *eos_ids, int n_eos,
-                char *msg, size_t msg_size) {
-    memset(&S, 0, sizeof S);
-    S.engine = engine;
-    S.cfg = *cfg;
-    S.V = q35_engine_info(engine)->vocab_size;
-    S.n_ctx = n_ctx;
-    S.n_eos = n_eos < 8 ? n_eos : 8;
-    memcpy(S.eos, eos_ids, sizeof *eos_ids * (size_t)S.n_eos);
-    S.n_slots = cfg->parallel;
-    size_t ns = (size_t)S.n_slots;
-    S.sessions = calloc(ns, sizeof *S.sessions);
-    S.slots = calloc(ns, sizeof *S.slots);
-    S.warm = calloc(ns, sizeof *S.warm);
-    for (size_t i = 0; S.warm && i < ns; i++)
-        if (!(S.warm[i].tokens = malloc(sizeof(int32_t) * (size_t)n_ctx))) {
-            snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
+/* Each token's bytes (ids below the vocabulary size, specials left out),
+ * which json_object needs; NULL tables without a tokenizer. */
+static int token_bytes_table(q35_sched *S) {
+    if (!S->tok) return 0;
+    S->tok_bytes = calloc((size_t)S->V, sizeof *S->tok_bytes);
+    S->tok_len = calloc((size_t)S->V, sizeof *S->tok_len);
+    if (!S->tok_bytes || !S->tok_len) return -1;
+    for (int32_t t = 0; t < S->V; t++)
+        if (t < q35_tokenizer_n_ids(S->tok) && !q35_token_is_special(S->tok, t))
+            S->tok_bytes[t] = q35_token_bytes(S->tok, t, &S->tok_len[t]);
+    return 0;
+}
+
+/* Frees the sessions, the buffers and the cache (the thread is not running). */
+static void sched_release(q35_sched *S) {
+    q35_prefix_cache_free(&S->cache);
+    for (int i = 0; S->sessions && i < S->n_slots; i++) q35_session_free(S->sessions[i]);
+    for (int i = 0; S->warm && i < S->n_slots; i++) free(S->warm[i].tokens);
+    free(S->warm); S->warm = NULL;
+    free(S->sessions); S->sessions = NULL;
+    free(S->slots); S->slots = NULL;
+    free(S->logits); S->logits = NULL;
+    free(S->raw); S->raw = NULL;
+    free(S->batch_sess); S->batch_sess = NULL;
+    free(S->batch_tok); S->batch_tok = NULL;
+    free(S->batch_seq); S->batch_seq = NULL;
+    free(S->spec_seq); S->spec_seq = NULL;
+    free(S->spec_out); S->spec_out = NULL;
+    free(S->spec_n); S->spec_n = NULL;
+    free(S->spec_pol); S->spec_pol = NULL;
+    free(S->masked); S->masked = NULL;
+    free(S->tok_bytes); S->tok_bytes = NULL;
+    free(S->tok_len); S->tok_len = NULL;
+}
+
+static int sched_init(q35_sched *S, const q35_sched_config *cfg, char *msg, size_t msg_size) {
+    S->engine = cfg->engine;
+    S->tok = cfg->tok;
+    S->metrics = cfg->metrics;
+    S->V = q35_engine_info(cfg->engine)->vocab_size;
+    S->n_ctx = cfg->n_ctx;
+    S->max_queue = cfg->max_queue;
+    S->prefill_chunk = cfg->prefill_chunk;
+    S->n_eos = cfg->n_eos < 8 ? cfg->n_eos : 8;
+    memcpy(S->eos, cfg->eos, sizeof *cfg->eos * (size_t)S->n_eos);
+    S->n_slots = cfg->parallel;
+    S->spec_k = cfg->spec_k;
+    q35_prefix_cache_init(&S->cache, cfg->cache_bytes);
+    size_t ns = (size_t)S->n_slots;
+    S->sessions = calloc(ns, sizeof *S->sessions);
+    S->slots = calloc(ns, sizeof *S->slots);
+    S->warm = calloc(ns, sizeof *S->warm);
+    for (size_t i = 0; S->warm && i < ns; i++)
+        if (!(S->warm[i].tokens = malloc(sizeof(int32_t) * (size_t)S->n_ctx))) {
+            snprintf(msg, msg_size, "out of memory for %d slots", S->n_slots);
             return -1;
         }
-    S.logits = malloc(sizeof *S.logits * ns * (size_t)S.V);
-    S.spec_k = cfg->spec_k;
-    S.raw = malloc(sizeof *S.raw * (size_t)S.V);
-    S.batch_sess = calloc(ns, sizeof *S.batch_sess);
-    S.batch_tok = calloc(ns, sizeof *S.batch_tok);
-    S.batch_seq = calloc(ns, sizeof *S.batch_seq);
-    S.spec_seq = calloc(ns, sizeof *S.spec_seq);
-    S.spec_out = calloc(ns * (Q35_SPEC_K_MAX + 1), sizeof *S.spec_out);
-    S.spec_n = calloc(ns, sizeof *S.spec_n);
-    S.spec_pol = calloc(ns, sizeof *S.spec_pol);
-    S.masked = malloc(sizeof *S.masked * (size_t)S.V);
-    if (!S.sessions || !S.slots || !S.warm || !S.logits || !S.raw || !S.batch_sess || !S.batch_tok || !S.batch_seq ||
-        !S.spec_seq || !S.spec_out || !S.spec_n || !S.spec_pol || !S.masked) {
-        snprintf(msg, msg_size, "out of memory for %d slots", S.n_slots);
+    S->logits = malloc(sizeof *S->logits * ns * (size_t)S->V);
+    S->raw = malloc(sizeof *S->raw * (size_t)S->V);
+    S->batch_sess = calloc(ns, sizeof *S->batch_sess);
+    S->batch_tok = calloc(ns, sizeof *S->batch_tok);
+    S->batch_seq = calloc(ns, sizeof *S->batch_seq);
+    S->spec_seq = calloc(ns, sizeof *S->spec_seq);
+    S->spec_out = calloc(ns * (Q35_SPEC_K_MAX + 1), sizeof *S->spec_out);
+    S->spec_n = calloc(ns, sizeof *S->spec_n);
+    S->spec_pol = calloc(ns, sizeof *S->spec_pol);
+    S->masked = malloc(sizeof *S->masked * (size_t)S->V);
+    if (!S->sessions || !S->slots || !S->warm || !S->logits || !S->raw || !S->batch_sess || !S->batch_tok || !S->batch_seq ||
+        !S->spec_seq || !S->spec_out || !S->spec_n || !S->spec_pol || !S->masked || token_bytes_table(S)) {
+        snprintf(msg, msg_size, "out of memory for %d slots", S->n_slots);
         return -1;
     }
-    for (int i = 0; i < S.n_slots; i++) {
+    for (int i = 0; i < S->n_slots; i++) {
         q35_error err;
-        if (q35_session_new(engine, n_ctx, &S.sessions[i], &err) ||
-            (S.spec_k > 0 && q35_session_set_spec(S.sessions[i], S.spec_k, &err))) {
+        if (q35_session_new(S->engine, S->n_ctx, &S->sessions[i], &err) ||
+            (S->spec_k > 0 && q35_session_set_spec(S->sessions[i], S->spec_k, &err))) {
             snprintf(msg, msg_size, "session %d: %s", i, err.msg);
             return -1;
         }
     }
-    pthread_mutex_init(&S.mu, NULL);
-    pthread_cond_init(&S.cv, NULL);
-    if (pthread_create(&S.thread, NULL, sched_main, NULL)) {
-        snprintf(msg, msg_size, "cannot start the scheduler thread");
-        return -1;
-    }
-    S.started = true;
     return 0;
 }
 
-void sched_stop(void) {
-    if (!S.started) return;
-    pthread_mutex_lock(&S.mu);
-    S.stop = true;
-    pthread_cond_signal(&S.cv);
-    pthread_mutex_unlock(&S.mu);
-    pthread_join(S.thread, NULL);
-    S.started = false;
-    while (S.n_cache) cache_drop(S.n_cache - 1);
-    free(S.cache);
-    for (int i = 0; i < S.n_slots; i++) { q35_session_free(S.sessions[i]); free(S.warm[i].tokens); }
-    free(S.warm);
-    free(S.sessions); free(S.slots); free(S.logits); free(S.raw);
-    free(S.batch_sess); free(S.batch_tok); free(S.batch_seq);
-    free(S.spec_seq); free(S.spec_out); free(S.spec_n); free(S.spec_pol); free(S.masked);
+int q35_sched_start(const q35_sched_config *cfg, q35_sched **out, char *msg, size_t msg_size) {
+    *out = NULL;
+    q35_sched *S = calloc(1, sizeof *S);
+    if (!S) {
+        snprintf(msg, msg_size, "out of memory");
+        return -1;
+    }
+    pthread_mutex_init(&S->mu, NULL);
+    pthread_cond_init(&S->cv, NULL);
+    if (sched_init(S, cfg, msg, msg_size)) {
+        q35_sched_free(S);
+        return -1;
+    }
+    if (pthread_create(&S->thread, NULL, sched_main, S)) {
+        snprintf(msg, msg_size, "cannot start the scheduler thread");
+        q35_sched_free(S);
+        return -1;
+    }
+    S->started = true;
+    *out = S;
+    return 0;
 }
 
-void sched_set_token_bytes(const char *const *bytes, const size_t *lens) {
-    g_tok_bytes = bytes;
-    g_tok_len = lens;
+void q35_sched_stop(q35_sched *S) {
+    pthread_mutex_lock(&S->mu);
+    S->stop = true;
+    pthread_cond_signal(&S->cv);
+    bool started = S->started;
+    S->started = false;
+    pthread_mutex_unlock(&S->mu);
+    if (!started) return;
+    pthread_join(S->thread, NULL);
+    sched_release(S);
 }
 
-void sched_get_stats(sched_stats *st) {
-    pthread_mutex_lock(&S.mu);
-    st->running = S.n_running;
+void q35_sched_free(q35_sched *S) {
+    if (!S) return;
+    q35_sched_stop(S);
+    sched_release(S);
+    pthread_mutex_destroy(&S->mu);
+    pthread_cond_destroy(&S->cv);
+    pthread_mutex_destroy(&S->cache.mu);
+    free(S);
+}
+
+void q35_sched_get_stats(q35_sched *S, q35_sched_stats *st) {
+    pthread_mutex_lock(&S->mu);
+    st->running = S->n_running;
     int w = 0;
-    for (seq *s = S.wait_head; s; s = s->next) w++;
+    for (seq *s = S->wait_head; s; s = s->next) w++;
     st->waiting = w;
-    st->cache_bytes = S.cache_used;
-    st->cache_entries = (size_t)S.n_cache;
-    st->cache_queries = S.cache_queries;
-    st->cache_hits = S.cache_hits;
-    st->spec_steps = S.spec_steps;
-    st->spec_drafts = S.spec_drafts;
-    st->spec_accepted = S.spec_accepted;
-    memcpy(st->spec_accepted_at, S.spec_accepted_at, sizeof st->spec_accepted_at);
-    st->spec_k = S.spec_k;
-    pthread_mutex_unlock(&S.mu);
+    st->cache_queries = S->cache_queries;
+    st->cache_hits = S->cache_hits;
+    st->spec_steps = S->spec_steps;
+    st->spec_drafts = S->spec_drafts;
+    st->spec_accepted = S->spec_accepted;
+    memcpy(st->spec_accepted_at, S->spec_accepted_at, sizeof st->spec_accepted_at);
+    st->spec_k = S->spec_k;
+    pthread_mutex_unlock(&S->mu);
+    q35_prefix_cache_usage(&S->cache, &st->cache_entries, &st->cache_bytes);
 }

@@ -1,0 +1,161 @@
+/* state.c: a sequence's state in host memory, the per-row states that let
+ * a speculative verify pass be rewound, and snapshots (see cpu.h).
+ *
+ * Layout: every GDN layer's conv state (CD, CK-1) and recurrent state
+ * (HV, DK, DV) sit in one block, so a rewind or a snapshot copies one range;
+ * each full-attention layer has its own K and V caches (n_ctx, NKV*HD),
+ * calloc'd so that only the positions used cost memory. */
+#include "backend/cpu/cpu.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+
+struct q35_bsnap {
+    int32_t pos, n_kept;
+    float *state;   /* copy of state_block */
+    float *kv;      /* per full layer: K rows 0..pos-1, then V rows 0..pos-1 */
+    float *mtp_kv;  /* the MTP layer's K then V rows 0..pos-1, or NULL */
+    float *kept;    /* (n_kept, H) */
+};
+
+static size_t kv_row_floats(const q35_config *c) { return (size_t)c->n_head_kv * (size_t)c->head_dim; }
+
+q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out, q35_error *err) {
+    q35_host_backend *b = (q35_host_backend *)base;
+    const q35_config *c = b->c;
+    *out = NULL;
+    q35_status st = q35_host_scratch_fit(b, n_ctx, err);
+    if (st) return st;
+    q35_bstate *s = calloc(1, sizeof *s);
+    if (!s) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    s->b = b;
+    s->n_ctx = n_ctx;
+    size_t conv = (size_t)q35_conv_dim(c) * (size_t)(c->lin_conv_kernel - 1);
+    size_t ssm = (size_t)c->lin_n_head_v * (size_t)c->lin_head_k_dim * (size_t)c->lin_head_v_dim;
+    size_t kv = (size_t)n_ctx * kv_row_floats(c);
+    s->state_floats = (size_t)(c->n_layer - c->n_layer_full) * (conv + ssm);
+    s->state_block = calloc(s->state_floats ? s->state_floats : 1, sizeof(float));
+    int ok = s->state_block != NULL;
+    float *p = s->state_block;
+    for (int32_t i = 0; ok && i < c->n_layer; i++) {
+        if (c->layer_is_full[i]) {
+            s->k_cache[i] = calloc(kv, sizeof(float));
+            s->v_cache[i] = calloc(kv, sizeof(float));
+            ok = s->k_cache[i] && s->v_cache[i];
+        } else {
+            s->conv_state[i] = p; p += conv;
+            s->ssm_state[i] = p; p += ssm;
+        }
+    }
+    if (!ok) {
+        q35_host_state_free(s);
+        return q35_fail(err, Q35_ERR_NOMEM, "out of memory creating a session of %d positions", n_ctx);
+    }
+    *out = s;
+    return Q35_OK;
+}
+
+void q35_host_state_free(q35_bstate *s) {
+    if (!s) return;
+    for (int32_t i = 0; i < Q35_MAX_LAYERS; i++) { free(s->k_cache[i]); free(s->v_cache[i]); }
+    free(s->state_block);
+    free(s->row_states);
+    free(s->mtp_k_cache); free(s->mtp_v_cache); free(s->kept); free(s->draft_hidden);
+    free(s);
+}
+
+void q35_host_state_clear(q35_bstate *s) {
+    memset(s->state_block, 0, s->state_floats * sizeof(float)); /* KV rows past the position are never read */
+}
+
+q35_status q35_host_state_set_spec(q35_bstate *s, int32_t k, q35_error *err) {
+    const q35_config *c = s->b->c;
+    if (k == 0) return Q35_OK; /* the buffers stay for a later k */
+    size_t H = (size_t)c->hidden_size, kv = (size_t)s->n_ctx * kv_row_floats(c);
+    int ok = 1;
+#define ALLOC(ptr, n) do { if (!(ptr)) { (ptr) = calloc((n), sizeof(float)); ok = ok && (ptr); } } while (0)
+    ALLOC(s->mtp_k_cache, kv);
+    ALLOC(s->mtp_v_cache, kv);
+    ALLOC(s->kept, (Q35_SPEC_MAX + 1) * H);
+    ALLOC(s->draft_hidden, H);
+#undef ALLOC
+    if (ok && k != s->spec_k) {
+        /* 64-byte aligned, so the GDN update streams the copies past the
+         * cache; touched now, so the first verify takes no page faults */
+        size_t bytes = ((size_t)k * s->state_floats * sizeof(float) + 63) & ~(size_t)63;
+        float *nc = aligned_alloc(64, bytes ? bytes : 64);
+        if (nc) { free(s->row_states); s->row_states = nc; memset(nc, 0, bytes ? bytes : 64); s->spec_k = k; } else ok = 0;
+    }
+    if (!ok) return q35_fail(err, Q35_ERR_NOMEM, "out of memory for speculative decoding buffers (k = %d)", k);
+    return Q35_OK;
+}
+
+void q35_host_state_rewind(q35_bstate *s, int32_t n_keep) {
+    memcpy(s->state_block, s->row_states + (size_t)(n_keep - 1) * s->state_floats, s->state_floats * sizeof(float));
+}
+
+q35_status q35_host_snapshot_take(const q35_bstate *s, int32_t pos, int32_t n_kept, int mtp, q35_bsnap **out,
+                                  size_t *bytes, q35_error *err) {
+    *out = NULL;
+    const q35_config *c = s->b->c;
+    size_t rows = (size_t)pos * kv_row_floats(c), H = (size_t)c->hidden_size;
+    size_t kv_floats = (size_t)c->n_layer_full * 2 * rows;
+    q35_bsnap *snap = calloc(1, sizeof *snap);
+    if (!snap) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    snap->pos = pos;
+    snap->state = malloc((s->state_floats ? s->state_floats : 1) * sizeof(float));
+    snap->kv = malloc((kv_floats ? kv_floats : 1) * sizeof(float));
+    int ok = snap->state && snap->kv;
+    if (ok && mtp) {
+        snap->mtp_kv = malloc((rows ? 2 * rows : 1) * sizeof(float));
+        snap->kept = malloc((n_kept ? (size_t)n_kept * H : 1) * sizeof(float));
+        ok = snap->mtp_kv && snap->kept;
+    }
+    if (!ok) {
+        q35_host_snapshot_free(snap);
+        return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a snapshot of %d positions", pos);
+    }
+    memcpy(snap->state, s->state_block, s->state_floats * sizeof(float));
+    float *p = snap->kv;
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        if (!c->layer_is_full[i]) continue;
+        memcpy(p, s->k_cache[i], rows * sizeof(float)); p += rows;
+        memcpy(p, s->v_cache[i], rows * sizeof(float)); p += rows;
+    }
+    *bytes = (s->state_floats + kv_floats) * sizeof(float);
+    if (mtp) {
+        snap->n_kept = n_kept;
+        memcpy(snap->mtp_kv, s->mtp_k_cache, rows * sizeof(float));
+        memcpy(snap->mtp_kv + rows, s->mtp_v_cache, rows * sizeof(float));
+        memcpy(snap->kept, s->kept, (size_t)n_kept * H * sizeof(float));
+        *bytes += (2 * rows + (size_t)n_kept * H) * sizeof(float);
+    }
+    *out = snap;
+    return Q35_OK;
+}
+
+void q35_host_snapshot_restore(q35_bstate *s, const q35_bsnap *snap) {
+    const q35_config *c = s->b->c;
+    memcpy(s->state_block, snap->state, s->state_floats * sizeof(float));
+    size_t rows = (size_t)snap->pos * kv_row_floats(c);
+    const float *p = snap->kv;
+    for (int32_t i = 0; i < c->n_layer; i++) {
+        if (!c->layer_is_full[i]) continue;
+        memcpy(s->k_cache[i], p, rows * sizeof(float)); p += rows;
+        memcpy(s->v_cache[i], p, rows * sizeof(float)); p += rows;
+    }
+    if (snap->mtp_kv && s->mtp_k_cache) {
+        memcpy(s->mtp_k_cache, snap->mtp_kv, rows * sizeof(float));
+        memcpy(s->mtp_v_cache, snap->mtp_kv + rows, rows * sizeof(float));
+        memcpy(s->kept, snap->kept, (size_t)snap->n_kept * (size_t)c->hidden_size * sizeof(float));
+    }
+}
+
+void q35_host_snapshot_free(q35_bsnap *snap) {
+    if (!snap) return;
+    free(snap->state);
+    free(snap->kv);
+    free(snap->mtp_kv);
+    free(snap->kept);
+    free(snap);
+}

@@ -1,0 +1,35 @@
+/* context.h: the server's one context, which every HTTP-side part (http.c,
+ * routes.c, stream.c, server.c) is handed; there is no file-level state.
+ * The scheduler does not see it: it gets what it needs in its own config. */
+#ifndef Q35_SERVER_CONTEXT_H
+#define Q35_SERVER_CONTEXT_H
+
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/sched.h"
+#include "server/server.h"
+#include "qwen35.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct q35_server {
+    q35_server_config cfg;
+    q35_engine *engine;
+    const q35_model_info *info;
+    q35_tokenizer *tok;        /* NULL: the model directory has none (token ids only) */
+    q35_api_limits limits;
+    q35_sampler_params gen_defaults; /* generation_config.json's, when limits.defaults points here */
+    size_t cache_bytes;        /* the prefix cache budget, resolved */
+    int32_t spec_k;            /* draft tokens per step, resolved */
+    q35_sched *sched;
+    q35_metrics metrics;
+    atomic_int ready;          /* the model is loaded and the scheduler runs */
+    atomic_int stopping;       /* shutting down: refusals are 503 */
+    atomic_int live_streams;   /* streaming responses the HTTP library still holds */
+    atomic_int load_status;    /* the loader's exit status, -1 while it runs */
+    atomic_ullong req_counter; /* request ids and seeds */
+    pthread_t main_thread;     /* the one that waits for signals */
+} q35_server;
+
+#endif

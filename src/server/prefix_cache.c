@@ -1,0 +1,95 @@
+/* prefix_cache.c: state snapshots keyed by token prefixes (prefix_cache.h).
+ * The scheduler stores one where a prompt's state is worth keeping (one
+ * token before its end, at a chat turn's boundary, a warm slot's history
+ * before another request takes the slot) and restores the longest match
+ * before evaluating a new prompt. */
+#include "server/prefix_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t q35_salt_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a; 0 is the shared partition */
+    if (!s) return 0;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h | 1;
+}
+
+void q35_prefix_cache_init(q35_prefix_cache *c, size_t budget) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    c->budget = budget;
+}
+
+static void cache_drop(q35_prefix_cache *c, int i) {
+    q35_snapshot_free(c->e[i].snap);
+    free(c->e[i].tokens);
+    c->used -= c->e[i].bytes;
+    c->e[i] = c->e[--c->n];
+}
+
+void q35_prefix_cache_free(q35_prefix_cache *c) {
+    pthread_mutex_lock(&c->mu);
+    while (c->n) cache_drop(c, c->n - 1);
+    free(c->e);
+    c->e = NULL;
+    c->cap = 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void q35_prefix_cache_usage(q35_prefix_cache *c, size_t *entries, size_t *bytes) {
+    pthread_mutex_lock(&c->mu);
+    *entries = (size_t)c->n;
+    *bytes = c->used;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_t *tokens, int32_t n, uint64_t salt) {
+    if (n < 1 || !c->budget) return;
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].n == n && c->e[i].salt == salt && !memcmp(c->e[i].tokens, tokens, sizeof *tokens * (size_t)n)) {
+            c->e[i].last_used = ++c->clock;
+            return;
+        }
+    q35_snapshot *snap;
+    q35_error err;
+    if (q35_snapshot_take(sess, &snap, &err)) return;
+    size_t bytes = q35_snapshot_bytes(snap) + sizeof *tokens * (size_t)n;
+    if (bytes > c->budget) { q35_snapshot_free(snap); return; }
+    pthread_mutex_lock(&c->mu);
+    while (c->n && c->used + bytes > c->budget) {
+        int lru = 0;
+        for (int i = 1; i < c->n; i++)
+            if (c->e[i].last_used < c->e[lru].last_used) lru = i;
+        cache_drop(c, lru);
+    }
+    if (c->n == c->cap) {
+        int nc = c->cap ? 2 * c->cap : 16;
+        q35_cache_entry *ne = realloc(c->e, sizeof *ne * (size_t)nc);
+        if (!ne) { pthread_mutex_unlock(&c->mu); q35_snapshot_free(snap); return; }
+        c->e = ne;
+        c->cap = nc;
+    }
+    int32_t *copy = malloc(sizeof *copy * (size_t)n);
+    if (!copy) { pthread_mutex_unlock(&c->mu); q35_snapshot_free(snap); return; }
+    memcpy(copy, tokens, sizeof *copy * (size_t)n);
+    c->e[c->n++] = (q35_cache_entry){copy, n, salt, snap, bytes, ++c->clock};
+    c->used += bytes;
+    pthread_mutex_unlock(&c->mu);
+}
+
+int32_t q35_prefix_cache_restore(q35_prefix_cache *c, q35_session *sess, const int32_t *prompt, int32_t n, uint64_t salt) {
+    int best = -1;
+    for (int i = 0; i < c->n; i++) {
+        q35_cache_entry *e = &c->e[i];
+        if (e->salt != salt || e->n >= n || (best >= 0 && e->n <= c->e[best].n)) continue;
+        if (!memcmp(e->tokens, prompt, sizeof *prompt * (size_t)e->n)) best = i;
+    }
+    q35_error err;
+    if (best < 0 || q35_snapshot_restore(sess, c->e[best].snap, &err)) {
+        q35_session_reset(sess);
+        return 0;
+    }
+    c->e[best].last_used = ++c->clock;
+    return c->e[best].n;
+}

@@ -1,0 +1,45 @@
+/* prefix_cache.h: the scheduler's prefix cache (prefix_cache.c): snapshots
+ * of a session's whole state (KV rows and GDN states) keyed by the token ids
+ * they cover and a salt (the request's cache_salt partition), evicted least
+ * recently used first past a byte budget. Only the scheduler thread stores
+ * and restores; other threads read the counts under mu. */
+#ifndef Q35_SERVER_PREFIX_CACHE_H
+#define Q35_SERVER_PREFIX_CACHE_H
+
+#include "qwen35.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct q35_cache_entry {
+    int32_t *tokens;
+    int32_t n;
+    uint64_t salt;
+    q35_snapshot *snap;
+    size_t bytes;
+    uint64_t last_used;
+} q35_cache_entry;
+
+typedef struct q35_prefix_cache {
+    pthread_mutex_t mu;        /* guards n and used against readers */
+    q35_cache_entry *e;
+    int n, cap;
+    size_t used, budget;
+    uint64_t clock;
+} q35_prefix_cache;
+
+/* The partition of a cache_salt: 0 for none (the shared one). */
+uint64_t q35_salt_hash(const char *salt);
+
+void q35_prefix_cache_init(q35_prefix_cache *c, size_t budget);
+void q35_prefix_cache_free(q35_prefix_cache *c);
+/* Snapshots sess as the state after tokens[0..n) (refreshes an equal entry). */
+void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_t *tokens, int32_t n, uint64_t salt);
+/* Restores the longest entry that is a proper prefix of prompt[0..n) into
+ * sess and returns the tokens it covers; 0 (sess reset) when none. */
+int32_t q35_prefix_cache_restore(q35_prefix_cache *c, q35_session *sess, const int32_t *prompt, int32_t n, uint64_t salt);
+/* Entries and bytes held, read under the lock. */
+void q35_prefix_cache_usage(q35_prefix_cache *c, size_t *entries, size_t *bytes);
+
+#endif

@@ -1,0 +1,217 @@
+/* response.c: the JSON of the generation endpoints (response.h): a whole
+ * text_completion or chat.completion body from a finished task's events, and
+ * the pieces the streaming side (stream.c) builds its chunks from: chunk
+ * envelopes, logprobs, usage, finish and stop reasons, chat deltas. Chat text
+ * goes through the output parser into content, reasoning and tool calls. */
+#include "server/response.h"
+#include "base/utf8.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A JSON string of text that may not be valid UTF-8 (a token's bytes):
+ * as is when valid, else vLLM's "bytes:\\xNN..." form. */
+json_t *q35_json_text(const char *s, size_t n) {
+    if (q35_utf8_valid(s, n)) return json_stringn(s, n);
+    char *b = malloc(6 + 4 * n + 1);
+    if (!b) return json_string("");
+    size_t k = (size_t)sprintf(b, "bytes:");
+    for (size_t i = 0; i < n; i++) k += (size_t)sprintf(b + k, "\\x%02x", (unsigned char)s[i]);
+    json_t *j = json_stringn(b, k);
+    free(b);
+    return j;
+}
+
+static json_t *token_bytes_json(const q35_tokenizer *tok, int32_t id) {
+    json_t *a = json_array();
+    size_t n = 0;
+    const char *b = tok ? q35_token_bytes(tok, id, &n) : NULL;
+    for (size_t i = 0; b && i < n; i++) json_array_append_new(a, json_integer((unsigned char)b[i]));
+    return a;
+}
+
+
+const char *q35_finish_name(int f) {
+    switch (f) {
+    case Q35_FIN_STOP: return "stop";
+    case Q35_FIN_LENGTH: return "length";
+    case Q35_FIN_ABORT: return "abort";
+    default: return "error";
+    }
+}
+
+/* A token as logprobs show it: its text, or "token_id:N" without a tokenizer. */
+json_t *q35_json_token(const q35_tokenizer *tok, int32_t id) {
+    size_t n = 0;
+    const char *t = tok ? q35_token_bytes(tok, id, &n) : NULL;
+    if (t) return q35_json_text(t, n);
+    char b[32];
+    snprintf(b, sizeof b, "token_id:%d", (int)id);
+    return json_string(b);
+}
+
+json_t *q35_usage_json(const q35_task *r) {
+    long long p = 0, g = 0;
+    for (int32_t i = 0; i < r->api.n_prompts; i++) p += r->prompt_len[i];
+    for (int32_t i = 0; i < r->n_choices; i++) g += r->completion_tokens[i];
+    return json_pack("{s:I, s:I, s:I, s:{s:i}}", "prompt_tokens", p, "completion_tokens", g, "total_tokens", p + g,
+                     "prompt_tokens_details", "cached_tokens", r->cached_tokens);
+}
+
+/* Legacy completions logprobs of one event, appended into lp's arrays. */
+void q35_completion_logprobs_add(const q35_tokenizer *tok, json_t *lp, const q35_event *e, size_t offset) {
+    json_array_append_new(json_object_get(lp, "tokens"), q35_json_token(tok, e->token));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(e->logprob));
+    json_t *top = json_object();
+    for (int i = 0; i < e->n_top; i++) {
+        json_t *k = q35_json_token(tok, e->top_ids[i]);
+        json_object_set_new(top, json_string_value(k), json_real(e->top_lp[i]));
+        json_decref(k);
+    }
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+json_t *q35_chat_logprob_entry(const q35_tokenizer *tok, const q35_event *e) {
+    json_t *top = json_array();
+    for (int i = 0; i < e->n_top; i++)
+        json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", q35_json_token(tok, e->top_ids[i]), "logprob",
+                                             (double)e->top_lp[i], "bytes", token_bytes_json(tok, e->top_ids[i])));
+    return json_pack("{s:o, s:f, s:o, s:o}", "token", q35_json_token(tok, e->token), "logprob", (double)e->logprob, "bytes",
+                     token_bytes_json(tok, e->token), "top_logprobs", top);
+}
+
+json_t *q35_stop_reason_json(const q35_event *e) {
+    if (e->stop_str) return json_string(e->stop_str);
+    if (e->stop_id >= 0) return json_integer(e->stop_id);
+    return json_null();
+}
+
+char *q35_echo_text(const q35_task *r, int32_t prompt_index) {
+    q35_api_prompt *p = &r->api.prompts[prompt_index];
+    if (p->text) return strdup(p->text);
+    size_t cap = (size_t)r->prompt_len[prompt_index] * 14 + 1, n = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = 0;
+    for (int32_t i = 0; i < r->prompt_len[prompt_index]; i++)
+        n += (size_t)snprintf(s + n, cap - n, "<%d>", (int)r->prompt_ids[prompt_index][i]);
+    return s;
+}
+
+/* ---- chat output: reasoning, content and tool calls ---- */
+
+static json_t *tool_call_id(void) {
+    char b[40];
+    snprintf(b, sizeof b, "call_%08x%08x%08x", arc4random(), arc4random(), arc4random());
+    return json_string(b);
+}
+
+/* One parser delta as a chat.completion.chunk delta object. */
+json_t *q35_delta_json(const q35_delta *d) {
+    json_t *t = q35_json_text(d->text, d->len);
+    switch (d->kind) {
+    case Q35_DELTA_CONTENT: return json_pack("{s:o}", "content", t);
+    case Q35_DELTA_REASONING: return json_pack("{s:O, s:o}", "reasoning_content", t, "reasoning", t);
+    case Q35_DELTA_TOOL_NAME:
+        return json_pack("{s:[{s:i, s:o, s:s, s:{s:o, s:s}}]}", "tool_calls", "index", d->tool_index, "id", tool_call_id(),
+                         "type", "function", "function", "name", t, "arguments", "");
+    default:
+        return json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", d->tool_index, "function", "arguments", t);
+    }
+}
+
+/* The assistant message for generated text: content, reasoning_content (and
+ * vLLM's reasoning) and tool_calls. *n_tools counts the calls found. */
+static json_t *chat_message(const q35_task *r, const char *text, size_t len, int *n_tools) {
+    q35_output_parser *p = NULL;
+    q35_error err;
+    const q35_delta *d;
+    size_t nd;
+    *n_tools = 0;
+    if (q35_output_parser_new(r->tools_json, r->think, &p, &err) || q35_output_parser_feed(p, text, len, &d, &nd, &err) ||
+        q35_output_parser_finish(p, &d, &nd, &err)) {
+        q35_output_parser_free(p);
+        return json_pack("{s:s, s:o, s:n, s:[]}", "role", "assistant", "content", q35_json_text(text, len), "reasoning_content", "tool_calls");
+    }
+    const char *content = q35_output_parser_content(p), *reasoning = q35_output_parser_reasoning(p);
+    char *calls = q35_output_parser_tool_calls_json(p);
+    json_t *tc = calls ? json_loads(calls, 0, NULL) : NULL;
+    free(calls);
+    if (!json_is_array(tc)) { json_decref(tc); tc = json_array(); }
+    for (size_t i = 0; i < json_array_size(tc); i++) json_object_set_new(json_array_get(tc, i), "id", tool_call_id());
+    *n_tools = (int)json_array_size(tc);
+    json_t *m = json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
+                          *content || !*n_tools ? q35_json_text(content, strlen(content)) : json_null(), "tool_calls", tc);
+    json_t *rc = *reasoning ? q35_json_text(reasoning, strlen(reasoning)) : json_null();
+    json_object_set(m, "reasoning_content", rc);
+    json_object_set_new(m, "reasoning", rc);
+    q35_output_parser_free(p);
+    return m;
+}
+
+json_t *q35_full_response(const q35_tokenizer *tok, const char *model, const q35_task *r) {
+    bool chat = r->api.kind == Q35_API_CHAT;
+    json_t *choices = json_array();
+    for (int32_t c = 0; c < r->n_choices; c++) {
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        if (r->api.echo) {
+            char *e = q35_echo_text(r, c / r->api.n);
+            if (e) { len = strlen(e); cap = len + 1; text = e; }
+        }
+        json_t *lp = NULL, *ids = json_array();
+        if (r->api.logprobs >= 0)
+            lp = chat ? json_pack("{s:[]}", "content")
+                      : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+        const q35_event *last = NULL;
+        for (size_t i = 0; i < r->n_ev; i++) {
+            const q35_event *e = &r->ev[i];
+            if (e->choice != c) continue;
+            if (e->token >= 0) {
+                json_array_append_new(ids, json_integer(e->token));
+                if (lp && chat) json_array_append_new(json_object_get(lp, "content"), q35_chat_logprob_entry(tok, e));
+                else if (lp) q35_completion_logprobs_add(tok, lp, e, len);
+            }
+            if (e->len) {
+                if (len + e->len + 1 > cap) {
+                    cap = 2 * (len + e->len + 1);
+                    char *nt = realloc(text, cap);
+                    if (!nt) break;
+                    text = nt;
+                }
+                memcpy(text + len, e->text, e->len);
+                len += e->len;
+                text[len] = 0;
+            }
+            if (e->finish) last = e;
+        }
+        int fin = last ? last->finish : Q35_FIN_ERROR;
+        json_t *ch;
+        if (chat) {
+            int n_tools;
+            json_t *msg = chat_message(r, text ? text : "", len, &n_tools);
+            ch = json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", c, "message", msg, "logprobs", lp ? lp : json_null(),
+                           "finish_reason", n_tools && fin == Q35_FIN_STOP ? "tool_calls" : q35_finish_name(fin),
+                           "stop_reason", last ? q35_stop_reason_json(last) : json_null());
+        } else {
+            ch = json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", c, "text", q35_json_text(text ? text : "", len), "logprobs",
+                           lp ? lp : json_null(), "finish_reason", q35_finish_name(fin), "stop_reason",
+                           last ? q35_stop_reason_json(last) : json_null());
+        }
+        free(text);
+        if (r->api.return_token_ids) json_object_set_new(ch, "token_ids", ids);
+        else json_decref(ids);
+        json_array_append_new(choices, ch);
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:n}", "id", r->id, "object", chat ? "chat.completion" : "text_completion",
+                     "created", (json_int_t)r->created, "model", model, "choices", choices, "usage", q35_usage_json(r),
+                     "system_fingerprint");
+}
+
+json_t *q35_chunk_base(const char *model, const q35_task *r, json_t *choices) {
+    bool chat = r->api.kind == Q35_API_CHAT;
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->id, "object", chat ? "chat.completion.chunk" : "text_completion",
+                     "created", (json_int_t)r->created, "model", model, "choices", choices);
+}

@@ -1,0 +1,247 @@
+/* routes.c: the endpoints (routes.h). A generation request is parsed
+ * (request.c), checked for what this server cannot do, tokenized
+ * (prompt.c) and submitted to the scheduler as a task; the connection's
+ * thread then waits for every choice and sends one JSON body (response.c),
+ * or hands the task to the streaming response (stream.c). While it waits it
+ * polls its socket, so a client that hangs up cancels its task at once.
+ * /tokenize and /detokenize use the tokenizer directly; /metrics reads the
+ * counters and the scheduler's stats. */
+#include "server/routes.h"
+#include "server/prompt.h"
+#include "server/response.h"
+#include "server/stream.h"
+#include "server/auth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c, const q35_http_body *b, q35_api_kind kind) {
+    char msg[1024], param[128];
+    q35_task *r = q35_task_new();
+    if (!r) return q35_http_send_error(c, 500, "out of memory", NULL);
+    r->t_arrive = b->t_start;
+    int status = q35_api_parse(b->data ? b->data : "", b->len, kind, &srv->limits, &r->api, msg, sizeof msg, param, sizeof param);
+    if (status) { q35_task_release(r); return q35_http_send_error(c, (unsigned)status, msg, param); }
+    if (r->api.json_object && (!srv->tok || r->api.enable_thinking > 0)) {
+        q35_task_release(r);
+        return q35_http_send_error(c, 400, srv->tok ? "response_format json_object does not combine with enable_thinking"
+                                                    : "response_format json_object needs the tokenizer, which this model directory lacks",
+                                   "response_format");
+    }
+    if (r->api.tool_choice && (r->api.tool_choice_named || !strcmp(r->api.tool_choice, "required"))) {
+        q35_task_release(r);
+        return q35_http_send_error(c, 400, "tool_choice 'required' and named functions need constrained decoding, which this "
+                                           "server does not have; use 'auto' or 'none'", "tool_choice");
+    }
+    /* tool_choice "none": the tools are neither shown to the model nor parsed */
+    if (r->api.tools && !(r->api.tool_choice && !strcmp(r->api.tool_choice, "none")))
+        r->tools_json = json_dumps(r->api.tools, JSON_COMPACT);
+    r->think = r->api.enable_thinking > 0; /* the 9B template thinks only when asked */
+    if (!r->api.has_seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r->api.sampling.seed = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec ^ atomic_fetch_add(&srv->req_counter, 1) << 32;
+    }
+    if (q35_prompt_prepare(srv->tok, &srv->limits, r, msg, sizeof msg, &status)) {
+        q35_task_release(r);
+        return q35_http_send_error(c, (unsigned)status, msg, NULL);
+    }
+    snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == Q35_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)r->api.sampling.seed ^ (unsigned long long)time(NULL), (unsigned long long)atomic_fetch_add(&srv->req_counter, 1));
+    r->created = (long long)time(NULL);
+    if (!q35_sched_submit(srv->sched, r)) {
+        if (atomic_load(&srv->stopping)) {
+            q35_task_release(r);
+            return q35_http_send_error(c, 503, "the server is shutting down", NULL);
+        }
+        q35_metrics_rejected(&srv->metrics);
+        q35_task_release(r);
+        snprintf(msg, sizeof msg, "the server is busy: %d requests are already waiting (--max-queue); retry later", srv->cfg.max_queue);
+        return q35_http_send_error(c, 429, msg, NULL);
+    }
+    int fd = q35_http_fd(c);
+    if (r->api.stream) return q35_stream_respond(srv, c, r, fd);
+    pthread_mutex_lock(&r->mu);
+    while (r->n_finished < r->n_choices) {
+        if (q35_http_peer_gone(fd)) {
+            atomic_store(&r->cancelled, 1);
+            pthread_mutex_unlock(&r->mu);
+            q35_task_release(r);
+            return MHD_NO;
+        }
+        q35_http_wait(r);
+    }
+    pthread_mutex_unlock(&r->mu);
+    enum MHD_Result ret;
+    if (r->error) ret = q35_http_send_error(c, atomic_load(&srv->stopping) ? 503 : 500, r->error, NULL);
+    else ret = q35_http_send_json(c, 200, q35_full_response(srv->tok, srv->cfg.served_name, r));
+    q35_task_release(r);
+    return ret;
+}
+
+/* /tokenize: {prompt} or a chat form {messages, tools, chat_template_kwargs}
+ * -> {count, max_model_len, tokens, token_strs?}; /detokenize: {tokens} ->
+ * {prompt}. Shapes as vLLM's. */
+static enum MHD_Result handle_tokenize(q35_server *srv, struct MHD_Connection *c, const q35_http_body *b, bool detok) {
+    json_error_t jerr;
+    json_t *root = json_loadb(b->data ? b->data : "", b->len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return q35_http_send_error(c, 400, "the request body must be a JSON object", NULL);
+    }
+    json_t *model = json_object_get(root, "model");
+    if (model && json_is_string(model) && strcmp(json_string_value(model), srv->cfg.served_name)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "The model `%.200s` does not exist.", json_string_value(model));
+        json_decref(root);
+        return q35_http_send_error(c, 404, msg, "model");
+    }
+    if (!srv->tok) {
+        json_decref(root);
+        return q35_http_send_error(c, 501, detok ? "this model directory has no tokenizer, so /detokenize is not available"
+                                         : "this model directory has no tokenizer, so /tokenize is not available", NULL);
+    }
+    char msg[1024];
+    q35_error err = {0};
+    if (detok) {
+        json_t *t = json_object_get(root, "tokens");
+        int32_t *ids = NULL, n = 0;
+        if (q35_api_parse_ids(t, q35_tokenizer_n_ids(srv->tok), &ids, &n)) {
+            json_decref(root);
+            snprintf(msg, sizeof msg, "'tokens' must be a list of token ids below %d", q35_tokenizer_n_ids(srv->tok));
+            return q35_http_send_error(c, 400, msg, "tokens");
+        }
+        json_decref(root);
+        char *text = NULL;
+        size_t len = 0;
+        q35_status st = q35_detokenize(srv->tok, ids, (size_t)n, 0, &text, &len, &err);
+        free(ids);
+        if (st) return q35_http_send_error(c, 500, err.msg, NULL);
+        json_t *j = json_pack("{s:o}", "prompt", q35_json_text(text, len));
+        free(text);
+        return q35_http_send_json(c, 200, j);
+    }
+    /* the chat form goes through the same validation as a chat q35_task */
+    bool chat = json_object_get(root, "messages") != NULL;
+    json_t *rts = json_object_get(root, "return_token_strs");
+    bool want_strs = json_is_true(rts);
+    json_t *ags = json_object_get(root, "add_generation_prompt");
+    int add_gen = ags ? json_is_true(ags) : 1;
+    json_object_del(root, "return_token_strs");
+    json_object_del(root, "add_generation_prompt");
+    char *body = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!body) return q35_http_send_error(c, 500, "out of memory", NULL);
+    q35_api_request r;
+    char param[128];
+    int st = q35_api_parse(body, strlen(body), chat ? Q35_API_CHAT : Q35_API_COMPLETION, &srv->limits, &r, msg, sizeof msg,
+                           param, sizeof param);
+    free(body);
+    if (st) return q35_http_send_error(c, (unsigned)st, msg, param);
+    char *text = NULL;
+    bool owned = false;
+    if (chat) {
+        char *mj = json_dumps(r.messages, JSON_COMPACT), *tj = r.tools ? json_dumps(r.tools, JSON_COMPACT) : NULL;
+        q35_chat_options o = {.add_generation_prompt = add_gen, .enable_thinking = r.enable_thinking > 0};
+        q35_status cs = mj ? q35_chat_render(mj, tj, &o, &text, &err) : Q35_ERR_NOMEM;
+        free(mj);
+        free(tj);
+        if (cs) {
+            q35_api_request_free(&r);
+            return q35_http_send_error(c, cs == Q35_ERR_ARG ? 400 : 500, cs == Q35_ERR_NOMEM ? "out of memory" : err.msg, "messages");
+        }
+        owned = true;
+    } else if (r.n_prompts != 1) {
+        q35_api_request_free(&r);
+        return q35_http_send_error(c, 400, "/tokenize takes one prompt", "prompt");
+    } else {
+        text = r.prompts[0].text;
+    }
+    json_t *tokens = json_array(), *strs = want_strs ? json_array() : NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    q35_status ts = Q35_OK;
+    if (text) ts = q35_tokenize(srv->tok, text, strlen(text), 1, &ids, &n, &err);
+    else { /* token ids pass through */
+        n = (size_t)r.prompts[0].n_ids;
+        ids = malloc(sizeof *ids * (n ? n : 1));
+        if (ids) memcpy(ids, r.prompts[0].ids, sizeof *ids * n);
+        else ts = Q35_ERR_NOMEM;
+    }
+    if (owned) free(text);
+    q35_api_request_free(&r);
+    if (ts) { json_decref(tokens); json_decref(strs); return q35_http_send_error(c, 400, err.msg, "prompt"); }
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(tokens, json_integer(ids[i]));
+        if (strs) json_array_append_new(strs, q35_json_token(srv->tok, ids[i]));
+    }
+    free(ids);
+    json_t *j = json_pack("{s:I, s:i, s:o}", "count", (json_int_t)n, "max_model_len", srv->limits.max_model_len, "tokens", tokens);
+    if (strs) json_object_set_new(j, "token_strs", strs);
+    return q35_http_send_json(c, 200, j);
+}
+
+typedef struct route { const char *path, *method; int id; bool auth; } route;
+enum { R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_VERSION };
+static const route routes[] = {
+    {"/v1/completions", "POST", R_COMPLETIONS, true},
+    {"/v1/chat/completions", "POST", R_CHAT, true},
+    {"/v1/models", "GET", R_MODELS, true},
+    {"/health", "GET", R_HEALTH, false},
+    {"/metrics", "GET", R_METRICS, false},
+    {"/tokenize", "POST", R_TOKENIZE, true},
+    {"/detokenize", "POST", R_DETOKENIZE, true},
+    {"/version", "GET", R_VERSION, false},
+};
+
+
+enum MHD_Result q35_route(q35_server *srv, struct MHD_Connection *c, const char *url, const char *method,
+                          const q35_http_body *b) {
+    const route *rt = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (!strcmp(url, routes[i].path)) rt = &routes[i];
+    if (!rt) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no route %.200s", url);
+        return q35_http_send_error(c, 404, msg, NULL);
+    }
+    if (rt->auth && srv->cfg.api_key &&
+        !q35_bearer_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), srv->cfg.api_key))
+        return q35_http_send_error(c, 401, "Invalid or missing API key: send 'Authorization: Bearer <key>'", NULL);
+    if (strcmp(method, rt->method) && !(rt->id != R_COMPLETIONS && rt->id != R_CHAT && !strcmp(method, "HEAD") && !strcmp(rt->method, "GET"))) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "method %.20s is not allowed on %s; use %s", method, rt->path, rt->method);
+        char *s = q35_api_error_json(405, msg, NULL);
+        struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        MHD_add_response_header(r, "Allow", rt->method);
+        enum MHD_Result ret = MHD_queue_response(c, 405, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    if (!atomic_load(&srv->ready) && rt->id != R_VERSION)
+        return q35_http_send_error(c, 503, "Loading model", NULL);
+    switch (rt->id) {
+    case R_HEALTH: return q35_http_send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    case R_VERSION: return q35_http_send_json(c, 200, json_pack("{s:s}", "version", Q35_VERSION));
+    case R_MODELS:
+        return q35_http_send_json(c, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:[]}]}", "object", "list", "data",
+                                           "id", srv->cfg.served_name, "object", "model", "created", (json_int_t)time(NULL),
+                                           "owned_by", "qwen35", "root", srv->cfg.model_path, "parent", "max_model_len",
+                                           srv->limits.max_model_len, "permission"));
+    case R_METRICS: {
+        size_t n;
+        q35_sched_stats st;
+        q35_sched_get_stats(srv->sched, &st);
+        char *t = q35_metrics_text(&srv->metrics, &st, srv->cfg.served_name, &n);
+        return q35_http_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", t, n);
+    }
+    case R_TOKENIZE: return handle_tokenize(srv, c, b, false);
+    case R_DETOKENIZE: return handle_tokenize(srv, c, b, true);
+    case R_COMPLETIONS: return handle_generate(srv, c, b, Q35_API_COMPLETION);
+    case R_CHAT: return handle_generate(srv, c, b, Q35_API_CHAT);
+    }
+    return MHD_NO;
+}

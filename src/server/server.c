@@ -1,0 +1,270 @@
+/* server.c: start-up and shutdown (server.h). q35_server_run listens first,
+ * then loads the model on a thread of its own (so /health answers 503 and a
+ * signal ends the process even in the middle of a long load): the engine,
+ * the tokenizer when the directory has one, the context length that fits in
+ * memory, generation_config.json's end tokens and sampling defaults, and
+ * the scheduler. The calling thread waits for SIGINT or SIGTERM, then stops
+ * the scheduler, lets open streams send their last event, and stops the
+ * daemon. Everything lives in one q35_server on its stack. */
+#include "server/context.h"
+#include "server/http.h"
+#include "base/util.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void q35_server_config_init(q35_server_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8000;
+    c->served_name = "Qwen/Qwen3.5-9B";
+    c->parallel = 4;
+    c->max_queue = 64;
+    c->max_body = 8u << 20;
+    c->timeout_s = 60;
+    c->cache_mb = -1;
+    c->prefill_chunk = 512;
+    c->spec_k = -1;
+}
+
+
+/* Bytes per context position of one session, measured with snapshots. */
+static size_t bytes_per_position(q35_engine *e) {
+    q35_session *s;
+    q35_error err;
+    if (q35_session_new(e, 4, &s, &err)) return 0;
+    size_t b[2] = {0, 0};
+    int32_t tok = 0;
+    for (int i = 0; i < 2; i++) {
+        q35_snapshot *snap;
+        if (q35_session_eval(s, &tok, 1, NULL, 0, &err) || q35_snapshot_take(s, &snap, &err)) { q35_session_free(s); return 0; }
+        b[i] = q35_snapshot_bytes(snap);
+        q35_snapshot_free(snap);
+    }
+    q35_session_free(s);
+    return b[1] > b[0] ? b[1] - b[0] : 0;
+}
+
+static size_t mem_available(void) {
+    FILE *fp = fopen("/proc/meminfo", "r");
+    if (!fp) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    fclose(fp);
+    return kb * 1024;
+}
+
+/* EOS ids: the config's, plus generation_config.json's (an int or a list). */
+static int read_eos(const q35_model_info *info, const char *dir, int32_t *eos, int max) {
+    int n = 0;
+    if (info->eos_token_id >= 0) eos[n++] = info->eos_token_id;
+    char *path = q35_path_join(dir, "generation_config.json");
+    json_t *g = path ? json_load_file(path, 0, NULL) : NULL;
+    free(path);
+    json_t *v = json_object_get(g, "eos_token_id");
+    for (size_t i = 0; v && i < (json_is_array(v) ? json_array_size(v) : 1) && n < max; i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(x)) continue;
+        int32_t id = (int32_t)json_integer_value(x);
+        bool dup = false;
+        for (int k = 0; k < n; k++) dup |= eos[k] == id;
+        if (!dup) eos[n++] = id;
+    }
+    json_decref(g);
+    return n;
+}
+
+/* The sampling defaults of generation_config.json (temperature, top_k,
+ * top_p, min_p, repetition_penalty), as vLLM applies them; false when the
+ * file names none. */
+static bool read_sampling_defaults(const char *dir, q35_sampler_params *p) {
+    *p = (q35_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    char *path = q35_path_join(dir, "generation_config.json");
+    json_t *g = path ? json_load_file(path, 0, NULL) : NULL;
+    free(path);
+    bool any = false;
+    json_t *v;
+#define GEN_NUM(key, field, ok)                                                   \
+    if ((v = json_object_get(g, key)) && json_is_number(v) && (ok)) {             \
+        p->field = (float)json_number_value(v);                                   \
+        any = true;                                                               \
+    }
+    GEN_NUM("temperature", temperature, json_number_value(v) >= 0)
+    GEN_NUM("top_p", top_p, json_number_value(v) > 0 && json_number_value(v) <= 1)
+    GEN_NUM("min_p", min_p, json_number_value(v) >= 0 && json_number_value(v) <= 1)
+    GEN_NUM("repetition_penalty", repetition_penalty, json_number_value(v) > 0)
+#undef GEN_NUM
+    if ((v = json_object_get(g, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= INT32_MAX) {
+        p->top_k = (int32_t)json_integer_value(v);
+        any = true;
+    }
+    json_decref(g);
+    return any;
+}
+
+/* --draft-vocab FILE into the engine's draft head; 0 or -1 (reported). */
+static int set_draft_vocab(q35_engine *e, const char *path) {
+    q35_error err = {0};
+    if (!q35_engine_set_draft_vocab_file(e, path, &err)) return 0;
+    fprintf(stderr, "qwen35 serve: --draft-vocab: %s\n", err.msg);
+    return -1;
+}
+
+/* Loads the model and starts the scheduler; the exit status (0: ready). */
+static int load_and_start(q35_server *srv) {
+    const q35_server_config *C = &srv->cfg;
+    q35_error err = {0};
+    q35_engine_params ep = {.n_threads = C->threads, .weights = C->weights};
+    if (q35_engine_load(C->model_path, &ep, &srv->engine, &err)) {
+        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
+        return 1;
+    }
+    const q35_model_info *info = srv->info = q35_engine_info(srv->engine);
+    char *tj = q35_path_join(C->model_path, "tokenizer.json"), *vj = q35_path_join(C->model_path, "vocab.json");
+    bool has_tok_files = (tj && q35_file_exists(tj)) || (vj && q35_file_exists(vj));
+    free(tj);
+    free(vj);
+    if (has_tok_files && q35_tokenizer_load(C->model_path, &srv->tok, &err)) {
+        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
+        return 1;
+    }
+    size_t per_pos = bytes_per_position(srv->engine), avail = mem_available();
+    int32_t model_max = info->max_position > 0 ? info->max_position : 262144;
+    int32_t len = model_max < 262144 ? model_max : 262144;
+    const char *why = model_max < 262144 ? "the model's maximum" : "the default";
+    if (per_pos && avail) {
+        /* every slot holds a whole context; leave half the free memory for the rest */
+        size_t cap = avail / 2 / per_pos / (size_t)C->parallel;
+        if (cap < (size_t)len) { len = (int32_t)(cap > 16 ? cap : 16); why = "capped by free memory"; }
+    }
+    if (C->max_model_len) {
+        if (C->max_model_len > model_max) {
+            fprintf(stderr, "qwen35 serve: --max-model-len %d is over the model's maximum of %d\n", C->max_model_len, model_max);
+            return 2;
+        }
+        if (C->max_model_len > len) fprintf(stderr, "qwen35 serve: warning: --max-model-len %d may not fit in memory (%d would)\n", C->max_model_len, len);
+        len = C->max_model_len;
+        why = "--max-model-len";
+    }
+    srv->cache_bytes = C->cache_mb >= 0 ? (size_t)C->cache_mb << 20 : (avail / 4 < (4096ul << 20) ? avail / 4 : (4096ul << 20));
+    srv->spec_k = C->spec_k >= 0 ? (int32_t)C->spec_k : info->has_mtp ? 1 : 0;
+    if (srv->spec_k > 0 && !info->has_mtp) {
+        fprintf(stderr, "qwen35 serve: --spec-k needs an MTP head, which %s lacks\n", C->model_path);
+        return 2;
+    }
+    if (C->draft_vocab && set_draft_vocab(srv->engine, C->draft_vocab)) return 2;
+    int32_t eos[8];
+    int n_eos = read_eos(info, C->model_path, eos, 8);
+    /* a chat turn ends with <|im_end|> whatever generation_config says */
+    static const char *const ends[] = {"<|im_end|>", "<|endoftext|>"};
+    for (int i = 0; srv->tok && i < 2 && n_eos < 8; i++) {
+        int32_t id = q35_token_id(srv->tok, ends[i], strlen(ends[i]));
+        bool dup = id < 0 || id >= info->vocab_size;
+        for (int k = 0; k < n_eos; k++) dup |= eos[k] == id;
+        if (!dup) eos[n_eos++] = id;
+    }
+    srv->limits = (q35_api_limits){.served_model_name = C->served_name, .max_model_len = len, .vocab_size = info->vocab_size,
+                                   .max_n = 16, .max_logprobs = 20, .max_total_tokens = 8 * (int64_t)len, .max_stop = 16,
+                                   .max_stop_len = 256, .max_prompts = 64};
+    q35_sampler_params *gd = &srv->gen_defaults;
+    if (read_sampling_defaults(C->model_path, gd)) {
+        srv->limits.defaults = gd;
+        fprintf(stderr, "qwen35 serve: sampling defaults from generation_config.json: temperature %g, top_k %d, top_p %g, "
+                        "min_p %g, repetition_penalty %g\n", gd->temperature, gd->top_k, gd->top_p, gd->min_p,
+                gd->repetition_penalty);
+    }
+    q35_sched_config sc = {.engine = srv->engine, .tok = srv->tok, .metrics = &srv->metrics, .n_ctx = len,
+                           .parallel = C->parallel, .max_queue = C->max_queue, .cache_bytes = srv->cache_bytes,
+                           .prefill_chunk = C->prefill_chunk, .spec_k = srv->spec_k, .eos = eos, .n_eos = n_eos};
+    char msg[1200];
+    if (q35_sched_start(&sc, &srv->sched, msg, sizeof msg)) {
+        fprintf(stderr, "qwen35 serve: %s\n", msg);
+        return 1;
+    }
+    fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position); parallel %d; "
+                    "prefix cache %zu MiB; speculation k=%d, draft head %d of %d rows; tokenizer: %s\n",
+            C->model_path, C->served_name, len, why, per_pos, C->parallel, srv->cache_bytes >> 20, srv->spec_k,
+            q35_engine_draft_vocab(srv->engine), info->vocab_size, srv->tok ? "yes" : "none (token ids only)");
+    atomic_store(&srv->ready, 1);
+    fprintf(stderr, "qwen35 serve: ready\n");
+    return 0;
+}
+
+static void *loader_main(void *arg) {
+    q35_server *srv = arg;
+    int rc = load_and_start(srv);
+    atomic_store(&srv->load_status, rc);
+    if (rc) pthread_kill(srv->main_thread, SIGTERM); /* wake the main thread's sigwait */
+    return NULL;
+}
+
+/* Frees what the loader made (the scheduler first: it uses the engine). */
+static void server_free(q35_server *srv) {
+    q35_sched_free(srv->sched);
+    q35_engine_free(srv->engine);
+    q35_tokenizer_free(srv->tok);
+    q35_metrics_destroy(&srv->metrics);
+}
+
+int q35_server_run(const q35_server_config *cfg) {
+    q35_server srv;
+    memset(&srv, 0, sizeof srv);
+    srv.cfg = *cfg;
+    atomic_init(&srv.load_status, -1);
+    q35_metrics_init(&srv.metrics);
+
+    /* signals go to the main thread only, which waits for them below */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 0;
+    struct MHD_Daemon *d = q35_http_start(&srv, &rc);
+    if (!d) {
+        q35_metrics_destroy(&srv.metrics);
+        return rc;
+    }
+    fprintf(stderr, "qwen35 serve: listening on http://%s:%d (loading %s)%s\n", cfg->host, q35_http_port(d, cfg->port),
+            cfg->model_path, cfg->api_key ? "" : "; no API key: every local client may use it");
+
+    srv.main_thread = pthread_self();
+    pthread_t loader;
+    if (pthread_create(&loader, NULL, loader_main, &srv)) {
+        fprintf(stderr, "qwen35 serve: cannot start the loader thread\n");
+        MHD_stop_daemon(d);
+        q35_metrics_destroy(&srv.metrics);
+        return 1;
+    }
+    int sig;
+    sigwait(&set, &sig);
+    rc = atomic_load(&srv.load_status);
+    if (rc < 0) {
+        fprintf(stderr, "qwen35 serve: signal %d while loading the model, exiting\n", sig);
+        _exit(1);
+    }
+    pthread_join(loader, NULL);
+    if (rc) {
+        MHD_stop_daemon(d);
+        server_free(&srv);
+        return rc;
+    }
+    fprintf(stderr, "qwen35 serve: signal %d, shutting down\n", sig);
+    atomic_store(&srv.stopping, 1);
+    q35_sched_stop(srv.sched);
+    /* every open stream now has its error to send: let their readers write
+     * the error event and [DONE] before the daemon closes the connections
+     * (bounded, for clients that stopped reading) */
+    for (int i = 0; i < 300 && atomic_load(&srv.live_streams) > 0; i++) usleep(10000);
+    MHD_stop_daemon(d);
+    server_free(&srv);
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* server.h: the OpenAI-compatible HTTP server as a library (README.md in
+ * this folder says how it is split). `qwen35 serve` (tools/serve.c) parses
+ * its command line into a q35_server_config and calls q35_server_run. */
+#ifndef Q35_SERVER_SERVER_H
+#define Q35_SERVER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct q35_server_config {
+    const char *model_path;
+    const char *host;          /* numeric IPv4 or IPv6 address */
+    int port;                  /* 0: a free one */
+    const char *api_key;       /* NULL: none required */
+    const char *served_name;
+    int32_t max_model_len;     /* 0: default */
+    int parallel;
+    int max_queue;             /* waiting requests before 429 */
+    size_t max_body;
+    double timeout_s;          /* idle connection / slow body limit */
+    int threads;
+    int weights;               /* q35_weights_mode: --mmap / --no-mmap */
+    long cache_mb;             /* prefix cache budget in MiB, -1: the default */
+    int32_t prefill_chunk;
+    long spec_k;               /* MTP draft tokens per step, -1: the default */
+    const char *draft_vocab;   /* token ids the draft head keeps, or NULL */
+} q35_server_config;
+
+/* The defaults of every option (those of `qwen35 serve --help`). */
+void q35_server_config_init(q35_server_config *cfg);
+
+/* Listens, loads the model on a thread of its own (/health answers 503
+ * until it is ready), serves until SIGINT or SIGTERM, then shuts down: the
+ * process's exit status (1: cannot listen or load, 2: a bad setting). It
+ * blocks both signals in the calling thread and ignores SIGPIPE. */
+int q35_server_run(const q35_server_config *cfg);
+
+#endif
