@@ -158,7 +158,8 @@ q35_status q35_session_set_spec(q35_session *session, int32_t k, q35_error *err)
 int32_t q35_session_spec_k(const q35_session *session);
 q35_spec_stats q35_session_spec_stats(const q35_session *session);
 
-/* How q35_session_step chooses tokens. probs fills a distribution over the
+/* How q35_session_step chooses tokens (superseded by q35_generation, which
+ * new code should use; kept while callers move over). probs fills a distribution over the
  * vocabulary from a logits row (the request's temperature, top-k, ...);
  * `prev` lists the tokens this step has already emitted, for penalties.
  * rng is a 64-bit state the step advances. A NULL policy means greedy. */
@@ -333,6 +334,8 @@ const char *q35_output_parser_reasoning(const q35_output_parser *p);
 char *q35_output_parser_tool_calls_json(const q35_output_parser *p);
 
 /* ---- sampling ---- */
+/* (q35_generation, above, takes a sampler and does all of the below for a
+ * caller: the prompt is still the caller's to give, q35_sampler_set_prompt.) */
 
 /* Per-request token sampling. The pipeline, in order: repetition penalty
  * (prompt and output tokens), presence and frequency penalties (output
@@ -378,6 +381,128 @@ void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev,
  * most likely tokens (ties: lower id first) into top_ids / top_logprobs. */
 float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int32_t *top_ids,
                    float *top_logprobs);
+
+/* ---- generation ----
+ *
+ * A q35_generation produces the tokens that follow a prompt in one session:
+ * each step evaluates the newest token, with speculation on also drafts and
+ * verifies (as q35_session_step), and chooses tokens by, in order: the
+ * caller's logits hook, the min_tokens mask, then the sampler (NULL:
+ * greedy, the lowest index among the largest logits). Drafts see the same
+ * hook and mask as the target, so a token the hook forbids is never
+ * emitted, speculated or not. Greedy output is token for token the output
+ * without speculation; sampled output keeps the sampler's distribution
+ * (speculative rejection sampling, drawing from the sampler's own RNG and
+ * nothing else). Each generation chooses from its own rows and its own
+ * sampler only, so what else is in a batch never changes its tokens. */
+
+/* The engine's end-of-sequence ids: config.json's eos_token_id (an int or
+ * a list; text_config's and the top level's) and generation_config.json's,
+ * in that order, without repeats (a missing or unreadable
+ * generation_config.json adds none). *n receives the count; the array
+ * lives as long as the engine. */
+const int32_t *q35_engine_eos_ids(const q35_engine *engine, int32_t *n);
+
+typedef enum q35_stop_reason {
+    Q35_STOP_NONE = 0,    /* not stopped: step again */
+    Q35_STOP_EOS = 1,     /* an end-of-sequence id (the engine's or params.eos_ids) */
+    Q35_STOP_TOKEN = 2,   /* one of params.stop_ids */
+    Q35_STOP_LENGTH = 3,  /* params.max_tokens tokens were generated */
+    Q35_STOP_CONTEXT = 4, /* the session's context is full: the newest token cannot be evaluated */
+} q35_stop_reason;
+
+/* A logits processor: edits one logits row (n_vocab floats) in place before
+ * the sampler sees it, e.g. -INFINITY for the tokens a grammar forbids or a
+ * logit bias. prev holds the n_prev tokens generated before the one this
+ * row chooses. With speculation it is also called for draft rows (prev then
+ * ends with the earlier drafts of the step) and for rows whose token is
+ * discarded, so its result must depend on the row and prev only. */
+typedef void (*q35_logits_fn)(void *ctx, float *logits, int32_t n_vocab, const int32_t *prev, int32_t n_prev);
+
+typedef struct q35_gen_params {
+    /* NULL: greedy (so is a sampler at temperature 0 without penalties).
+     * Borrowed for the generation's life: it records every emitted token
+     * (q35_sampler_accept) and supplies every random draw. */
+    q35_sampler *sampler;
+    q35_logits_fn logits_fn;   /* NULL: none */
+    void *logits_ctx;
+    int32_t max_tokens;        /* stop after this many tokens; <= 0: only the context limits */
+    int32_t min_tokens;        /* EOS and stop ids are masked until this many were generated */
+    int32_t ignore_eos;        /* EOS ids neither stop nor are masked */
+    /* More ids that end generation as EOS besides q35_engine_eos_ids (a
+     * chat template's end-of-turn token the model directory does not list) */
+    const int32_t *eos_ids;
+    int32_t n_eos_ids;
+    const int32_t *stop_ids;   /* ids that end generation as Q35_STOP_TOKEN, ignore_eos or not */
+    int32_t n_stop_ids;
+    int32_t max_drafts;        /* drafts per step: 0: the session's k (q35_session_set_spec); > 0: at most
+                                  that many; < 0: none (the step then evaluates one token) */
+} q35_gen_params;
+
+typedef struct q35_generation q35_generation;
+
+/* What one call produced: n_tokens new tokens (the last one ends the
+ * generation when stop is set: the EOS, stop id or max_tokens-th token;
+ * callers that print text usually drop an EOS or stop id). The target
+ * logits rows that chose them, before the hook and mask, are
+ * q35_session_step_logits(session) after a step (after begin: the row
+ * begin was given), for log-probabilities. */
+typedef struct q35_gen_out {
+    int32_t tokens[Q35_SPEC_K_MAX + 1];
+    int32_t n_tokens;
+    int32_t stop;              /* a q35_stop_reason */
+} q35_gen_out;
+
+/* A generation in session (which has just evaluated its prompt) with
+ * params (copied; the arrays too). Allocates its buffers here, none while
+ * stepping. The sampler's vocabulary must be the engine's. */
+q35_status q35_generation_new(q35_session *session, const q35_gen_params *params, q35_generation **out,
+                              q35_error *err);
+void q35_generation_free(q35_generation *gen);
+/* Chooses the first token from the prompt's last logits row (as
+ * q35_session_eval or q35_session_sync wrote it; not modified): one token. */
+q35_status q35_generation_begin(q35_generation *gen, const float *logits, q35_gen_out *out, q35_error *err);
+/* One step: 1..k+1 tokens. Q35_ERR_ARG before begin or after a stop. */
+q35_status q35_generation_step(q35_generation *gen, q35_gen_out *out, q35_error *err);
+/* One step for n generations of distinct sessions of one engine: the
+ * verify rows of all of them go through one forward pass, so the weights
+ * are read once for the whole batch (a pass holds 128 rows and a step takes
+ * k+1 at most; a batch that needs more takes several passes, each over as
+ * many generations as fit). out[i] equals what q35_generation_step would
+ * give gens[i] alone. After an error some generations may have stepped.
+ * Calls on one engine must not run concurrently. */
+q35_status q35_generation_batch_step(q35_generation *const *gens, int32_t n, q35_gen_out *out, q35_error *err);
+/* The tokens generated so far (all of them, in order). */
+const int32_t *q35_generation_tokens(const q35_generation *gen, int32_t *n);
+q35_stop_reason q35_generation_stop(const q35_generation *gen);
+
+/* ---- prefix reuse ----
+ * A session records the token ids it holds (every eval and step notes its
+ * input; a snapshot carries those of its session). */
+
+/* The token ids at positions 0..q35_session_pos-1 (*n of them); NULL when
+ * they are not known (restored from a snapshot that did not know them). */
+const int32_t *q35_session_tokens(const q35_session *session, int32_t *n);
+/* The token ids the snapshot covers; NULL when its session did not know them. */
+const int32_t *q35_snapshot_tokens(const q35_snapshot *snap, int32_t *n);
+
+/* The first half of q35_session_sync, for callers that evaluate the rest
+ * themselves (in chunks, say): keeps the session's state, restores snap or
+ * resets it, as q35_session_sync would, and evaluates nothing. *n_kept (may
+ * be NULL) receives the prompt tokens the session then holds; the caller
+ * evaluates prompt[*n_kept..n), at least one token. */
+q35_status q35_session_reuse(q35_session *session, const int32_t *prompt, int32_t n, const q35_snapshot *snap,
+                             int32_t *n_kept, q35_error *err);
+/* Makes the session hold exactly prompt[0..n) and writes the last row's
+ * logits (vocab_size floats; logits may be NULL), evaluating only what it
+ * cannot reuse. The Gated DeltaNet state cannot be rewound, so it reuses
+ * the session's whole history when that is a proper prefix of the prompt,
+ * or snap (may be NULL) when its tokens are, whichever is longer; otherwise
+ * it starts over. The last prompt token is always evaluated, for the
+ * logits. *n_reused (may be NULL) receives the tokens kept. On an error
+ * from the evaluation the session may have been reset. */
+q35_status q35_session_sync(q35_session *session, const int32_t *prompt, int32_t n, const q35_snapshot *snap,
+                            float *logits, int32_t *n_reused, q35_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* golden.c: read the transformers goldens (see golden.h). */
 #include "golden.h"
+#include "qwen35.h"
 #include "test.h"
 
 #include <jansson.h>
@@ -66,4 +67,15 @@ double rel_max_diff(const float *a, const float *b, size_t n) {
         if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
     }
     return mb > 0 ? md / mb : md;
+}
+
+q35_engine *golden_engine(const char *name, golden *g) {
+    if (golden_load(name, g)) {
+        q35_test_fail(__FILE__, __LINE__, "no golden %s", name);
+        return NULL;
+    }
+    q35_engine *e = NULL;
+    q35_error err;
+    if (q35_engine_load(g->model_dir, NULL, &e, &err)) q35_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return e;
 }

@@ -19,6 +19,11 @@ typedef struct golden {
 int golden_load(const char *name, golden *g);
 void golden_free(golden *g);
 
+/* golden_load, then the engine of its model directory (NULL, the test
+ * failed, when either cannot be loaded). */
+struct q35_engine;
+struct q35_engine *golden_engine(const char *name, golden *g);
+
 /* max |a - b| / max |b| over n values: the tolerance measure of the tests. */
 double rel_max_diff(const float *a, const float *b, size_t n);
 

@@ -24,3 +24,10 @@ q35_status test_try_load(const char *dir, q35_error *err) {
     q35_engine_free(e);
     return st;
 }
+
+int32_t oracle_hook(void *ctx, int32_t pos, int32_t proposed) {
+    oracle *o = ctx;
+    int32_t i = pos - o->base;
+    if (i < 0 || i >= o->n) return proposed;
+    return (((uint32_t)pos * 2654435761u) >> 28) % 3 == 0 ? (o->seq[i] + 1) % 7 : o->seq[i];
+}

@@ -10,13 +10,6 @@
 
 #include <math.h>
 
-static q35_engine *load(const char *name, golden *g) {
-    if (golden_load(name, g)) return NULL;
-    q35_engine *e = NULL;
-    q35_error err;
-    if (q35_engine_load(g->model_dir, NULL, &e, &err)) q35_test_fail(__FILE__, __LINE__, "%s", err.msg);
-    return e;
-}
 
 /* Greedy generation of n tokens after the prompt with speculation k. */
 static int generate(q35_engine *e, const golden *g, int32_t k, int32_t n, int32_t *out, q35_spec_stats *stats,
@@ -44,21 +37,10 @@ static int generate(q35_engine *e, const golden *g, int32_t k, int32_t n, int32_
     return rc;
 }
 
-/* A draft oracle: the reference continuation, wrong at about a third of the
- * positions (a fixed hash), so that steps see full acceptance, partial
- * acceptance and rejection. */
-typedef struct { const int32_t *seq; int32_t base, n; } oracle;
-static int32_t oracle_hook(void *ctx, int32_t pos, int32_t proposed) {
-    oracle *o = ctx;
-    int32_t i = pos - o->base;
-    if (i < 0 || i >= o->n) return proposed;
-    return (((uint32_t)pos * 2654435761u) >> 28) % 3 == 0 ? (o->seq[i] + 1) % 7 : o->seq[i];
-}
-
 TEST(spec, greedy_output_identical_with_any_drafts) {
     for (int m = 0; m < golden_n_models; m++) {
         golden g;
-        q35_engine *e = load(golden_models[m], &g);
+        q35_engine *e = golden_engine(golden_models[m], &g);
         REQUIRE(e);
         enum { N = 60 };
         int32_t plain[N], spec[N];
@@ -92,7 +74,7 @@ TEST(spec, greedy_output_identical_with_any_drafts) {
 
 TEST(spec, verify_rows_equal_single_token_decode) {
     golden g;
-    q35_engine *e = load("tiny-b", &g);
+    q35_engine *e = golden_engine("tiny-b", &g);
     REQUIRE(e);
     size_t V = (size_t)g.vocab_size;
     q35_error err;
@@ -164,10 +146,17 @@ static double chi_square(const int *counts, const double *p, int n_bins, int n, 
  * the 0.9999 quantile). With draft_ids, the draft head is reduced to them;
  * hook may replace drafts. Returns the draft distribution q of the last
  * step's first draft (V floats, malloc'd) and the exact distribution. */
-static void check_rejection_sampling(const int32_t *draft_ids, int32_t n_draft, int32_t (*hook)(void *, int32_t, int32_t),
-                                     void *hook_ctx, int64_t *accepted_out, float **q_out, double **exact_out) {
+/* The generation's first token is 5 (its hook masks every other one). */
+static void only_5_first(void *ctx, float *logits, int32_t n_vocab, const int32_t *prev, int32_t n_prev) {
+    (void)ctx; (void)prev;
+    for (int32_t v = 0; !n_prev && v < n_vocab; v++) if (v != 5) logits[v] = -INFINITY;
+}
+
+static void check_rejection_sampling_on(int use_policy, const int32_t *draft_ids, int32_t n_draft,
+                                        int32_t (*hook)(void *, int32_t, int32_t), void *hook_ctx, int64_t *accepted_out,
+                                        float **q_out, double **exact_out) {
     golden g;
-    q35_engine *e = load("tiny-a", &g);
+    q35_engine *e = golden_engine("tiny-a", &g);
     REQUIRE(e);
     const int32_t V = g.vocab_size;
     REQUIRE(V == 320);
@@ -183,6 +172,8 @@ static void check_rejection_sampling(const int32_t *draft_ids, int32_t n_draft, 
     float *lg = malloc(sizeof(float) * V), *pr = malloc(sizeof(float) * V);
     const int32_t n_prompt = 8, first = 5;
     CHECK(q35_session_eval(s, g.prompt_ids, n_prompt, lg, 0, &err) == Q35_OK);
+    float *lg_prompt = malloc(sizeof(float) * V);
+    memcpy(lg_prompt, lg, sizeof(float) * V);
     q35_snapshot *snap;
     REQUIRE(q35_snapshot_take(s, &snap, &err) == Q35_OK);
     /* exact distribution of the second generated token given the first */
@@ -194,12 +185,27 @@ static void check_rejection_sampling(const int32_t *draft_ids, int32_t n_draft, 
     int *counts = calloc((size_t)V, sizeof(int));
     uint64_t rng = 12345;
     pol.rng = &rng;
+    /* the generation path: a sampler at temperature tau with no cut and no penalty is softmax_policy */
+    q35_sampler *sm = NULL;
+    q35_sampler_params sp = {.temperature = tau, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed = 12345};
+    REQUIRE(q35_sampler_new(&sp, V, &sm, &err) == Q35_OK);
+    q35_gen_params gp = {.sampler = sm, .logits_fn = only_5_first, .ignore_eos = 1};
     int64_t accepted = 0, drafts = 0;
     for (int t = 0; t < N; t++) {
         CHECK(q35_snapshot_restore(s, snap, &err) == Q35_OK);
         q35_spec_stats before = q35_session_spec_stats(s);
         int32_t out[Q35_SPEC_K_MAX + 1], m;
-        REQUIRE(q35_session_step(s, first, &pol, out, &m, NULL, &err) == Q35_OK);
+        if (use_policy) {
+            REQUIRE(q35_session_step(s, first, &pol, out, &m, NULL, &err) == Q35_OK);
+        } else {
+            q35_generation *gen;
+            q35_gen_out o;
+            REQUIRE(q35_generation_new(s, &gp, &gen, &err) == Q35_OK);
+            REQUIRE(q35_generation_begin(gen, lg_prompt, &o, &err) == Q35_OK && o.tokens[0] == first);
+            REQUIRE(q35_generation_step(gen, &o, &err) == Q35_OK);
+            out[0] = o.tokens[0];
+            q35_generation_free(gen);
+        }
         q35_spec_stats after = q35_session_spec_stats(s);
         accepted += after.accepted - before.accepted;
         drafts += after.drafts - before.drafts;
@@ -209,23 +215,38 @@ static void check_rejection_sampling(const int32_t *draft_ids, int32_t n_draft, 
     double stat = chi_square(counts, exact, V, N, &dof);
     /* the 0.9999 quantile of chi-square with dof degrees (Wilson-Hilferty) */
     double z = 3.719, h = 2.0 / (9.0 * dof), crit = dof * pow(1 - h + z * sqrt(h), 3);
-    CHECK_MSG(stat < crit, "speculative samples do not follow the target: chi2 %.1f >= %.1f (dof %d)", stat, crit, dof);
+    CHECK_MSG(stat < crit, "%s: speculative samples do not follow the target: chi2 %.1f >= %.1f (dof %d)",
+              use_policy ? "q35_session_step" : "q35_generation", stat, crit, dof);
     CHECK_MSG(drafts == 2 * N, "drafts %lld", (long long)drafts);
     *accepted_out = accepted;
     *q_out = malloc(sizeof(float) * V);
     memcpy(*q_out, s->draft_probs, sizeof(float) * V);
     *exact_out = exact;
-    free(counts); free(lg); free(pr);
+    free(counts); free(lg); free(pr); free(lg_prompt);
+    q35_sampler_free(sm);
     q35_snapshot_free(snap);
     q35_session_free(s);
     q35_engine_free(e);
     golden_free(&g);
 }
 
+/* Both ways of stepping: q35_session_step with a policy (its own rng), then
+ * a q35_generation with a sampler (the sampler's RNG), whose figures come
+ * back. */
+static void check_rejection_sampling(const int32_t *draft_ids, int32_t n_draft, int32_t (*hook)(void *, int32_t, int32_t),
+                                     void *hook_ctx, int64_t *accepted_out, float **q_out, double **exact_out) {
+    check_rejection_sampling_on(1, draft_ids, n_draft, hook, hook_ctx, accepted_out, q_out, exact_out);
+    free(*q_out);
+    free(*exact_out);
+    *q_out = NULL;
+    *exact_out = NULL;
+    check_rejection_sampling_on(0, draft_ids, n_draft, hook, hook_ctx, accepted_out, q_out, exact_out);
+}
+
 /* The target's exact distribution of that token (tiny-a, temperature 1). */
 static double *exact_next(void) {
     golden g;
-    q35_engine *e = load("tiny-a", &g);
+    q35_engine *e = golden_engine("tiny-a", &g);
     if (!e) return NULL;
     q35_error err;
     q35_session *s = NULL;
@@ -314,7 +335,7 @@ TEST(spec, rejection_sampling_of_a_forced_draft_keeps_the_distribution) {
 
 TEST(spec, snapshot_carries_the_mtp_state) {
     golden g;
-    q35_engine *e = load("tiny-c", &g);
+    q35_engine *e = golden_engine("tiny-c", &g);
     REQUIRE(e);
     q35_error err;
     q35_session *s, *t;
@@ -364,7 +385,7 @@ static void softmax_policy_b(void *ctx, const float *logits, const int32_t *prev
 
 TEST(spec, batch_step_equals_single_session_steps) {
     golden g;
-    q35_engine *e = load("tiny-b", &g);
+    q35_engine *e = golden_engine("tiny-b", &g);
     REQUIRE(e);
     q35_error err;
     enum { NS = 3, STEPS = 12 };
@@ -426,7 +447,7 @@ static int generate_dv(q35_engine *e, const golden *g, const int32_t *ids, int32
 TEST(spec, draft_vocab_greedy_output_identical_and_counted) {
     for (int m = 0; m < golden_n_models; m++) {
         golden g;
-        q35_engine *e = load(golden_models[m], &g);
+        q35_engine *e = golden_engine(golden_models[m], &g);
         REQUIRE(e);
         enum { N = 60 };
         const int32_t V = g.vocab_size;
@@ -517,7 +538,7 @@ static void check_restricted_argmax(q35_engine *e, const golden *gp) {
 
 TEST(spec, draft_vocab_restricts_the_draft_argmax_exactly) {
     golden g;
-    q35_engine *e = load("tiny-b", &g);
+    q35_engine *e = golden_engine("tiny-b", &g);
     REQUIRE(e);
     check_restricted_argmax(e, &g);
     q35_engine_free(e);
@@ -536,7 +557,7 @@ TEST(spec, draft_vocab_restricts_the_draft_argmax_exactly) {
 
 TEST(spec, draft_vocab_bad_input) {
     golden g;
-    q35_engine *e = load("tiny-a", &g);
+    q35_engine *e = golden_engine("tiny-a", &g);
     REQUIRE(e);
     const int32_t V = g.vocab_size;
     q35_error err;

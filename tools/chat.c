@@ -16,20 +16,18 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The reply being streamed: stops at an end token or the token limit. */
+/* The reply being streamed. */
 typedef struct {
     q35_detokenizer *dt;
-    int32_t im_end, eot;
-    int max_tokens, n_gen, stopped;
+    int n_gen;
     char *text;
     size_t len;
 } reply;
 
-/* Prints one generated token's text; returns 1 when the reply is over. */
-static int emit(reply *r, int32_t t) {
-    if (r->stopped) return 1;
+/* Prints one generated token's text (not the end token that stopped the reply). */
+static void emit(reply *r, int32_t t, int32_t stop) {
     r->n_gen++;
-    if (t == r->im_end || t == r->eot) return r->stopped = 1;
+    if (stop == Q35_STOP_EOS) return;
     size_t len;
     const char *piece = q35_detokenizer_feed(r->dt, t, &len);
     fwrite(piece, 1, len, stdout);
@@ -41,8 +39,6 @@ static int emit(reply *r, int32_t t) {
         r->len += len;
         r->text[r->len] = 0;
     }
-    if (r->n_gen >= r->max_tokens) r->stopped = 1;
-    return r->stopped;
 }
 
 static const char usage[] =
@@ -50,11 +46,6 @@ static const char usage[] =
     "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap]\n"
     "  Chat on the terminal. Without -m it uses the embedded demo model.\n"
     "  Lines starting with /reset clear the conversation; /quit or end of input leaves.\n";
-
-/* The distribution the sampler draws from (a q35_policy for speculative steps). */
-static void chat_probs(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
-    q35_sampler_probs(ctx, logits, prev, n_prev, probs);
-}
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system_msg = NULL;
@@ -104,25 +95,21 @@ int cmd_chat(int argc, char **argv) {
     const q35_model_info *info = q35_engine_info(e);
     if (spec_k < 0) spec_k = info->has_mtp ? 1 : 0;
     if (spec_k > 0 && q35_session_set_spec(s, spec_k, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
-    int32_t im_end = q35_token_id(tok, "<|im_end|>", 10), eot = q35_token_id(tok, "<|endoftext|>", 13);
+    int32_t ends[2];
+    int n_ends = cli_chat_end_ids(tok, info->vocab_size, ends);
     /* Replies take speculative steps either way: greedy ones the plain argmax
      * of each verify row, sampled ones the library's sampler through
      * speculative rejection sampling (the same distribution as sampling one
      * token at a time, as the server's sampled requests do). */
-    uint64_t spec_rng = 0;
-    q35_policy policy = {chat_probs, NULL, &spec_rng};
     if (temp > 0) {
         uint64_t s0 = seed ? seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
         q35_sampler_params sp = {temp, 0, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, s0};
         if (q35_sampler_new(&sp, info->vocab_size, &sampler, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
-        policy.ctx = sampler;
-        spec_rng = s0 * 0x9e3779b97f4a7c15ull + 1;
     }
+    q35_gen_params gp = {.sampler = sampler, .max_tokens = max_tokens, .eos_ids = ends, .n_eos_ids = n_ends};
 
     json_t *messages = json_array();
     if (system_msg) json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
-    int32_t *seen = malloc(sizeof(int32_t) * (size_t)ctx); /* the tokens the session holds */
-    int32_t n_seen = 0;
     float *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
     char line[8192];
     int tty = isatty(0);
@@ -136,7 +123,6 @@ int cmd_chat(int argc, char **argv) {
             json_array_clear(messages);
             if (system_msg) json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
             q35_session_reset(s);
-            n_seen = 0;
             continue;
         }
         if (!line[0]) continue;
@@ -153,10 +139,6 @@ int cmd_chat(int argc, char **argv) {
         }
         free(msgs);
         free(text);
-        /* evaluate only what the session has not seen; start over if the render diverged */
-        size_t common = 0;
-        while (common < n_ids && common < (size_t)n_seen && ids[common] == seen[common]) common++;
-        if (common < (size_t)n_seen || common == n_ids) { q35_session_reset(s); n_seen = 0; common = 0; }
         if (n_ids + (size_t)max_tokens + Q35_SPEC_K_MAX + 1 > (size_t)ctx) {
             fprintf(stderr, "qwen35 chat: the conversation (%zu tokens) no longer fits the %d-token context; /reset\n",
                     n_ids, ctx);
@@ -164,38 +146,28 @@ int cmd_chat(int argc, char **argv) {
             json_array_remove(messages, json_array_size(messages) - 1);
             continue;
         }
+        /* evaluate only what the session has not seen (it starts over if the render diverged) */
         double t0 = cli_now();
-        if (q35_session_eval(s, ids + common, (int32_t)(n_ids - common), logits, 0, &err)) {
+        q35_generation *gen = NULL;
+        if (q35_session_sync(s, ids, (int32_t)n_ids, NULL, logits, NULL, &err) || q35_generation_new(s, &gp, &gen, &err)) {
             fprintf(stderr, "qwen35 chat: %s\n", err.msg);
             free(ids);
             break;
         }
-        memcpy(seen, ids, sizeof(int32_t) * n_ids);
-        n_seen = (int32_t)n_ids;
         free(ids);
-        /* the first token from the prompt's logits; then emit `next`, and each
-         * step evaluates it and proposes the following tokens, all but the
-         * last of which are emitted at once */
-        int32_t next = sampler ? q35_sampler_sample(sampler, logits) : q35_argmax(logits, info->vocab_size);
+        /* the first token from the prompt's logits; each step then evaluates
+         * the newest token and yields the next ones */
+        q35_gen_out o;
+        q35_status st = q35_generation_begin(gen, logits, &o, &err);
         double t1 = cli_now();
-        reply r = {dt, im_end, eot, max_tokens, 0, 0, NULL, 0};
-        while (!emit(&r, next)) {
-            int32_t batch[Q35_SPEC_K_MAX + 1], m;
-            if (sampler) q35_sampler_accept(sampler, next);
-            if (q35_session_step(s, next, sampler ? &policy : NULL, batch, &m, NULL, &err)) {
-                fprintf(stderr, "\nqwen35 chat: %s\n", err.msg);
-                break;
-            }
-            seen[n_seen++] = next;
-            int stopped = 0;
-            for (int32_t i = 0; i + 1 < m && !stopped; i++) {
-                if (sampler) q35_sampler_accept(sampler, batch[i]);
-                seen[n_seen++] = batch[i];
-                stopped = emit(&r, batch[i]);
-            }
-            if (stopped) break;
-            next = batch[m - 1];
+        reply r = {dt, 0, NULL, 0};
+        for (;;) {
+            if (st) { fprintf(stderr, "\nqwen35 chat: %s\n", err.msg); break; }
+            for (int32_t i = 0; i < o.n_tokens; i++) emit(&r, o.tokens[i], i + 1 == o.n_tokens ? o.stop : 0);
+            if (o.stop) break;
+            st = q35_generation_step(gen, &o, &err);
         }
+        q35_generation_free(gen);
         int n_gen = r.n_gen;
         char *out_text = r.text ? r.text : strdup("");
         size_t len;
@@ -210,7 +182,6 @@ int cmd_chat(int argc, char **argv) {
     }
     cli_print_spec_stats(e, s);
     json_decref(messages);
-    free(seen);
     free(logits);
     rc = 0;
 done:

@@ -3,6 +3,8 @@
 #ifndef Q35_CLI_H
 #define Q35_CLI_H
 
+#include <stdint.h>
+
 /* (one line per subcommand, kept in the order of the table in qwen35.c) */
 int cmd_run(int argc, char **argv);    /* tools/run.c */
 int cmd_logits(int argc, char **argv); /* tools/run.c */
@@ -29,5 +31,11 @@ void cli_print_spec_stats(const struct q35_engine *e, const struct q35_session *
  * failure prints "PROG: why" and returns -1. tools/cli_util.c */
 struct q35_engine;
 int cli_set_draft_vocab(struct q35_engine *e, const char *path, const char *prog);
+/* The chat template's end tokens the tokenizer knows (<|im_end|>,
+ * <|endoftext|>) below n_vocab into ids (room for 2); returns how many. They end a reply
+ * as EOS ids do (q35_gen_params.eos_ids), whatever the model directory's
+ * config lists. tools/cli_util.c */
+struct q35_tokenizer;
+int cli_chat_end_ids(const struct q35_tokenizer *tok, int32_t n_vocab, int32_t *ids);
 
 #endif

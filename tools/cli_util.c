@@ -43,6 +43,16 @@ int cli_set_draft_vocab(q35_engine *e, const char *path, const char *prog) {
     return 0;
 }
 
+int cli_chat_end_ids(const q35_tokenizer *tok, int32_t n_vocab, int32_t *ids) {
+    static const char *const ends[] = {"<|im_end|>", "<|endoftext|>"};
+    int n = 0;
+    for (int i = 0; tok && i < 2; i++) {
+        int32_t id = q35_token_id(tok, ends[i], strlen(ends[i]));
+        if (id >= 0 && id < n_vocab) ids[n++] = id;
+    }
+    return n;
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

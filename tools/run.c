@@ -120,22 +120,20 @@ static const char run_usage[] =
 /* Where generated tokens go: a comma-separated id list, or streamed text. */
 typedef struct {
     q35_detokenizer *dt; /* NULL: ids */
-    int32_t stop1, stop2;
     long n;
 } sink;
 
-/* Prints one token; returns 1 when an end-of-text token ends a text run. */
-static int sink_put(sink *k, int32_t t) {
-    if (!k->dt) {
-        printf("%s%d", k->n++ ? "," : "", t);
-        return 0;
-    }
+/* Prints one token (in a text run, not the end-of-text token that stopped it). */
+static void sink_put(sink *k, int32_t t, int32_t stop) {
     k->n++;
-    if (t == k->stop1 || t == k->stop2) return 1;
+    if (!k->dt) {
+        printf("%s%d", k->n > 1 ? "," : "", t);
+        return;
+    }
+    if (stop == Q35_STOP_EOS) return;
     size_t len;
     const char *piece = q35_detokenizer_feed(k->dt, t, &len);
     fwrite(piece, 1, len, stdout);
-    return 0;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -143,7 +141,9 @@ int cmd_run(int argc, char **argv) {
     if (parse_args(argc, argv, &a, 0, run_usage)) return 2;
     int32_t *ids = NULL, n_ids = 0;
     q35_tokenizer *tok = NULL;
-    sink out_sink = {NULL, -1, -1, 0};
+    sink out_sink = {NULL, 0};
+    int32_t ends[2];
+    int n_ends = 0;
     q35_error err = {0};
     if (a.ids && parse_ids(a.ids, &ids, &n_ids)) { fprintf(stderr, "qwen35 run: bad --prompt-ids '%s'\n", a.ids); return 2; }
     if (a.text) {
@@ -157,8 +157,6 @@ int cmd_run(int argc, char **argv) {
         }
         if (!n) { fprintf(stderr, "qwen35 run: the prompt is empty\n"); q35_tokenizer_free(tok); return 2; }
         n_ids = (int32_t)n;
-        out_sink.stop1 = q35_token_id(tok, "<|im_end|>", 10);
-        out_sink.stop2 = q35_token_id(tok, "<|endoftext|>", 13);
     }
     q35_engine *e;
     q35_session *s;
@@ -186,22 +184,26 @@ int cmd_run(int argc, char **argv) {
         rc = 1;
     }
     double t1 = cli_now(), t2 = t1;
-    long n_done = 0;
-    int32_t last = rc ? 0 : q35_argmax(logits, info->vocab_size);
-    int ended = 0;
-    while (!rc && !ended && n_done < a.n_gen) {
-        ended = sink_put(&out_sink, last);
-        n_done++;
-        if (ended || n_done == a.n_gen) break;
-        int32_t out[Q35_SPEC_K_MAX + 1], m = 0;
-        if (q35_session_step(s, last, NULL, out, &m, NULL, &err)) { fprintf(stderr, "\nqwen35 run: %s\n", err.msg); rc = 1; break; }
-        for (int32_t i = 0; i + 1 < m && n_done < a.n_gen && !ended; i++) {
-            ended = sink_put(&out_sink, out[i]);
-            n_done++;
+    /* with --prompt-ids exactly N tokens; a text run ends at an end-of-text token too */
+    if (tok) n_ends = cli_chat_end_ids(tok, info->vocab_size, ends);
+    q35_gen_params gp = {.max_tokens = (int32_t)a.n_gen, .ignore_eos = !tok, .eos_ids = ends, .n_eos_ids = n_ends};
+    q35_generation *gen = NULL;
+    if (!rc && a.n_gen > 0 && q35_generation_new(s, &gp, &gen, &err)) {
+        fprintf(stderr, "qwen35 run: %s\n", err.msg);
+        rc = 1;
+    }
+    q35_gen_out o = {.stop = Q35_STOP_NONE};
+    for (int first = 1; gen && !rc && !o.stop; first = 0) {
+        if (first ? q35_generation_begin(gen, logits, &o, &err) : q35_generation_step(gen, &o, &err)) {
+            fprintf(stderr, "\nqwen35 run: %s\n", err.msg);
+            rc = 1;
+            break;
         }
-        last = out[m - 1];
+        for (int32_t i = 0; i < o.n_tokens; i++) sink_put(&out_sink, o.tokens[i], i + 1 == o.n_tokens ? o.stop : 0);
         fflush(stdout);
     }
+    long n_done = out_sink.n;
+    q35_generation_free(gen);
     t2 = cli_now();
     if (out_sink.dt) {
         size_t len;

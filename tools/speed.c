@@ -84,6 +84,19 @@ static double tokens_per_step(double a, int k) {
     return expect;
 }
 
+/* A greedy generation in s after the logits of its prompt: speed times its
+ * steps, so it never stops before the context is full. */
+static q35_generation *timing_gen(q35_session *s, const float *logits, q35_error *err) {
+    q35_gen_params p = {.ignore_eos = 1};
+    q35_generation *g = NULL;
+    q35_gen_out o;
+    if (q35_generation_new(s, &p, &g, err) || q35_generation_begin(g, logits, &o, err)) {
+        q35_generation_free(g);
+        return NULL;
+    }
+    return g;
+}
+
 /* Median seconds of a plain decode step (on the non-speculative session
  * plain), of a verify step (k+1 checkpointed rows with their logits, as a
  * speculative step computes them, rewound) and of a whole
@@ -96,7 +109,7 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
                            int n_rows, double *t_decode, double *t_verify, double *t_step, q35_error *err) {
     enum { REPS = 8 };
     double d[REPS], v[REPS], w[9][REPS];
-    int32_t out[Q35_SPEC_K_MAX + 1], m, max_rows = 0;
+    int32_t max_rows = 0;
     for (int h = 0; h < n_rows; h++) max_rows = rows[h] > max_rows ? rows[h] : max_rows;
     int32_t *ids = malloc(sizeof *ids * (size_t)(max_rows ? max_rows : 1));
     float *logits = malloc(sizeof *logits * (size_t)(k + 1) * (size_t)q35_engine_info(e)->vocab_size);
@@ -104,10 +117,13 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
     for (int32_t i = 0; i < max_rows; i++) ids[i] = i;
     q35_session_reset(s);
     q35_session_reset(plain);
-    int rc = q35_session_eval(s, toks, 8, NULL, 0, err) || q35_session_eval(plain, toks, 8, NULL, 0, err) ? -1 : 0;
+    q35_generation *gs = NULL, *gp = NULL;
+    int rc = q35_session_eval(s, toks, 8, logits, 0, err) || !(gs = timing_gen(s, logits, err)) ||
+             q35_session_eval(plain, toks, 8, logits, 0, err) || !(gp = timing_gen(plain, logits, err)) ? -1 : 0;
+    q35_gen_out o;
     for (int r = 0; r < REPS && !rc; r++) {
         double t0 = cli_now();
-        if (q35_session_step(plain, toks[40 + r], NULL, out, &m, NULL, err)) rc = -1;
+        if (q35_generation_step(gp, &o, err)) rc = -1;
         d[r] = cli_now() - t0;
         t0 = cli_now();
         if (!rc && (q35_session_eval(s, toks + 20, k + 1, logits, Q35_EVAL_CHECKPOINT | Q35_EVAL_ALL_LOGITS, err) ||
@@ -118,10 +134,12 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
             /* the head is copied outside the timed step */
             if (q35_engine_set_draft_vocab(e, h ? ids : NULL, h ? rows[h - 1] : 0, err)) { rc = -1; break; }
             t0 = cli_now();
-            if (q35_session_step(s, toks[30 + r], NULL, out, &m, NULL, err)) rc = -1;
+            if (q35_generation_step(gs, &o, err)) rc = -1;
             w[h][r] = cli_now() - t0;
         }
     }
+    q35_generation_free(gs);
+    q35_generation_free(gp);
     if (q35_engine_set_draft_vocab(e, NULL, 0, rc ? NULL : err)) rc = -1;
     free(ids);
     free(logits);
@@ -209,15 +227,22 @@ int cmd_speed(int argc, char **argv) {
             toks[i] = (int32_t)(rng % (uint64_t)info.vocab_size);
         }
         /* decode: a short prompt, then single steps */
-        if (q35_session_eval(s, toks, 8, NULL, 0, &err)) { rc = 1; break; }
+        float *first = malloc(sizeof(float) * (size_t)info.vocab_size);
+        q35_generation *gen = NULL;
+        if (!first || q35_session_eval(s, toks, 8, first, 0, &err) || !(gen = timing_gen(s, first, &err))) {
+            free(first);
+            rc = 1;
+            break;
+        }
+        free(first);
         double *dt = malloc(sizeof(double) * (size_t)n_decode);
-        int32_t last = toks[8], out[Q35_SPEC_K_MAX + 1], m;
+        q35_gen_out o;
         for (int i = 0; i < n_decode && !rc; i++) {
             double t0 = cli_now();
-            if (q35_session_step(s, last, NULL, out, &m, NULL, &err)) rc = 1;
+            if (q35_generation_step(gen, &o, &err)) rc = 1;
             dt[i] = cli_now() - t0;
-            last = out[m - 1];
         }
+        q35_generation_free(gen);
         decode_s = median(dt, n_decode);
         free(dt);
         rows[ti].threads = threads[ti];

@@ -84,6 +84,7 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
         return st;
     }
     fill_info(e);
+    q35_eos_load(e, path);
     *out = e;
     return Q35_OK;
 }

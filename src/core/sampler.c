@@ -10,6 +10,7 @@
  * picks the token. All buffers are sized in q35_sampler_new. */
 #include "qwen35.h"
 #include "base/util.h"
+#include "core/generate.h"
 
 #include <float.h>
 #include <math.h>
@@ -250,6 +251,20 @@ static void unaccept(q35_sampler *s, const int32_t *ids, int32_t n) {
         if (t < 0 || t >= s->n_vocab) continue;
         if (--s->out_count[t] == 0) s->n_out_ids--;
     }
+}
+
+double q35_sampler_uniform(q35_sampler *s) { return rng_uniform(s->rng); }
+int32_t q35_sampler_vocab(const q35_sampler *s) { return s->n_vocab; }
+bool q35_sampler_is_argmax(const q35_sampler *s) {
+    return s->p.temperature <= 0 && s->p.repetition_penalty == 1.0f && s->p.presence_penalty == 0 &&
+           s->p.frequency_penalty == 0;
+}
+
+int32_t q35_sampler_sample_after(q35_sampler *s, float *logits, const int32_t *prev, int32_t n_prev) {
+    for (int32_t i = 0; i < n_prev; i++) q35_sampler_accept(s, prev[i]);
+    int32_t t = q35_sampler_sample(s, logits);
+    unaccept(s, prev, n_prev);
+    return t;
 }
 
 static void one_hot(float *probs, int32_t V, int32_t t) {

@@ -33,7 +33,8 @@ q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_
     if (!st) {
         s->spec_logits = malloc((Q35_SPEC_MAX + 1) * (size_t)c->vocab_size * sizeof(float));
         s->target_probs = malloc((size_t)c->vocab_size * sizeof(float));
-        if (!s->spec_logits || !s->target_probs)
+        s->hist = malloc((size_t)n_ctx * sizeof(int32_t));
+        if (!s->spec_logits || !s->target_probs || !s->hist)
             st = q35_fail(err, Q35_ERR_NOMEM, "out of memory creating a session of %d positions", n_ctx);
     }
     if (st) {
@@ -47,7 +48,7 @@ q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_
 void q35_session_free(q35_session *s) {
     if (!s) return;
     if (s->state) ops_of(s)->state_free(s->state);
-    free(s->spec_logits); free(s->draft_logits); free(s->draft_probs); free(s->target_probs);
+    free(s->spec_logits); free(s->draft_logits); free(s->draft_probs); free(s->target_probs); free(s->hist);
     free(s);
 }
 
@@ -56,6 +57,7 @@ void q35_session_reset(q35_session *s) {
     s->pos = 0;
     s->n_pending = 0;
     s->rewind_rows = 0;
+    s->n_hist = 0;
 }
 
 int32_t q35_session_pos(const q35_session *s) { return s->pos; }
@@ -92,6 +94,7 @@ q35_status q35_session_set_spec(q35_session *s, int32_t k, q35_error *err) {
  * rest wait for it. A rewindable (verify) pass keeps all rows pending until
  * the caller knows which survive. */
 static void commit_rows(q35_session *s, int32_t row0, const int32_t *tokens, int32_t T, int32_t pos0, int rewindable) {
+    q35_hist_note(s, tokens, T, pos0);
     s->rewind_rows = rewindable ? T : 0;
     s->rewind_pos0 = pos0;
     if (!s->mtp_on) return;
@@ -154,6 +157,7 @@ q35_status q35_session_rewind(q35_session *s, int32_t n_keep, q35_error *err) {
     s->pos = s->rewind_pos0 + n_keep;
     if (s->mtp_on && s->n_pending > n_keep) s->n_pending = n_keep;
     s->rewind_rows = 0;
+    q35_hist_cut(s);
     return Q35_OK;
 }
 

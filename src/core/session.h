@@ -15,6 +15,8 @@
 #include "formats/safetensors.h"
 #include "model/model.h"
 
+#define Q35_MAX_EOS 16   /* end-of-sequence ids an engine keeps */
+
 struct q35_engine {
     q35_config cfg;
     q35_checkpoint ck;
@@ -29,6 +31,10 @@ struct q35_engine {
     int32_t *draft_ids;    /* (n_draft) */
     q35_tensor draft_head; /* (n_draft, H) */
     void *draft_head_data;
+    /* End-of-sequence ids (q35_engine_eos_ids): config.json's, then
+     * generation_config.json's, without repeats (generate.c). */
+    int32_t eos_ids[Q35_MAX_EOS];
+    int32_t n_eos;
 };
 
 struct q35_session {
@@ -58,9 +64,23 @@ struct q35_session {
     float *draft_probs;                /* (SPEC_MAX, V) the distributions drafts were sampled from */
     float *target_probs;               /* (V) (allocated with the session) */
     q35_spec_stats stats;
+
+    /* The token ids at positions 0..n_hist-1 (sync.c): every eval and step
+     * records its input here; n_hist < 0 when they are not known (restored
+     * from a snapshot that did not know its own). n_fed counts every token
+     * evaluated since the session was made. */
+    int32_t *hist;                     /* (n_ctx) */
+    int32_t n_hist;
+    int64_t n_fed;
 };
 
 void q35_spec_free_draft_head(q35_engine *e); /* draft_vocab.c */
+/* generate.c: reads the end-of-sequence ids of the model directory dir. */
+void q35_eos_load(q35_engine *e, const char *dir);
+/* sync.c: the token history. note: rows pos0.. of tokens were evaluated;
+ * cut: the session now holds only its first pos tokens. */
+void q35_hist_note(q35_session *s, const int32_t *tokens, int32_t n, int32_t pos0);
+void q35_hist_cut(q35_session *s);
 /* q35_draft_vocab_load on size bytes already read (name: for messages). */
 q35_status q35_draft_vocab_parse(const char *data, size_t size, const char *name, int32_t vocab_size, int32_t **ids,
                                  int32_t *n, q35_error *err);

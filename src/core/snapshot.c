@@ -15,6 +15,7 @@ struct q35_snapshot {
     int has_mtp;                       /* taken with the MTP on: its part is in data */
     int32_t n_pending, pending_pos0;
     int32_t pending_tok[Q35_SPEC_MAX + 1];
+    int32_t *tokens;                   /* the session's token ids 0..pos-1; NULL: not known */
     size_t bytes;
 };
 
@@ -28,6 +29,10 @@ q35_status q35_snapshot_take(const q35_session *s, q35_snapshot **out, q35_error
     if (st) {
         free(snap);
         return st;
+    }
+    if (s->n_hist == s->pos && (snap->tokens = malloc(((size_t)s->pos + 1) * sizeof(int32_t)))) {
+        memcpy(snap->tokens, s->hist, (size_t)s->pos * sizeof(int32_t));
+        snap->bytes += (size_t)s->pos * sizeof(int32_t);
     }
     snap->engine = s->engine;
     snap->free_data = ops->snapshot_free;
@@ -48,6 +53,8 @@ q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_er
         return q35_fail(err, Q35_ERR_CONTEXT, "snapshot of %d positions does not fit a %d-token context", snap->pos, s->n_ctx);
     s->engine->backend->ops->snapshot_restore(s->state, snap->data);
     s->pos = snap->pos;
+    s->n_hist = snap->tokens ? snap->pos : -1;
+    if (snap->tokens) memcpy(s->hist, snap->tokens, (size_t)snap->pos * sizeof(int32_t));
     s->rewind_rows = 0;
     s->n_pending = 0; /* without the MTP's part, drafting resumes after the next eval */
     if (s->mtp_on && snap->has_mtp) {
@@ -60,9 +67,14 @@ q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_er
 
 int32_t q35_snapshot_pos(const q35_snapshot *snap) { return snap->pos; }
 size_t q35_snapshot_bytes(const q35_snapshot *snap) { return snap->bytes; }
+const int32_t *q35_snapshot_tokens(const q35_snapshot *snap, int32_t *n) {
+    if (n) *n = snap->tokens ? snap->pos : 0;
+    return snap->tokens;
+}
 
 void q35_snapshot_free(q35_snapshot *snap) {
     if (!snap) return;
     if (snap->data) snap->free_data(snap->data);
+    free(snap->tokens);
     free(snap);
 }
