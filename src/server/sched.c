@@ -10,15 +10,14 @@
  *   3. evaluates one chunk of each admitted prompt (so a long prompt delays
  *      the others' next token by one chunk at most), first restoring the
  *      longest cached prefix;
- *   4. runs one q35_batch_step over the speculating sequences (MTP drafts
- *      verified in one forward pass; sampled ones through speculative
- *      rejection sampling with their own sampler's distribution) and one
- *      q35_batch_decode over the others, so the weights are read once per
- *      kind of step for all of them, and samples each row with the
- *      sequence's own sampler.
+ *   4. runs one q35_generation_batch_step over every decoding sequence
+ *      (MTP drafts verified in the same forward pass; each sequence's
+ *      sampler, min_tokens, stop ids and EOS handled by its generation;
+ *      json_object as its logits hook, without drafts), so the weights are
+ *      read once per step for all of them.
  *
  * Prefix reuse, two levels. A slot whose sequence ended keeps its state
- * ("warm", with the token ids it holds): a request whose prompt extends that
+ * ("warm"; the session knows the token ids it holds): a request whose prompt extends that
  * history, as a multi-turn follow-up does, continues in the slot with no
  * copy at all. Behind it, the prefix cache: snapshots of the whole state (KV
  * rows and GDN states) keyed by the token ids they cover, taken one token
@@ -60,8 +59,7 @@ typedef struct seq {
     bool looked_up;            /* the prefix cache was consulted */
     bool ckpt_done;            /* the prompt checkpoint was taken */
     q35_sampler *sampler;
-    q35_policy policy;         /* speculative steps: seq_probs over the sampler; NULL probs: plain greedy */
-    uint64_t spec_rng;         /* the draws of speculative steps, seeded from the request's seed */
+    q35_generation *gen;       /* from the end of the prompt on */
     bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
     q35_json_prefix json;
     q35_stop_matcher stop;
@@ -72,8 +70,7 @@ typedef struct seq {
 
 /* What a free slot's session still holds. */
 typedef struct warm_slot {
-    int32_t *tokens;           /* (n_ctx) */
-    int32_t n;                 /* 0: nothing reusable */
+    bool held;                 /* the session's state (q35_session_tokens) may be reused */
     uint64_t salt;
     bool cacheable;            /* the request allowed caching */
     uint64_t last_used;
@@ -97,14 +94,9 @@ struct q35_sched {
     uint64_t warm_clock;
     float *logits;             /* (n_slots, V) */
     float *raw;                /* (V) logits before sampling, for logprobs */
-    q35_session **batch_sess;
-    int32_t *batch_tok;
-    seq **batch_seq;
-    seq **spec_seq;            /* (n_slots) sequences of this step's speculative batch */
-    int32_t *spec_out;         /* (n_slots, Q35_SPEC_K_MAX + 1) their tokens */
-    int32_t *spec_n;           /* (n_slots) tokens each yielded */
-    const q35_policy **spec_pol; /* (n_slots) their policies */
-    float *masked;             /* (V) a logits row under the min_tokens mask, for seq_probs */
+    seq **batch_seq;           /* (n_slots) the sequences of this step */
+    q35_generation **batch_gen; /* (n_slots) their generations */
+    q35_gen_out *batch_out;    /* (n_slots) what each yielded */
 
     pthread_mutex_t mu;        /* guards the wait list, counts and stats below */
     pthread_cond_t cv;
@@ -127,22 +119,11 @@ struct q35_sched {
 static void seq_free(seq *s) {
     if (!s) return;
     free(s->tokens);
+    q35_generation_free(s->gen);
     q35_sampler_free(s->sampler);
     q35_stop_free(&s->stop);
     q35_text_decoder_free(s->dec);
     free(s);
-}
-
-static bool is_eos(q35_sched *S, int32_t t) {
-    for (int i = 0; i < S->n_eos; i++)
-        if (S->eos[i] == t) return true;
-    return false;
-}
-
-static int32_t stop_id_of(const seq *s, int32_t t) {
-    for (int32_t i = 0; i < s->req->api.n_stop_token_ids; i++)
-        if (s->req->api.stop_token_ids[i] == t) return t;
-    return -1;
 }
 
 static char *dup_n(const char *p, size_t n) {
@@ -156,13 +137,8 @@ static void seq_end(q35_sched *S, seq *s, int finish) {
     q35_task *r = s->req;
     q35_session *sess = S->sessions[s->slot];
     warm_slot *w = &S->warm[s->slot];
-    w->n = 0;
-    int32_t fed = s->n_prompt + (s->n_gen > 0 ? s->n_gen - 1 : 0);
-    if (finish != Q35_FIN_ERROR && q35_session_pos(sess) <= fed) {
-        /* the session holds the prompt and every generated token but the
-         * last (not so after a speculative step cut short by a stop) */
-        w->n = q35_session_pos(sess);
-        memcpy(w->tokens, s->tokens, sizeof *w->tokens * (size_t)w->n);
+    w->held = finish != Q35_FIN_ERROR && q35_session_tokens(sess, NULL); /* the session knows what it holds */
+    if (w->held) {
         w->salt = q35_salt_hash(r->api.cache_salt);
         w->cacheable = r->api.cache_prompt; /* an abort leaves a consistent state too */
         w->last_used = ++S->warm_clock;
@@ -197,7 +173,7 @@ static void seq_fail(q35_sched *S, seq *s, const char *msg) {
 
 /* Handles the token just sampled from row `logits` (raw copy in S->raw when
  * logprobs are wanted). Returns true when the sequence ended. */
-static bool seq_take_token(q35_sched *S, seq *s, int32_t tok) {
+static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
     q35_task *r = s->req;
     double now = q35_now_seconds();
     if (s->n_gen == 0) {
@@ -210,7 +186,10 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok) {
     }
     s->t_last = now;
     s->tokens[s->n_prompt + s->n_gen++] = tok;
-    q35_sampler_accept(s->sampler, tok);
+    if (s->json_on && !s->json_done) {
+        q35_json_prefix_feed(&s->json, S->tok_bytes[tok], S->tok_len[tok]);
+        s->json_done = q35_json_prefix_complete(&s->json);
+    }
 
     q35_event ev = {.choice = s->choice, .token = tok, .stop_id = -1};
     if (r->api.logprobs >= 0) {
@@ -220,8 +199,8 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok) {
         for (int i = 0; i < ev.n_top; i++)
             if (ev.top_lp[i] == -INFINITY) ev.top_lp[i] = -9999.0f;
     }
-    bool eos = !r->api.ignore_eos && is_eos(S, tok);
-    int32_t sid = stop_id_of(s, tok);
+    bool eos = why == Q35_STOP_EOS;
+    int32_t sid = why == Q35_STOP_TOKEN ? tok : -1;
     long rel = 0;
     if (!eos && sid < 0) {
         size_t n;
@@ -236,7 +215,7 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok) {
         ev.stop_id = sid;
     } else if (s->json_done) {
         ev.finish = Q35_FIN_STOP; /* the object is complete */
-    } else if (s->n_gen >= s->max_tokens || q35_session_pos(S->sessions[s->slot]) >= S->n_ctx) {
+    } else if (why == Q35_STOP_LENGTH || why == Q35_STOP_CONTEXT) {
         ev.finish = Q35_FIN_LENGTH;
     }
     if (ev.finish && s->stop.matched < 0) {
@@ -261,33 +240,38 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok) {
     return false;
 }
 
-/* Samples the next token of s from its logits row. */
-static bool seq_sample(q35_sched *S, seq *s, float *row) {
-    q35_task *r = s->req;
-    if (r->api.logprobs >= 0) memcpy(S->raw, row, sizeof *row * (size_t)S->V);
-    if (s->n_gen < r->api.min_tokens) {
-        if (!r->api.ignore_eos)
-            for (int i = 0; i < S->n_eos; i++)
-                if (S->eos[i] >= 0 && S->eos[i] < S->V) row[S->eos[i]] = -INFINITY;
-        for (int32_t i = 0; i < r->api.n_stop_token_ids; i++) row[r->api.stop_token_ids[i]] = -INFINITY;
+/* json_object: only tokens whose bytes continue a JSON object (s's
+ * q35_logits_fn). Such sequences do not draft, so the row is always the
+ * one after s's output and s->json the state after it. */
+static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
+    seq *s = ctx;
+    const q35_sched *S = s->sched;
+    (void)prev; (void)n_prev;
+    int32_t live = 0;
+    for (int32_t t = 0; t < V; t++) {
+        q35_json_prefix trial = s->json;
+        if (S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t])) live++;
+        else row[t] = -INFINITY;
     }
-    if (s->json_on) {
-        /* only tokens whose bytes continue a JSON object */
-        int32_t live = 0;
-        for (int32_t t = 0; t < S->V; t++) {
-            q35_json_prefix trial = s->json;
-            if (S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t])) live++;
-            else row[t] = -INFINITY;
-        }
-        if (!live) { s->json_done = true; }
+    if (!live) s->json_done = true;
+}
+
+/* Starts s's generation from its prompt's last logits row. */
+static void seq_begin(q35_sched *S, seq *s, float *row) {
+    const q35_api_request *a = &s->req->api;
+    q35_gen_params gp = {.sampler = s->sampler, .logits_fn = s->json_on ? seq_json_mask : NULL, .logits_ctx = s,
+                         .max_tokens = s->max_tokens, .min_tokens = a->min_tokens, .ignore_eos = a->ignore_eos,
+                         .eos_ids = S->eos, .n_eos_ids = S->n_eos, .stop_ids = a->stop_token_ids,
+                         .n_stop_ids = a->n_stop_token_ids, .max_drafts = s->json_on ? -1 : 0};
+    q35_error err;
+    q35_gen_out o;
+    if (a->logprobs >= 0) memcpy(S->raw, row, sizeof *row * (size_t)S->V);
+    if (q35_generation_new(S->sessions[s->slot], &gp, &s->gen, &err) || q35_generation_begin(s->gen, row, &o, &err)) {
+        seq_fail(S, s, err.msg);
+        return;
     }
-    int32_t tok = q35_sampler_sample(s->sampler, row);
-    if (s->json_on && !s->json_done) {
-        q35_json_prefix_feed(&s->json, S->tok_bytes[tok], S->tok_len[tok]);
-        s->json_done = q35_json_prefix_complete(&s->json);
-    }
-    s->last = tok;
-    return seq_take_token(S, s, tok);
+    s->last = o.tokens[0];
+    seq_take_token(S, s, o.tokens[0], o.stop);
 }
 
 /* The session holds all of s's prompt but its last token: cache that state
@@ -318,18 +302,19 @@ static void seq_prefill(q35_sched *S, seq *s) {
             if (!ready) return;
         }
         s->looked_up = true;
-        int32_t hit = 0;
+        int32_t hit = 0, n_own = 0;
         uint64_t salt = q35_salt_hash(r->api.cache_salt);
         warm_slot *w = &S->warm[s->slot];
-        if (r->api.cache_prompt && w->n > 0 && w->cacheable && w->salt == salt && w->n < s->n_prompt &&
-            !memcmp(w->tokens, s->prompt, sizeof *s->prompt * (size_t)w->n)) {
-            hit = w->n; /* continue in place */
+        const int32_t *own = w->held ? q35_session_tokens(sess, &n_own) : NULL;
+        if (r->api.cache_prompt && own && w->cacheable && w->salt == salt && n_own < s->n_prompt &&
+            !memcmp(own, s->prompt, sizeof *s->prompt * (size_t)n_own)) {
+            hit = n_own; /* continue in place */
         } else {
-            if (w->n > 0 && w->cacheable) q35_prefix_cache_store(&S->cache, sess, w->tokens, w->n, w->salt); /* keep the old state */
+            if (own && w->cacheable) q35_prefix_cache_store(&S->cache, sess, own, n_own, w->salt); /* keep the old state */
             if (r->api.cache_prompt) hit = q35_prefix_cache_restore(&S->cache, sess, s->prompt, s->n_prompt, salt);
             else q35_session_reset(sess);
         }
-        w->n = 0;
+        w->held = false;
         pthread_mutex_lock(&S->mu);
         S->cache_queries += (unsigned long long)s->n_prompt;
         S->cache_hits += (unsigned long long)hit;
@@ -364,70 +349,21 @@ static void seq_prefill(q35_sched *S, seq *s) {
     r->n_started++;
     pthread_mutex_unlock(&r->mu);
     s->state = SEQ_DECODE;
-    seq_sample(S, s, row);
+    seq_begin(S, s, row);
 }
 
-/* The distribution seq_sample would draw s's next token from after the
- * step's earlier tokens prev (not yet taken): the min_tokens mask while
- * n_gen + n_prev < min_tokens, then the sampler's penalties (prev counted
- * as generated), cuts and temperature. q35_batch_step samples from it by
- * speculative rejection sampling, so the output keeps its distribution. */
-static void seq_probs(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
-    seq *s = ctx;
-    q35_sched *S = s->sched;
-    const q35_api_request *a = &s->req->api;
-    if (s->n_gen + n_prev < a->min_tokens) {
-        memcpy(S->masked, logits, sizeof *S->masked * (size_t)S->V);
-        if (!a->ignore_eos)
-            for (int i = 0; i < S->n_eos; i++)
-                if (S->eos[i] >= 0 && S->eos[i] < S->V) S->masked[S->eos[i]] = -INFINITY;
-        for (int32_t i = 0; i < a->n_stop_token_ids; i++) S->masked[a->stop_token_ids[i]] = -INFINITY;
-        logits = S->masked;
-    }
-    q35_sampler_probs(s->sampler, logits, prev, n_prev, probs);
-}
-
-/* Does s decode speculatively? Every sequence does, always, whatever else
- * is running, so a request's path never depends on the load: greedy ones
- * without penalties or a min_tokens mask take the plain argmax of each
- * verify row (exactly the tokens plain decoding gives), the others go
- * through seq_probs (exactly the distribution plain decoding samples from).
- * Except json_object: its mask (seq_sample) tries every token of the
- * vocabulary against a JSON prefix state that advances token by token, and
- * seq_probs does not replay that state over the step's earlier tokens (it
- * would take 2k+1 vocabulary-wide passes per step), so without it a draft's
- * distribution would not be the one plain decoding samples from; those
- * decode one token per step. So does every sequence near the end of the
- * context, where a verify batch would not fit. */
-static bool can_speculate(q35_sched *S, const seq *s) {
-    return S->spec_k > 0 && !s->json_on && q35_session_pos(S->sessions[s->slot]) + S->spec_k + 1 < S->n_ctx;
-}
-
-/* The speculative policy of s: none (plain argmax) when that is exact. */
-static const q35_policy *seq_policy(q35_sched *S, seq *s) {
-    const q35_api_request *a = &s->req->api;
-    const q35_sampler_params *p = &a->sampling;
-    if (p->temperature == 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0 &&
-        s->n_gen >= a->min_tokens)
-        return NULL;
-    s->policy = (q35_policy){seq_probs, s, &s->spec_rng};
-    return &s->policy;
-}
-
-/* One speculative step for n sequences in one batch (the weights are read
- * once for every verify row); each yields 1..k+1 tokens, sent in order. */
-static void spec_step(q35_sched *S, seq **list, int n) {
+/* One step for every decoding sequence in one batch (the weights are read
+ * once for all their rows); each yields 1..k+1 tokens, sent in order. */
+static void decode_step(q35_sched *S, seq **list, int n) {
     q35_spec_stats before = {0}, after = {0};
     for (int i = 0; i < n; i++) {
         q35_spec_stats st = q35_session_spec_stats(S->sessions[list[i]->slot]);
         before.steps += st.steps; before.drafts += st.drafts; before.accepted += st.accepted;
         for (int j = 0; j < Q35_SPEC_K_MAX; j++) before.accepted_at[j] += st.accepted_at[j];
-        S->batch_sess[i] = S->sessions[list[i]->slot];
-        S->batch_tok[i] = list[i]->last;
-        S->spec_pol[i] = seq_policy(S, list[i]);
+        S->batch_gen[i] = list[i]->gen;
     }
     q35_error err;
-    if (q35_batch_step(S->batch_sess, S->batch_tok, n, S->spec_pol, S->spec_out, S->spec_n, &err)) {
+    if (q35_generation_batch_step(S->batch_gen, n, S->batch_out, &err)) {
         for (int i = 0; i < n; i++) seq_fail(S, list[i], err.msg);
         return;
     }
@@ -444,12 +380,12 @@ static void spec_step(q35_sched *S, seq **list, int n) {
     pthread_mutex_unlock(&S->mu);
     for (int i = 0; i < n; i++) {
         seq *s = list[i];
-        const int32_t *out = S->spec_out + (size_t)i * (Q35_SPEC_K_MAX + 1);
+        const q35_gen_out *o = &S->batch_out[i];
         const float *rows = s->req->api.logprobs >= 0 ? q35_session_step_logits(S->sessions[s->slot]) : NULL;
-        for (int32_t k = 0; k < S->spec_n[i]; k++) {
+        for (int32_t k = 0; k < o->n_tokens; k++) {
             if (rows) memcpy(S->raw, rows + (size_t)k * (size_t)S->V, sizeof *S->raw * (size_t)S->V);
-            s->last = out[k];
-            if (seq_take_token(S, s, out[k])) break;
+            s->last = o->tokens[k];
+            if (seq_take_token(S, s, o->tokens[k], k + 1 == o->n_tokens ? o->stop : Q35_STOP_NONE)) break;
         }
     }
 }
@@ -467,7 +403,6 @@ static seq *seq_new(q35_sched *S, q35_task *r, int32_t prompt_index, int32_t j) 
     s->tokens = malloc(sizeof *s->tokens * ((size_t)s->n_prompt + (size_t)s->max_tokens));
     q35_sampler_params sp = r->api.sampling;
     sp.seed += (uint64_t)j; /* choice j of a seeded request: its own stream */
-    s->spec_rng = sp.seed * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull; /* never 0 for seed 0 */
     q35_error err;
     s->dec = q35_text_decoder_new(S->tok);
     if (!s->tokens || !s->dec || q35_sampler_new(&sp, S->V, &s->sampler, &err)) { seq_free(s); return NULL; }
@@ -520,12 +455,14 @@ static int pick_slot(q35_sched *S, const seq *s) {
     for (int i = 0; i < S->n_slots; i++) {
         if (S->slots[i]) continue;
         const warm_slot *w = &S->warm[i];
-        if (w->n == 0) { if (empty < 0) empty = i; continue; }
+        int32_t n = 0;
+        const int32_t *held = w->held ? q35_session_tokens(S->sessions[i], &n) : NULL;
+        if (!held || !n) { if (empty < 0) empty = i; continue; }
         if (lru < 0 || w->last_used < S->warm[lru].last_used) lru = i;
-        if (s->req->api.cache_prompt && w->cacheable && w->salt == salt && w->n < s->n_prompt && w->n > best_n &&
-            !memcmp(w->tokens, s->prompt, sizeof *s->prompt * (size_t)w->n)) {
+        if (s->req->api.cache_prompt && w->cacheable && w->salt == salt && n < s->n_prompt && n > best_n &&
+            !memcmp(held, s->prompt, sizeof *s->prompt * (size_t)n)) {
             best = i;
-            best_n = w->n;
+            best_n = n;
         }
     }
     return best >= 0 ? best : empty >= 0 ? empty : lru;
@@ -602,25 +539,10 @@ static void *sched_main(void *arg) {
         for (int i = 0; i < S->n_slots; i++)
             if (S->slots[i] && S->slots[i]->state == SEQ_PREFILL) seq_prefill(S, S->slots[i]);
 
-        int nb = 0, ns = 0;
-        for (int i = 0; i < S->n_slots; i++) {
-            seq *s = S->slots[i];
-            if (!s || s->state != SEQ_DECODE) continue;
-            if (can_speculate(S, s)) S->spec_seq[ns++] = s;
-            else S->batch_seq[nb++] = s;
-        }
-        if (ns) spec_step(S, S->spec_seq, ns);
-        if (!nb) continue;
-        for (int i = 0; i < nb; i++) {
-            S->batch_sess[i] = S->sessions[S->batch_seq[i]->slot];
-            S->batch_tok[i] = S->batch_seq[i]->last;
-        }
-        q35_error err;
-        if (q35_batch_decode(S->batch_sess, S->batch_tok, nb, S->logits, &err)) {
-            for (int i = 0; i < nb; i++) seq_fail(S, S->batch_seq[i], err.msg);
-            continue;
-        }
-        for (int i = 0; i < nb; i++) seq_sample(S, S->batch_seq[i], S->logits + (size_t)i * (size_t)S->V);
+        int nb = 0;
+        for (int i = 0; i < S->n_slots; i++)
+            if (S->slots[i] && S->slots[i]->state == SEQ_DECODE) S->batch_seq[nb++] = S->slots[i];
+        if (nb) decode_step(S, S->batch_seq, nb);
     }
     return NULL;
 }
@@ -642,20 +564,14 @@ static int token_bytes_table(q35_sched *S) {
 static void sched_release(q35_sched *S) {
     q35_prefix_cache_free(&S->cache);
     for (int i = 0; S->sessions && i < S->n_slots; i++) q35_session_free(S->sessions[i]);
-    for (int i = 0; S->warm && i < S->n_slots; i++) free(S->warm[i].tokens);
     free(S->warm); S->warm = NULL;
     free(S->sessions); S->sessions = NULL;
     free(S->slots); S->slots = NULL;
     free(S->logits); S->logits = NULL;
     free(S->raw); S->raw = NULL;
-    free(S->batch_sess); S->batch_sess = NULL;
-    free(S->batch_tok); S->batch_tok = NULL;
     free(S->batch_seq); S->batch_seq = NULL;
-    free(S->spec_seq); S->spec_seq = NULL;
-    free(S->spec_out); S->spec_out = NULL;
-    free(S->spec_n); S->spec_n = NULL;
-    free(S->spec_pol); S->spec_pol = NULL;
-    free(S->masked); S->masked = NULL;
+    free(S->batch_gen); S->batch_gen = NULL;
+    free(S->batch_out); S->batch_out = NULL;
     free(S->tok_bytes); S->tok_bytes = NULL;
     free(S->tok_len); S->tok_len = NULL;
 }
@@ -677,23 +593,13 @@ static int sched_init(q35_sched *S, const q35_sched_config *cfg, char *msg, size
     S->sessions = calloc(ns, sizeof *S->sessions);
     S->slots = calloc(ns, sizeof *S->slots);
     S->warm = calloc(ns, sizeof *S->warm);
-    for (size_t i = 0; S->warm && i < ns; i++)
-        if (!(S->warm[i].tokens = malloc(sizeof(int32_t) * (size_t)S->n_ctx))) {
-            snprintf(msg, msg_size, "out of memory for %d slots", S->n_slots);
-            return -1;
-        }
     S->logits = malloc(sizeof *S->logits * ns * (size_t)S->V);
     S->raw = malloc(sizeof *S->raw * (size_t)S->V);
-    S->batch_sess = calloc(ns, sizeof *S->batch_sess);
-    S->batch_tok = calloc(ns, sizeof *S->batch_tok);
     S->batch_seq = calloc(ns, sizeof *S->batch_seq);
-    S->spec_seq = calloc(ns, sizeof *S->spec_seq);
-    S->spec_out = calloc(ns * (Q35_SPEC_K_MAX + 1), sizeof *S->spec_out);
-    S->spec_n = calloc(ns, sizeof *S->spec_n);
-    S->spec_pol = calloc(ns, sizeof *S->spec_pol);
-    S->masked = malloc(sizeof *S->masked * (size_t)S->V);
-    if (!S->sessions || !S->slots || !S->warm || !S->logits || !S->raw || !S->batch_sess || !S->batch_tok || !S->batch_seq ||
-        !S->spec_seq || !S->spec_out || !S->spec_n || !S->spec_pol || !S->masked || token_bytes_table(S)) {
+    S->batch_gen = calloc(ns, sizeof *S->batch_gen);
+    S->batch_out = calloc(ns, sizeof *S->batch_out);
+    if (!S->sessions || !S->slots || !S->warm || !S->logits || !S->raw || !S->batch_seq || !S->batch_gen || !S->batch_out ||
+        token_bytes_table(S)) {
         snprintf(msg, msg_size, "out of memory for %d slots", S->n_slots);
         return -1;
     }

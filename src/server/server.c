@@ -59,26 +59,6 @@ static size_t mem_available(void) {
     return kb * 1024;
 }
 
-/* EOS ids: the config's, plus generation_config.json's (an int or a list). */
-static int read_eos(const q35_model_info *info, const char *dir, int32_t *eos, int max) {
-    int n = 0;
-    if (info->eos_token_id >= 0) eos[n++] = info->eos_token_id;
-    char *path = q35_path_join(dir, "generation_config.json");
-    json_t *g = path ? json_load_file(path, 0, NULL) : NULL;
-    free(path);
-    json_t *v = json_object_get(g, "eos_token_id");
-    for (size_t i = 0; v && i < (json_is_array(v) ? json_array_size(v) : 1) && n < max; i++) {
-        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_integer(x)) continue;
-        int32_t id = (int32_t)json_integer_value(x);
-        bool dup = false;
-        for (int k = 0; k < n; k++) dup |= eos[k] == id;
-        if (!dup) eos[n++] = id;
-    }
-    json_decref(g);
-    return n;
-}
-
 /* The sampling defaults of generation_config.json (temperature, top_k,
  * top_p, min_p, repetition_penalty), as vLLM applies them; false when the
  * file names none. */
@@ -159,15 +139,14 @@ static int load_and_start(q35_server *srv) {
         return 2;
     }
     if (C->draft_vocab && set_draft_vocab(srv->engine, C->draft_vocab)) return 2;
-    int32_t eos[8];
-    int n_eos = read_eos(info, C->model_path, eos, 8);
-    /* a chat turn ends with <|im_end|> whatever generation_config says */
+    /* the engine's EOS ids (q35_engine_eos_ids) end every generation; a chat turn also ends with
+     * <|im_end|> whatever the model directory lists */
+    int32_t eos[2];
+    int n_eos = 0;
     static const char *const ends[] = {"<|im_end|>", "<|endoftext|>"};
-    for (int i = 0; srv->tok && i < 2 && n_eos < 8; i++) {
+    for (int i = 0; srv->tok && i < 2; i++) {
         int32_t id = q35_token_id(srv->tok, ends[i], strlen(ends[i]));
-        bool dup = id < 0 || id >= info->vocab_size;
-        for (int k = 0; k < n_eos; k++) dup |= eos[k] == id;
-        if (!dup) eos[n_eos++] = id;
+        if (id >= 0 && id < info->vocab_size) eos[n_eos++] = id;
     }
     srv->limits = (q35_api_limits){.served_model_name = C->served_name, .max_model_len = len, .vocab_size = info->vocab_size,
                                    .max_n = 16, .max_logprobs = 20, .max_total_tokens = 8 * (int64_t)len, .max_stop = 16,
