@@ -135,7 +135,8 @@ size_t q35_snapshot_bytes(const q35_snapshot *snap);
 void q35_snapshot_free(q35_snapshot *snap);
 
 /* ---- speculative decoding with the MTP head ----
- * With speculation on, each q35_session_step drafts k tokens with the
+ * With speculation on, each generation step (q35_generation_step, below)
+ * drafts k tokens with the
  * checkpoint's MTP head, verifies them in one batch of k+1 rows, keeps the
  * longest accepted prefix plus one token from the target, and rolls the
  * GDN, attention and MTP states back past the rejected rows. Greedy output
@@ -157,35 +158,6 @@ typedef struct q35_spec_stats {
 q35_status q35_session_set_spec(q35_session *session, int32_t k, q35_error *err);
 int32_t q35_session_spec_k(const q35_session *session);
 q35_spec_stats q35_session_spec_stats(const q35_session *session);
-
-/* How q35_session_step chooses tokens (superseded by q35_generation, which
- * new code should use; kept while callers move over). probs fills a distribution over the
- * vocabulary from a logits row (the request's temperature, top-k, ...);
- * `prev` lists the tokens this step has already emitted, for penalties.
- * rng is a 64-bit state the step advances. A NULL policy means greedy. */
-typedef struct q35_policy {
-    void (*probs)(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs);
-    void *ctx;
-    uint64_t *rng;
-} q35_policy;
-
-/* One generation step. `last` is the newest token, not yet evaluated (the
- * first step after a prompt passes the token chosen from the prompt's
- * logits). Writes 1..k+1 new tokens to out (room for Q35_SPEC_K_MAX+1) and
- * their count to n_out; the last of them is the next step's `last`. With
- * logits non-NULL it receives the target's logits row that chose each
- * emitted token, (n_out, vocab) (room for Q35_SPEC_K_MAX+1 rows). */
-q35_status q35_session_step(q35_session *session, int32_t last, const q35_policy *policy, int32_t *out,
-                            int32_t *n_out, float *logits, q35_error *err);
-
-/* q35_session_step for several sessions at once: each drafts on its own,
- * then every verify row of every session goes through one forward pass, so
- * the weights are read once per step for the whole batch. Row i continues
- * from last[i] with policies[i] (NULL array or entry: greedy) and writes
- * n_out[i] tokens at out + i*(Q35_SPEC_K_MAX+1). Results per session equal
- * q35_session_step's. Calls on one engine must not run concurrently. */
-q35_status q35_batch_step(q35_session *const *sessions, const int32_t *last, int32_t n,
-                          const q35_policy *const *policies, int32_t *out, int32_t *n_out, q35_error *err);
 
 /* A reduced-vocabulary draft head. The MTP draft's logits are computed over
  * a subset of token ids only (typically the most frequent ones), so a draft
@@ -373,8 +345,9 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits);
  * greedy choice at temperature 0), with the n_prev tokens of prev counted as
  * already generated for the penalties (tokens a speculative step has not
  * emitted yet). logits are left as they are; the sampler's RNG and its
- * record of generated tokens are unchanged. Never allocates. With it,
- * q35_session_step samples exactly what this sampler would (a q35_policy). */
+ * record of generated tokens are unchanged. Never allocates. A
+ * q35_generation's speculative steps draw drafts and accept them through it,
+ * so they keep exactly this sampler's distribution. */
 void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev, int32_t n_prev, float *probs);
 
 /* Log-probability of token under log_softmax(logits), and, when k > 0, the k
@@ -386,7 +359,7 @@ float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int
  *
  * A q35_generation produces the tokens that follow a prompt in one session:
  * each step evaluates the newest token, with speculation on also drafts and
- * verifies (as q35_session_step), and chooses tokens by, in order: the
+ * verifies, and chooses tokens by, in order: the
  * caller's logits hook, the min_tokens mask, then the sampler (NULL:
  * greedy, the lowest index among the largest logits). Drafts see the same
  * hook and mask as the target, so a token the hook forbids is never
@@ -462,6 +435,10 @@ void q35_generation_free(q35_generation *gen);
 /* Chooses the first token from the prompt's last logits row (as
  * q35_session_eval or q35_session_sync wrote it; not modified): one token. */
 q35_status q35_generation_begin(q35_generation *gen, const float *logits, q35_gen_out *out, q35_error *err);
+/* Begins with a first token the caller chose instead (a forced token, or one
+ * chosen elsewhere): it is recorded, counted and checked for the stop
+ * conditions as a chosen one would be, and the first step evaluates it. */
+q35_status q35_generation_begin_with(q35_generation *gen, int32_t token, q35_gen_out *out, q35_error *err);
 /* One step: 1..k+1 tokens. Q35_ERR_ARG before begin or after a stop. */
 q35_status q35_generation_step(q35_generation *gen, q35_gen_out *out, q35_error *err);
 /* One step for n generations of distinct sessions of one engine: the

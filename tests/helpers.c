@@ -1,5 +1,6 @@
 /* helpers.c: see helpers.h. */
 #include "helpers.h"
+#include "test.h"
 #include "base/util.h"
 
 #include <stdio.h>
@@ -30,4 +31,46 @@ int32_t oracle_hook(void *ctx, int32_t pos, int32_t proposed) {
     int32_t i = pos - o->base;
     if (i < 0 || i >= o->n) return proposed;
     return (((uint32_t)pos * 2654435761u) >> 28) % 3 == 0 ? (o->seq[i] + 1) % 7 : o->seq[i];
+}
+
+q35_generation *test_gen_after(q35_session *s, q35_sampler *sm, int32_t last) {
+    q35_gen_params p = {.sampler = sm, .ignore_eos = 1};
+    q35_generation *g = NULL;
+    q35_gen_out o;
+    q35_error err = {0};
+    if (q35_generation_new(s, &p, &g, &err) || q35_generation_begin_with(g, last, &o, &err)) {
+        q35_test_fail(__FILE__, __LINE__, "generation: %s", err.msg);
+        q35_generation_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int32_t test_gen_step(q35_generation *g, int32_t *out) {
+    q35_gen_out o;
+    q35_error err = {0};
+    if (!g || q35_generation_step(g, &o, &err)) {
+        q35_test_fail(__FILE__, __LINE__, "step: %s", g ? err.msg : "no generation");
+        return -1;
+    }
+    memcpy(out, o.tokens, sizeof(int32_t) * (size_t)o.n_tokens);
+    return o.n_tokens;
+}
+
+int32_t test_greedy_tokens(q35_session *s, const float *logits, int32_t n, int32_t *out) {
+    q35_gen_params p = {.ignore_eos = 1}; /* no max_tokens: every step drafts in full, the excess is dropped */
+    q35_generation *g = NULL;
+    q35_gen_out o;
+    q35_error err = {0};
+    int32_t got = 0;
+    q35_status st = q35_generation_new(s, &p, &g, &err);
+    if (!st) st = q35_generation_begin(g, logits, &o, &err);
+    while (!st) {
+        for (int32_t i = 0; i < o.n_tokens && got < n; i++) out[got++] = o.tokens[i];
+        if (o.stop || got == n) break;
+        st = q35_generation_step(g, &o, &err);
+    }
+    q35_generation_free(g);
+    if (st) { q35_test_fail(__FILE__, __LINE__, "generation: %s", err.msg); return -1; }
+    return got;
 }

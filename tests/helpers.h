@@ -21,4 +21,18 @@ q35_status test_try_load(const char *dir, q35_error *err);
 typedef struct { const int32_t *seq; int32_t base, n; } oracle;
 int32_t oracle_hook(void *ctx, int32_t pos, int32_t proposed);
 
+/* A generation of session s that begins with token `last` (not yet
+ * evaluated: its first step evaluates it), greedy when sm is NULL, EOS
+ * ignored, no length limit; NULL on failure (reported). */
+q35_generation *test_gen_after(q35_session *s, q35_sampler *sm, int32_t last);
+/* One step of g: its new tokens into out (room for Q35_SPEC_K_MAX+1) and
+ * their count, or -1 on failure (reported). */
+int32_t test_gen_step(q35_generation *g, int32_t *out);
+
+/* Greedy generation (EOS ignored) of n tokens into out from the prompt's
+ * last logits row, through q35_generation (speculative when the session is;
+ * its steps are not cut at n, so the last one may run past it unseen):
+ * returns n, or -1 on failure (reported). */
+int32_t test_greedy_tokens(q35_session *s, const float *logits, int32_t n, int32_t *out);
+
 #endif

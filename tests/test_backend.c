@@ -2,6 +2,7 @@
  * backend and the CPU backend computing the same model through it. (The
  * whole suite also runs with Q35_BACKEND=ref: scripts/run-tests.sh.) */
 #include "golden.h"
+#include "helpers.h"
 #include "qwen35.h"
 #include "test.h"
 
@@ -65,14 +66,7 @@ TEST(backend, ref_and_cpu_give_the_goldens_and_agree) {
             CHECK(q35_session_set_spec(s, 2, &err) == Q35_OK);
             float *last = malloc(sizeof(float) * V);
             CHECK(q35_session_eval(s, g.prompt_ids, g.n_prompt, last, 0, &err) == Q35_OK);
-            int32_t n = 0, tok = q35_argmax(last, (int32_t)V);
-            toks[b][n++] = tok;
-            while (n < g.n_greedy) {
-                int32_t out[Q35_SPEC_K_MAX + 1], n_out = 0;
-                if (q35_session_step(s, tok, NULL, out, &n_out, NULL, &err)) { CHECK_MSG(0, "%s", err.msg); break; }
-                for (int32_t i = 0; i < n_out; i++) toks[b][n++] = out[i];
-                tok = out[n_out - 1];
-            }
+            CHECK_EQ_INT(test_greedy_tokens(s, last, g.n_greedy, toks[b]), g.n_greedy);
             for (int32_t i = 0; i < g.n_greedy; i++)
                 CHECK_MSG(toks[b][i] == g.greedy_ids[i], "%s on %s: speculative greedy token %d: %d, transformers %d",
                           golden_models[m], names[b], i, toks[b][i], g.greedy_ids[i]);

@@ -6,6 +6,7 @@
 #include "backend/cuda/layout.h"
 #include "model/prepare.h"
 #include "golden.h"
+#include "helpers.h"
 #include "qwen35.h"
 #include "test.h"
 
@@ -77,14 +78,7 @@ TEST(cuda, goldens_logits_and_greedy_tokens) {
                 float *last = malloc(sizeof(float) * V);
                 CHECK(!q35_session_eval(sc, g.prompt_ids, g.n_prompt, last, 0, &err));
                 int32_t *toks = calloc((size_t)g.n_greedy + Q35_SPEC_K_MAX + 1, sizeof(int32_t));
-                int32_t n = 0, tok = q35_argmax(last, (int32_t)V);
-                toks[n++] = tok;
-                while (n < g.n_greedy) {
-                    int32_t out[Q35_SPEC_K_MAX + 1], n_out = 0;
-                    if (q35_session_step(sc, tok, NULL, out, &n_out, NULL, &err)) { CHECK_MSG(0, "%s", err.msg); break; }
-                    for (int32_t i = 0; i < n_out; i++) toks[n++] = out[i];
-                    tok = out[n_out - 1];
-                }
+                CHECK_EQ_INT(test_greedy_tokens(sc, last, g.n_greedy, toks), g.n_greedy);
                 for (int32_t i = 0; i < g.n_greedy; i++)
                     CHECK_MSG(toks[i] == g.greedy_ids[i], "%s (spec %d): greedy token %d: %d, transformers %d",
                               golden_models[m], spec, i, toks[i], g.greedy_ids[i]);

@@ -23,14 +23,7 @@ static int generate(q35_engine *e, const golden *g, int32_t k, int32_t n, int32_
     size_t V = (size_t)g->vocab_size;
     float *lg = malloc(sizeof(float) * V);
     int rc = q35_session_eval(s, g->prompt_ids, g->n_prompt, lg, 0, &err) ? -1 : 0;
-    int32_t got = 0, last = q35_argmax(lg, (int32_t)V);
-    out[got++] = last;
-    while (!rc && got < n) {
-        int32_t step[Q35_SPEC_K_MAX + 1], m;
-        if (q35_session_step(s, last, NULL, step, &m, NULL, &err)) { rc = -1; break; }
-        for (int32_t i = 0; i < m && got < n; i++) out[got++] = step[i];
-        last = step[m - 1];
-    }
+    if (!rc && test_greedy_tokens(s, lg, n, out) != n) rc = -1;
     if (stats) *stats = q35_session_spec_stats(s);
     free(lg);
     q35_session_free(s);
@@ -112,10 +105,8 @@ TEST(spec, verify_rows_equal_single_token_decode) {
     golden_free(&g);
 }
 
-/* Sampling at temperature tau: probs = softmax(logits / tau). */
-static void softmax_policy(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
-    (void)prev; (void)n_prev;
-    const float tau = *(const float *)ctx;
+/* probs = softmax(logits / tau) over tiny-a's vocabulary. */
+static void softmax_tau(float tau, const float *logits, float *probs) {
     int32_t V = 320; /* tiny-a */
     float mx = logits[0];
     for (int32_t i = 1; i < V; i++) if (logits[i] > mx) mx = logits[i];
@@ -152,9 +143,8 @@ static void only_5_first(void *ctx, float *logits, int32_t n_vocab, const int32_
     for (int32_t v = 0; !n_prev && v < n_vocab; v++) if (v != 5) logits[v] = -INFINITY;
 }
 
-static void check_rejection_sampling_on(int use_policy, const int32_t *draft_ids, int32_t n_draft,
-                                        int32_t (*hook)(void *, int32_t, int32_t), void *hook_ctx, int64_t *accepted_out,
-                                        float **q_out, double **exact_out) {
+static void check_rejection_sampling(const int32_t *draft_ids, int32_t n_draft, int32_t (*hook)(void *, int32_t, int32_t),
+                                     void *hook_ctx, int64_t *accepted_out, float **q_out, double **exact_out) {
     golden g;
     q35_engine *e = golden_engine("tiny-a", &g);
     REQUIRE(e);
@@ -168,7 +158,6 @@ static void check_rejection_sampling_on(int use_policy, const int32_t *draft_ids
     s->draft_hook = hook;
     s->draft_hook_ctx = hook_ctx;
     float tau = 1.0f;
-    q35_policy pol = {softmax_policy, &tau, NULL};
     float *lg = malloc(sizeof(float) * V), *pr = malloc(sizeof(float) * V);
     const int32_t n_prompt = 8, first = 5;
     CHECK(q35_session_eval(s, g.prompt_ids, n_prompt, lg, 0, &err) == Q35_OK);
@@ -178,14 +167,12 @@ static void check_rejection_sampling_on(int use_policy, const int32_t *draft_ids
     REQUIRE(q35_snapshot_take(s, &snap, &err) == Q35_OK);
     /* exact distribution of the second generated token given the first */
     CHECK(q35_session_eval(s, &first, 1, lg, 0, &err) == Q35_OK);
-    softmax_policy(&tau, lg, NULL, 0, pr);
+    softmax_tau(tau, lg, pr);
     double *exact = malloc(sizeof(double) * V);
     for (int32_t i = 0; i < V; i++) exact[i] = pr[i];
     enum { N = 4000 };
     int *counts = calloc((size_t)V, sizeof(int));
-    uint64_t rng = 12345;
-    pol.rng = &rng;
-    /* the generation path: a sampler at temperature tau with no cut and no penalty is softmax_policy */
+    /* a sampler at temperature tau with no cut and no penalty draws from softmax_tau */
     q35_sampler *sm = NULL;
     q35_sampler_params sp = {.temperature = tau, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed = 12345};
     REQUIRE(q35_sampler_new(&sp, V, &sm, &err) == Q35_OK);
@@ -194,18 +181,14 @@ static void check_rejection_sampling_on(int use_policy, const int32_t *draft_ids
     for (int t = 0; t < N; t++) {
         CHECK(q35_snapshot_restore(s, snap, &err) == Q35_OK);
         q35_spec_stats before = q35_session_spec_stats(s);
-        int32_t out[Q35_SPEC_K_MAX + 1], m;
-        if (use_policy) {
-            REQUIRE(q35_session_step(s, first, &pol, out, &m, NULL, &err) == Q35_OK);
-        } else {
-            q35_generation *gen;
-            q35_gen_out o;
-            REQUIRE(q35_generation_new(s, &gp, &gen, &err) == Q35_OK);
-            REQUIRE(q35_generation_begin(gen, lg_prompt, &o, &err) == Q35_OK && o.tokens[0] == first);
-            REQUIRE(q35_generation_step(gen, &o, &err) == Q35_OK);
-            out[0] = o.tokens[0];
-            q35_generation_free(gen);
-        }
+        int32_t out[1];
+        q35_generation *gen;
+        q35_gen_out o;
+        REQUIRE(q35_generation_new(s, &gp, &gen, &err) == Q35_OK);
+        REQUIRE(q35_generation_begin(gen, lg_prompt, &o, &err) == Q35_OK && o.tokens[0] == first);
+        REQUIRE(q35_generation_step(gen, &o, &err) == Q35_OK);
+        out[0] = o.tokens[0];
+        q35_generation_free(gen);
         q35_spec_stats after = q35_session_spec_stats(s);
         accepted += after.accepted - before.accepted;
         drafts += after.drafts - before.drafts;
@@ -215,8 +198,8 @@ static void check_rejection_sampling_on(int use_policy, const int32_t *draft_ids
     double stat = chi_square(counts, exact, V, N, &dof);
     /* the 0.9999 quantile of chi-square with dof degrees (Wilson-Hilferty) */
     double z = 3.719, h = 2.0 / (9.0 * dof), crit = dof * pow(1 - h + z * sqrt(h), 3);
-    CHECK_MSG(stat < crit, "%s: speculative samples do not follow the target: chi2 %.1f >= %.1f (dof %d)",
-              use_policy ? "q35_session_step" : "q35_generation", stat, crit, dof);
+    CHECK_MSG(stat < crit, "speculative samples do not follow the target: chi2 %.1f >= %.1f (dof %d)", stat, crit,
+              dof);
     CHECK_MSG(drafts == 2 * N, "drafts %lld", (long long)drafts);
     *accepted_out = accepted;
     *q_out = malloc(sizeof(float) * V);
@@ -228,19 +211,6 @@ static void check_rejection_sampling_on(int use_policy, const int32_t *draft_ids
     q35_session_free(s);
     q35_engine_free(e);
     golden_free(&g);
-}
-
-/* Both ways of stepping: q35_session_step with a policy (its own rng), then
- * a q35_generation with a sampler (the sampler's RNG), whose figures come
- * back. */
-static void check_rejection_sampling(const int32_t *draft_ids, int32_t n_draft, int32_t (*hook)(void *, int32_t, int32_t),
-                                     void *hook_ctx, int64_t *accepted_out, float **q_out, double **exact_out) {
-    check_rejection_sampling_on(1, draft_ids, n_draft, hook, hook_ctx, accepted_out, q_out, exact_out);
-    free(*q_out);
-    free(*exact_out);
-    *q_out = NULL;
-    *exact_out = NULL;
-    check_rejection_sampling_on(0, draft_ids, n_draft, hook, hook_ctx, accepted_out, q_out, exact_out);
 }
 
 /* The target's exact distribution of that token (tiny-a, temperature 1). */
@@ -258,7 +228,7 @@ static double *exact_next(void) {
         free(exact);
         exact = NULL;
     } else {
-        softmax_policy(&tau, lg, NULL, 0, pr);
+        softmax_tau(tau, lg, pr);
         for (int32_t i = 0; i < 320; i++) exact[i] = pr[i];
     }
     q35_session_free(s);
@@ -345,21 +315,24 @@ TEST(spec, snapshot_carries_the_mtp_state) {
     q35_snapshot *snap;
     REQUIRE(q35_snapshot_take(s, &snap, &err) == Q35_OK);
     int32_t a[40], b[40], na = 0, nb = 0, last = 7;
-    for (int32_t cur = last; na < 30;) {
-        int32_t out[Q35_SPEC_K_MAX + 1], m;
-        REQUIRE(q35_session_step(s, cur, NULL, out, &m, NULL, &err) == Q35_OK);
+    q35_generation *ga = test_gen_after(s, NULL, last), *gb = NULL;
+    REQUIRE(ga);
+    while (na < 30) {
+        int32_t out[Q35_SPEC_K_MAX + 1], m = test_gen_step(ga, out);
+        REQUIRE(m > 0);
         for (int i = 0; i < m; i++) a[na++] = out[i];
-        cur = out[m - 1];
     }
     q35_spec_stats sa = q35_session_spec_stats(s);
     CHECK(q35_session_eval(t, g.greedy_ids, 10, NULL, 0, &err) == Q35_OK); /* unrelated history first */
     CHECK(q35_snapshot_restore(t, snap, &err) == Q35_OK);
-    for (int32_t cur = last; nb < 30;) {
-        int32_t out[Q35_SPEC_K_MAX + 1], m;
-        REQUIRE(q35_session_step(t, cur, NULL, out, &m, NULL, &err) == Q35_OK);
+    REQUIRE((gb = test_gen_after(t, NULL, last)));
+    while (nb < 30) {
+        int32_t out[Q35_SPEC_K_MAX + 1], m = test_gen_step(gb, out);
+        REQUIRE(m > 0);
         for (int i = 0; i < m; i++) b[nb++] = out[i];
-        cur = out[m - 1];
     }
+    q35_generation_free(ga);
+    q35_generation_free(gb);
     q35_spec_stats sb = q35_session_spec_stats(t);
     CHECK_EQ_INT(na, nb);
     CHECK(memcmp(a, b, sizeof(int32_t) * (size_t)na) == 0);
@@ -372,17 +345,6 @@ TEST(spec, snapshot_carries_the_mtp_state) {
     golden_free(&g);
 }
 
-static void softmax_policy_b(void *ctx, const float *logits, const int32_t *prev, int32_t n_prev, float *probs) {
-    (void)prev; (void)n_prev;
-    const float tau = *(const float *)ctx;
-    const int32_t V = 384; /* tiny-b */
-    float mx = logits[0];
-    for (int32_t i = 1; i < V; i++) if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int32_t i = 0; i < V; i++) { probs[i] = expf((logits[i] - mx) / tau); sum += probs[i]; }
-    for (int32_t i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
-}
-
 TEST(spec, batch_step_equals_single_session_steps) {
     golden g;
     q35_engine *e = golden_engine("tiny-b", &g);
@@ -391,35 +353,31 @@ TEST(spec, batch_step_equals_single_session_steps) {
     enum { NS = 3, STEPS = 12 };
     q35_session *a[NS], *b[NS];
     const int32_t ks[NS] = {0, 1, 3}; /* a mix: no speculation, one draft, three */
-    int32_t la[NS], lb[NS];
-    float tau = 0.8f;
-    uint64_t ra[NS], rb[NS];
-    q35_policy pa[NS], pb[NS];
-    const q35_policy *pola[NS];
+    q35_sampler *sa[NS] = {0}, *sb[NS] = {0};
+    q35_generation *ga[NS], *gb[NS];
+    /* session 0 samples (its own sampler on each side, the same seed), the others are greedy */
+    const q35_sampler_params sp = {.temperature = 0.8f, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed = 1000};
+    REQUIRE(q35_sampler_new(&sp, g.vocab_size, &sa[0], &err) == Q35_OK && q35_sampler_new(&sp, g.vocab_size, &sb[0], &err) == Q35_OK);
     for (int i = 0; i < NS; i++) {
         REQUIRE(q35_session_new(e, 128, &a[i], &err) == Q35_OK && q35_session_new(e, 128, &b[i], &err) == Q35_OK);
         REQUIRE(q35_session_set_spec(a[i], ks[i], &err) == Q35_OK && q35_session_set_spec(b[i], ks[i], &err) == Q35_OK);
         CHECK(q35_session_eval(a[i], g.prompt_ids + 3 * i, 10 + i, NULL, 0, &err) == Q35_OK);
         CHECK(q35_session_eval(b[i], g.prompt_ids + 3 * i, 10 + i, NULL, 0, &err) == Q35_OK);
-        la[i] = lb[i] = g.prompt_ids[20 + i];
-        ra[i] = rb[i] = 1000 + (uint64_t)i;
-        /* session 0 samples, the others are greedy */
-        pa[i] = (q35_policy){i == 0 ? softmax_policy_b : NULL, &tau, &ra[i]};
-        pb[i] = (q35_policy){i == 0 ? softmax_policy_b : NULL, &tau, &rb[i]};
-        pola[i] = &pa[i];
+        REQUIRE((ga[i] = test_gen_after(a[i], sa[i], g.prompt_ids[20 + i])));
+        REQUIRE((gb[i] = test_gen_after(b[i], sb[i], g.prompt_ids[20 + i])));
     }
     for (int step = 0; step < STEPS; step++) {
-        int32_t out[NS * (Q35_SPEC_K_MAX + 1)], n_out[NS];
-        REQUIRE(q35_batch_step(a, la, NS, pola, out, n_out, &err) == Q35_OK);
+        q35_gen_out out[NS];
+        REQUIRE(q35_generation_batch_step(ga, NS, out, &err) == Q35_OK);
         for (int i = 0; i < NS; i++) {
-            int32_t o1[Q35_SPEC_K_MAX + 1], m;
-            REQUIRE(q35_session_step(b[i], lb[i], &pb[i], o1, &m, NULL, &err) == Q35_OK);
-            CHECK_EQ_INT(n_out[i], m);
-            CHECK(memcmp(out + i * (Q35_SPEC_K_MAX + 1), o1, sizeof(int32_t) * (size_t)m) == 0);
-            la[i] = out[i * (Q35_SPEC_K_MAX + 1) + n_out[i] - 1];
-            lb[i] = o1[m - 1];
+            int32_t o1[Q35_SPEC_K_MAX + 1], m = test_gen_step(gb[i], o1);
+            CHECK_EQ_INT(out[i].n_tokens, m);
+            CHECK(m > 0 && memcmp(out[i].tokens, o1, sizeof(int32_t) * (size_t)m) == 0);
         }
     }
+    for (int i = 0; i < NS; i++) { q35_generation_free(ga[i]); q35_generation_free(gb[i]); }
+    q35_sampler_free(sa[0]);
+    q35_sampler_free(sb[0]);
     for (int i = 0; i < NS; i++) {
         q35_spec_stats x = q35_session_spec_stats(a[i]), y = q35_session_spec_stats(b[i]);
         CHECK_EQ_INT(x.drafts, y.drafts);
@@ -515,8 +473,10 @@ static void check_restricted_argmax(q35_engine *e, const golden *gp) {
         s->draft_hook = record_hook;
         s->draft_hook_ctx = &proposed[pass];
         CHECK(q35_session_eval(s, g.prompt_ids, 12, NULL, 0, &err) == Q35_OK);
-        int32_t out[Q35_SPEC_K_MAX + 1], m;
-        REQUIRE(q35_session_step(s, g.prompt_ids[12], NULL, out, &m, NULL, &err) == Q35_OK);
+        int32_t out[Q35_SPEC_K_MAX + 1];
+        q35_generation *gen = test_gen_after(s, NULL, g.prompt_ids[12]);
+        REQUIRE(test_gen_step(gen, out) > 0);
+        q35_generation_free(gen);
         memcpy(pass ? sub : full, s->draft_logits, sizeof(float) * (size_t)(pass ? n : V));
         q35_session_free(s);
     }

@@ -52,7 +52,6 @@ const int32_t *q35_engine_eos_ids(const q35_engine *e, int32_t *n) {
 /* ---- the row a token is chosen from ---- */
 
 const float *q35_gen_process(q35_generation *g, const float *row, int32_t n_prev) {
-    if (!g->row) return row;
     const int32_t V = g->s->engine->cfg.vocab_size;
     memcpy(g->row, row, sizeof(float) * (size_t)V);
     if (g->logits_fn) g->logits_fn(g->logits_ctx, g->row, V, g->toks, n_prev);
@@ -151,6 +150,15 @@ q35_status q35_generation_begin(q35_generation *g, const float *logits, q35_gen_
     int32_t t = g->sampler ? q35_sampler_sample(g->sampler, g->row) : q35_argmax(row, g->s->engine->cfg.vocab_size);
     g->started = 1;
     emit(g, &t, 1, out);
+    return Q35_OK;
+}
+
+q35_status q35_generation_begin_with(q35_generation *g, int32_t token, q35_gen_out *out, q35_error *err) {
+    if (g->started) return q35_fail(err, Q35_ERR_ARG, "the generation has begun already");
+    const int32_t V = g->s->engine->cfg.vocab_size;
+    if (token < 0 || token >= V) return q35_fail(err, Q35_ERR_ARG, "token id %d is outside the vocabulary [0, %d)", token, V);
+    g->started = 1;
+    emit(g, &token, 1, out);
     return Q35_OK;
 }
 

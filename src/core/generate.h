@@ -11,9 +11,6 @@
 struct q35_generation {
     q35_session *s;
     q35_sampler *sampler;         /* NULL: greedy */
-    /* q35_session_step's policy, which chooses instead of a sampler: its
-     * distribution and its rng state; no hook, mask or stop then */
-    const q35_policy *policy;
     q35_logits_fn logits_fn;
     void *logits_ctx;
     int32_t max_tokens, min_tokens, ignore_eos, max_drafts;
@@ -23,7 +20,7 @@ struct q35_generation {
     int32_t n_gen, cap;
     int32_t last;                 /* the newest token, not yet evaluated */
     int32_t started, stop;
-    float *row;                   /* (V) the processed logits row; NULL for a policy */
+    float *row;                   /* (V) the processed logits row */
 };
 
 /* One step for n generations (spec.c): each drafts, every verify row goes
@@ -36,11 +33,8 @@ q35_status q35_step_generations(q35_generation *const *gs, int32_t n, int32_t *o
 int32_t q35_gen_draft_cap(const q35_generation *g);
 
 /* The row the chooser sees for the token after the first n_prev of g->toks:
- * the logits hook, then the min_tokens mask. For a policy: row itself. */
+ * the logits hook, then the min_tokens mask. */
 const float *q35_gen_process(q35_generation *g, const float *row, int32_t n_prev);
-
-/* policy.c: a uniform draw from a q35_policy's rng state. */
-double q35_policy_uniform(const q35_policy *p);
 
 /* sampler.c: a uniform draw in [0, 1) from the sampler's RNG; and
  * q35_sampler_sample with prev counted as generated. */

@@ -17,10 +17,9 @@
  * generation's logits hook and min_tokens mask, generate.c), so p and q
  * are distributions of the same processed rows.
  *
- * Who chooses: a q35_generation's sampler (NULL: greedy), drawing every
- * random number from the sampler's RNG; or, for q35_session_step and
- * q35_batch_step (policy.c), a q35_policy's distribution and the draws of
- * its rng state.
+ * Who chooses: the q35_generation's sampler (NULL: greedy), and every
+ * random number, drafts' and acceptance tests' alike, comes from the
+ * sampler's own RNG.
  *
  * With a reduced-vocabulary draft head (q35_engine_set_draft_vocab) step 1
  * reads only the subset's rows of lm_head: a greedy draft is the argmax over
@@ -35,22 +34,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static double uniform(q35_generation *g) {
-    return g->policy ? q35_policy_uniform(g->policy) : q35_sampler_uniform(g->sampler);
-}
+static double uniform(q35_generation *g) { return q35_sampler_uniform(g->sampler); }
 
 /* Greedy: no sampler, or one that only picks the argmax (then the verify
  * rows need no distributions and no draws). */
 static int greedy(const q35_generation *g) {
-    return g->policy ? !g->policy->probs : !g->sampler || q35_sampler_is_argmax(g->sampler);
+    return !g->sampler || q35_sampler_is_argmax(g->sampler);
 }
 
 /* The distribution of the token after the step's first n_step tokens
  * (step: the drafts so far, not yet recorded by the sampler), from the
  * processed row r. */
 static void dist(q35_generation *g, const float *r, const int32_t *step, int32_t n_step, float *probs) {
-    if (g->policy) g->policy->probs(g->policy->ctx, r, step, n_step, probs);
-    else q35_sampler_probs(g->sampler, r, step, n_step, probs);
+    q35_sampler_probs(g->sampler, r, step, n_step, probs);
 }
 
 static int32_t sample(q35_generation *g, const float *probs, int32_t n) {
@@ -146,7 +142,7 @@ static int32_t accept(q35_generation *g, const float *rows, const int32_t *draft
             if (i < nd && t == drafts[i]) { n_acc++; continue; }
             break;
         }
-        if (i == nd && !g->policy) { /* no draft to test: exactly the sampler's own draw */
+        if (i == nd) { /* no draft to test: exactly the sampler's own draw */
             out[n_emit++] = q35_sampler_sample_after(g->sampler, g->row, drafts, i);
             break;
         }
