@@ -104,7 +104,7 @@ int32_t q35_session_ctx(const q35_session *session); /* capacity in tokens */
 enum {
     Q35_EVAL_ALL_LOGITS = 1, /* write logits for every input row, not only the last */
     Q35_EVAL_RECURRENT = 2,  /* run the GDN token by token even for a prompt (testing) */
-    Q35_EVAL_CHECKPOINT = 4, /* keep per-row states so q35_session_rewind can drop rows (at most
+    Q35_EVAL_REWINDABLE = 4, /* keep per-row states so q35_session_rewind can drop rows (at most
                                 Q35_SPEC_K_MAX+1 tokens; needs q35_session_set_spec) */
 };
 
@@ -188,7 +188,7 @@ q35_status q35_engine_set_draft_vocab_file(q35_engine *engine, const char *path,
  * (n_out rows of vocab_size), valid until its next eval or step. */
 const float *q35_session_step_logits(const q35_session *session);
 
-/* Rewinds the last eval made with Q35_EVAL_CHECKPOINT to its first n_keep
+/* Rewinds the last eval made with Q35_EVAL_REWINDABLE to its first n_keep
  * rows (1 <= n_keep <= rows): GDN states, KV length and MTP rows. */
 q35_status q35_session_rewind(q35_session *session, int32_t n_keep, q35_error *err);
 

@@ -166,7 +166,7 @@ TEST(cuda, snapshots_rewinds_batches_and_repeats_are_exact) {
     q35_session_reset(s); q35_session_reset(t);
     CHECK(!q35_session_set_spec(s, 2, &err));
     CHECK(!q35_session_eval(s, ids, 10, NULL, 0, &err));
-    CHECK(!q35_session_eval(s, ids + 10, 3, NULL, Q35_EVAL_CHECKPOINT, &err));
+    CHECK(!q35_session_eval(s, ids + 10, 3, NULL, Q35_EVAL_REWINDABLE, &err));
     CHECK(!q35_session_rewind(s, 1, &err));
     CHECK(!q35_session_eval(s, ids + 11, 1, a, Q35_EVAL_RECURRENT, &err));
     CHECK(!q35_session_eval(t, ids, 10, NULL, 0, &err));

@@ -266,7 +266,7 @@ TEST(sched, prefix_cache_serves_a_repeated_prompt) {
         q35_task_release(t);
     }
     CHECK_EQ_INT(cached[0], 0);
-    /* the checkpoint one token before the prompt's end */
+    /* the snapshot one token before the prompt's end */
     CHECK_EQ_INT(cached[1], f.g.n_prompt - 1);
     CHECK_EQ_INT(cached[2], 0);
     CHECK(!memcmp(out[0], out[1], sizeof out[0]));

@@ -77,7 +77,7 @@ TEST(spec, verify_rows_equal_single_token_decode) {
     CHECK(q35_session_eval(a, g.prompt_ids, 20, NULL, 0, &err) == Q35_OK);
     CHECK(q35_session_eval(b, g.prompt_ids, 20, NULL, 0, &err) == Q35_OK);
     float *la = malloc(sizeof(float) * V * 5), *lb = malloc(sizeof(float) * V);
-    CHECK(q35_session_eval(a, g.prompt_ids + 20, 5, la, Q35_EVAL_ALL_LOGITS | Q35_EVAL_CHECKPOINT, &err) == Q35_OK);
+    CHECK(q35_session_eval(a, g.prompt_ids + 20, 5, la, Q35_EVAL_ALL_LOGITS | Q35_EVAL_REWINDABLE, &err) == Q35_OK);
     for (int i = 0; i < 5; i++) {
         CHECK(q35_session_eval(b, g.prompt_ids + 20 + i, 1, lb, 0, &err) == Q35_OK);
         CHECK_MSG(memcmp(la + i * V, lb, sizeof(float) * V) == 0, "row %d of a verify batch differs from decode", i);
@@ -89,13 +89,13 @@ TEST(spec, verify_rows_equal_single_token_decode) {
     CHECK(q35_session_eval(c, g.prompt_ids + 20, 2, NULL, 0, &err) == Q35_OK);
     CHECK(q35_session_rewind(a, 2, &err) == Q35_OK);
     CHECK_EQ_INT(q35_session_pos(a), 22);
-    CHECK(q35_session_rewind(a, 1, &err) == Q35_ERR_ARG); /* only once per checkpointed eval */
+    CHECK(q35_session_rewind(a, 1, &err) == Q35_ERR_ARG); /* only once per rewindable eval */
     CHECK(q35_session_eval(a, g.prompt_ids + 22, 3, la, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
     float *lc = malloc(sizeof(float) * V * 3);
     CHECK(q35_session_eval(c, g.prompt_ids + 22, 3, lc, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
     CHECK(memcmp(la, lc, sizeof(float) * V * 3) == 0);
     /* misuse */
-    CHECK(q35_session_eval(a, g.prompt_ids, 6, la, Q35_EVAL_CHECKPOINT, &err) == Q35_ERR_ARG);
+    CHECK(q35_session_eval(a, g.prompt_ids, 6, la, Q35_EVAL_REWINDABLE, &err) == Q35_ERR_ARG);
     CHECK(q35_session_set_spec(a, 9, &err) == Q35_ERR_ARG);
     CHECK(strstr(err.msg, "range") != NULL);
     CHECK(q35_session_set_spec(a, -1, &err) == Q35_ERR_ARG);

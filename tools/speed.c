@@ -126,7 +126,7 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
         if (q35_generation_step(gp, &o, err)) rc = -1;
         d[r] = cli_now() - t0;
         t0 = cli_now();
-        if (!rc && (q35_session_eval(s, toks + 20, k + 1, logits, Q35_EVAL_CHECKPOINT | Q35_EVAL_ALL_LOGITS, err) ||
+        if (!rc && (q35_session_eval(s, toks + 20, k + 1, logits, Q35_EVAL_REWINDABLE | Q35_EVAL_ALL_LOGITS, err) ||
                     q35_session_rewind(s, 1, err)))
             rc = -1;
         v[r] = cli_now() - t0;

@@ -125,9 +125,9 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return q35_fail(err, Q35_ERR_ARG, "token id %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
                             c->vocab_size);
-    const int rewindable = (flags & Q35_EVAL_CHECKPOINT) != 0;
+    const int rewindable = (flags & Q35_EVAL_REWINDABLE) != 0;
     if (rewindable && (!s->spec_k || n > s->spec_k + 1))
-        return q35_fail(err, Q35_ERR_ARG, "a checkpointed eval takes at most spec_k+1 = %d tokens (got %d)",
+        return q35_fail(err, Q35_ERR_ARG, "a rewindable eval takes at most spec_k+1 = %d tokens (got %d)",
                         s->spec_k + 1, n);
     const int32_t V = c->vocab_size;
     for (int32_t done = 0; done < n;) {
@@ -149,7 +149,7 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
 }
 
 q35_status q35_session_rewind(q35_session *s, int32_t n_keep, q35_error *err) {
-    if (!s->rewind_rows) return q35_fail(err, Q35_ERR_ARG, "nothing to rewind: the last eval was not checkpointed");
+    if (!s->rewind_rows) return q35_fail(err, Q35_ERR_ARG, "nothing to rewind: the last eval was not rewindable");
     if (n_keep < 1 || n_keep > s->rewind_rows)
         return q35_fail(err, Q35_ERR_ARG, "cannot keep %d rows of a %d-row eval", n_keep, s->rewind_rows);
     if (n_keep < s->rewind_rows) ops_of(s)->state_rewind(s->state, n_keep);
@@ -176,7 +176,7 @@ q35_status q35_forward_sessions(q35_session *const *ss, const int32_t *const *to
             return q35_fail(err, Q35_ERR_CONTEXT, "batch row %d: %d tokens do not fit: position %d of a %d-token context",
                             i, counts[i], s->pos, s->n_ctx);
         if (rewindable[i] && (!s->spec_k || counts[i] > s->spec_k + 1))
-            return q35_fail(err, Q35_ERR_ARG, "batch row %d: a checkpointed eval takes at most spec_k+1 tokens", i);
+            return q35_fail(err, Q35_ERR_ARG, "batch row %d: a rewindable eval takes at most spec_k+1 tokens", i);
         for (int32_t t = 0; t < counts[i]; t++)
             if (tokens[i][t] < 0 || tokens[i][t] >= c->vocab_size)
                 return q35_fail(err, Q35_ERR_ARG, "batch row %d: token id %d is outside the vocabulary", i, tokens[i][t]);

@@ -2,7 +2,7 @@
  * prompts are ids already or text to tokenize; chat renders its messages
  * (and tools) with the Qwen3.5 template first. Each prompt's max_tokens is
  * resolved against the context, and a chat's turn boundary found for the
- * scheduler's turn checkpoint. */
+ * scheduler's turn snapshot. */
 #include "server/prompt.h"
 
 #include <stdio.h>
@@ -104,6 +104,6 @@ int q35_prompt_prepare(const q35_tokenizer *tok, const q35_api_limits *lim, q35_
         }
         if ((*status = q35_api_check_length(&r->api, r->prompt_len[i], lim, &r->max_tokens[i], msg, msg_size))) return -1;
     }
-    if (r->api.kind == Q35_API_CHAT) r->turn_ckpt = turn_boundary(tok, r);
+    if (r->api.kind == Q35_API_CHAT) r->turn_snap = turn_boundary(tok, r);
     return 0;
 }

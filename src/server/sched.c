@@ -29,7 +29,7 @@
  * that is a proper prefix of the new prompt (at least one token is left to
  * evaluate, for the logits). Entries are evicted least recently used first
  * when their bytes pass the budget. Choices 2..n of a request wait for the
- * first one's prompt checkpoint instead of evaluating the same prompt again. */
+ * first one's prompt snapshot instead of evaluating the same prompt again. */
 #include "server/sched.h"
 #include "server/decoder.h"
 #include "server/json_prefix.h"
@@ -57,7 +57,7 @@ typedef struct seq {
     int32_t *tokens;           /* (n_prompt + max_tokens) prompt then generated ids */
     int32_t n_gen, last;
     bool looked_up;            /* the prefix cache was consulted */
-    bool ckpt_done;            /* the prompt checkpoint was taken */
+    bool snap_done;            /* the prompt snapshot was taken */
     q35_sampler *sampler;
     q35_generation *gen;       /* from the end of the prompt on */
     bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
@@ -132,7 +132,7 @@ static char *dup_n(const char *p, size_t n) {
     return d;
 }
 
-/* Ends a sequence: the end-of-generation checkpoint, the slot, the counts. */
+/* Ends a sequence: the end-of-generation snapshot, the slot, the counts. */
 static void seq_end(q35_sched *S, seq *s, int finish) {
     q35_task *r = s->req;
     q35_session *sess = S->sessions[s->slot];
@@ -276,10 +276,10 @@ static void seq_begin(q35_sched *S, seq *s, float *row) {
 
 /* The session holds all of s's prompt but its last token: cache that state
  * (once) and let the request's other choices of this prompt go on. */
-static void prompt_checkpoint(q35_sched *S, seq *s, q35_session *sess) {
+static void prompt_snapshot(q35_sched *S, seq *s, q35_session *sess) {
     q35_task *r = s->req;
-    if (s->ckpt_done) return;
-    s->ckpt_done = true;
+    if (s->snap_done) return;
+    s->snap_done = true;
     if (!r->api.cache_prompt) return;
     if (s->n_eval > 0) q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, q35_salt_hash(r->api.cache_salt));
     pthread_mutex_lock(&r->mu);
@@ -295,7 +295,7 @@ static void seq_prefill(q35_sched *S, seq *s) {
     if (!s->looked_up) {
         int32_t j = s->choice % r->api.n;
         if (j > 0 && r->api.cache_prompt && !atomic_load(&r->cancelled)) {
-            /* wait for choice 0's checkpoint of the same prompt */
+            /* wait for choice 0's snapshot of the same prompt */
             pthread_mutex_lock(&r->mu);
             bool ready = r->prompt_ready[s->prompt_index] || r->error;
             pthread_mutex_unlock(&r->mu);
@@ -326,12 +326,12 @@ static void seq_prefill(q35_sched *S, seq *s) {
         }
         s->n_eval = hit;
     }
-    /* the checkpoint falls one token before the end: the last token is fed
+    /* the snapshot falls one token before the end: the last token is fed
      * alone, so a repeat of this prompt can restore it and still get logits */
-    int32_t ckpt = s->n_prompt - 1, turn = r->turn_ckpt;
-    if (s->n_eval == ckpt) prompt_checkpoint(S, s, sess);
-    int32_t end = s->n_eval < ckpt ? ckpt : s->n_prompt;
-    if (turn > s->n_eval && turn < ckpt) end = turn; /* stop there for the turn checkpoint */
+    int32_t snap_at = s->n_prompt - 1, turn = r->turn_snap;
+    if (s->n_eval == snap_at) prompt_snapshot(S, s, sess);
+    int32_t end = s->n_eval < snap_at ? snap_at : s->n_prompt;
+    if (turn > s->n_eval && turn < snap_at) end = turn; /* stop there for the turn snapshot */
     int32_t n = end - s->n_eval;
     if (n > S->prefill_chunk) n = S->prefill_chunk;
     bool last = s->n_eval + n == s->n_prompt;
@@ -341,9 +341,9 @@ static void seq_prefill(q35_sched *S, seq *s) {
         return;
     }
     s->n_eval += n;
-    if (s->n_eval == turn && turn < ckpt && r->api.cache_prompt && s->choice % r->api.n == 0)
+    if (s->n_eval == turn && turn < snap_at && r->api.cache_prompt && s->choice % r->api.n == 0)
         q35_prefix_cache_store(&S->cache, sess, s->prompt, turn, q35_salt_hash(r->api.cache_salt));
-    if (s->n_eval == ckpt) prompt_checkpoint(S, s, sess);
+    if (s->n_eval == snap_at) prompt_snapshot(S, s, sess);
     if (!last) return;
     pthread_mutex_lock(&r->mu);
     r->n_started++;

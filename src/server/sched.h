@@ -58,8 +58,8 @@ typedef struct q35_task {
     int32_t n_started;         /* choices whose prompt is done */
     char *tools_json;          /* chat: tools shown to the model and parsed out of its output, or NULL */
     bool think;                /* chat: the prompt opens a <think> block */
-    int32_t turn_ckpt;         /* chat: prompt tokens a follow-up turn shares (0: unknown) */
-    bool *prompt_ready;        /* (n_prompts) choice 0's prompt checkpoint is cached */
+    int32_t turn_snap;         /* chat: prompt tokens a follow-up turn shares (0: unknown) */
+    bool *prompt_ready;        /* (n_prompts) choice 0's prompt snapshot is cached */
     atomic_int cancelled;
     char *error;               /* set when the engine failed */
     double t_arrive, t_first_token;

@@ -75,9 +75,9 @@ static void host_layer(q35_backend *base, int32_t li) {
             q35_bstate *s = q->state;
             q35_gdn_seg g = {q->row0, q->n_rows, s->conv_state[li], s->ssm_state[li], NULL, NULL, 0, q->recurrent};
             if (q->rewindable) { /* slot t mirrors state_block after row t */
-                g.ckpt_conv = s->row_states + (s->conv_state[li] - s->state_block);
-                g.ckpt_ssm = s->row_states + (s->ssm_state[li] - s->state_block);
-                g.ckpt_stride = s->state_floats;
+                g.rows_conv = s->row_states + (s->conv_state[li] - s->state_block);
+                g.rows_ssm = s->row_states + (s->ssm_state[li] - s->state_block);
+                g.rows_stride = s->state_floats;
                 g.recurrent = 1;
             }
             segs[i] = g;

@@ -80,8 +80,8 @@ static void conv_channels(const heads_job *j, const q35_gdn_seg *sg, int32_t ch0
             for (int32_t i = 0; i < CK; i++) acc += w[i] * hist[i];
             j->y[row * CD + ch] = silu(acc);
             for (int32_t i = 0; i < CK - 1; i++) hist[i] = hist[i + 1];
-            if (sg->ckpt_conv && t + 1 < sg->n_rows)
-                memcpy(sg->ckpt_conv + (size_t)t * sg->ckpt_stride + (size_t)ch * (CK - 1), hist,
+            if (sg->rows_conv && t + 1 < sg->n_rows)
+                memcpy(sg->rows_conv + (size_t)t * sg->rows_stride + (size_t)ch * (CK - 1), hist,
                        sizeof(float) * (size_t)(CK - 1));
         }
         for (int32_t i = 0; i < CK - 1; i++) st[i] = hist[i];
@@ -108,9 +108,9 @@ static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float
         hg[t] = -A * softplus(j->aa[(size_t)(r0 + t) * HV + h] + dt);
     }
     float *S = sg->ssm_state + (size_t)h * DK * DV;
-    if (sg->recurrent || sg->ckpt_ssm || T == 1)
-        j->k->gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, sg->ckpt_ssm ? sg->ckpt_ssm + (size_t)h * DK * DV : NULL,
-                            sg->ckpt_stride);
+    if (sg->recurrent || sg->rows_ssm || T == 1)
+        j->k->gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, sg->rows_ssm ? sg->rows_ssm + (size_t)h * DK * DV : NULL,
+                            sg->rows_stride);
     else
         j->k->gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
     for (int32_t t = 0; t < T; t++) { /* gated RMSNorm: normalise, * w (plain), * silu(z) */

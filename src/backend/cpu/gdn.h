@@ -12,14 +12,14 @@
 #include "model/model.h"
 
 /* One sequence's rows within a batch, and that sequence's layer state.
- * With ckpt_conv and ckpt_ssm (recurrent path only), the states after each
- * row t < n_rows-1 are also written to ckpt_* + t*ckpt_stride. */
+ * With rows_conv and rows_ssm (recurrent path only: a rewindable pass), the states after each
+ * row t < n_rows-1 are also written to ckpt_* + t*rows_stride. */
 typedef struct q35_gdn_seg {
     int32_t row0, n_rows;
     float *conv_state;   /* (CD, CK-1) */
     float *ssm_state;    /* (HV, DK, DV) */
-    float *ckpt_conv, *ckpt_ssm;
-    size_t ckpt_stride;
+    float *rows_conv, *rows_ssm;
+    size_t rows_stride;
     int recurrent;       /* run the recurrence even for many rows */
 } q35_gdn_seg;
 
