@@ -3,9 +3,9 @@
  * One step from `last` (x_P, to be evaluated at position P):
  *   1. draft: the pending MTP row (h_{P-1}, x_P) gives d_0; each further
  *      draft chains the MTP's own output hidden with the previous draft;
- *   2. verify: the target evaluates [x_P, d_0 .. d_{k-1}] as one batch with
- *      the state kept after each row (rewindable) (the GDN runs its recurrence row by row, so
- *      every row is computed exactly as single-token decode would);
+ *   2. verify: the target evaluates [x_P, d_0 .. d_{k-1}] as one rewindable
+ *      batch, the state kept after each row (the GDN runs its recurrence row
+ *      by row, so every row is computed exactly as single-token decode would);
  *   3. accept the longest prefix of drafts (greedy: equal to the target's
  *      argmax; sampling: accept d with probability min(1, p(d)/q(d)), on
  *      rejection sample from max(0, p - q) normalised), then one more token
