@@ -78,18 +78,14 @@ void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_
     pthread_mutex_unlock(&c->mu);
 }
 
-int32_t q35_prefix_cache_restore(q35_prefix_cache *c, q35_session *sess, const int32_t *prompt, int32_t n, uint64_t salt) {
+const q35_snapshot *q35_prefix_cache_find(q35_prefix_cache *c, const int32_t *prompt, int32_t n, uint64_t salt) {
     int best = -1;
     for (int i = 0; i < c->n; i++) {
         q35_cache_entry *e = &c->e[i];
         if (e->salt != salt || e->n >= n || (best >= 0 && e->n <= c->e[best].n)) continue;
         if (!memcmp(e->tokens, prompt, sizeof *prompt * (size_t)e->n)) best = i;
     }
-    q35_error err;
-    if (best < 0 || q35_snapshot_restore(sess, c->e[best].snap, &err)) {
-        q35_session_reset(sess);
-        return 0;
-    }
+    if (best < 0) return NULL;
     c->e[best].last_used = ++c->clock;
-    return c->e[best].n;
+    return c->e[best].snap;
 }

@@ -36,9 +36,10 @@ void q35_prefix_cache_init(q35_prefix_cache *c, size_t budget);
 void q35_prefix_cache_free(q35_prefix_cache *c);
 /* Snapshots sess as the state after tokens[0..n) (refreshes an equal entry). */
 void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_t *tokens, int32_t n, uint64_t salt);
-/* Restores the longest entry that is a proper prefix of prompt[0..n) into
- * sess and returns the tokens it covers; 0 (sess reset) when none. */
-int32_t q35_prefix_cache_restore(q35_prefix_cache *c, q35_session *sess, const int32_t *prompt, int32_t n, uint64_t salt);
+/* The snapshot of the longest entry that is a proper prefix of
+ * prompt[0..n) in partition salt (marked used), or NULL; valid until the
+ * next store. */
+const q35_snapshot *q35_prefix_cache_find(q35_prefix_cache *c, const int32_t *prompt, int32_t n, uint64_t salt);
 /* Entries and bytes held, read under the lock. */
 void q35_prefix_cache_usage(q35_prefix_cache *c, size_t *entries, size_t *bytes);
 

@@ -306,13 +306,17 @@ static void seq_prefill(q35_sched *S, seq *s) {
         uint64_t salt = q35_salt_hash(r->api.cache_salt);
         warm_slot *w = &S->warm[s->slot];
         const int32_t *own = w->held ? q35_session_tokens(sess, &n_own) : NULL;
-        if (r->api.cache_prompt && own && w->cacheable && w->salt == salt && n_own < s->n_prompt &&
-            !memcmp(own, s->prompt, sizeof *s->prompt * (size_t)n_own)) {
-            hit = n_own; /* continue in place */
-        } else {
-            if (own && w->cacheable) q35_prefix_cache_store(&S->cache, sess, own, n_own, w->salt); /* keep the old state */
-            if (r->api.cache_prompt) hit = q35_prefix_cache_restore(&S->cache, sess, s->prompt, s->n_prompt, salt);
-            else q35_session_reset(sess);
+        /* the slot's own state is this request's to continue only in its partition */
+        bool own_ok = r->api.cache_prompt && own && w->cacheable && w->salt == salt;
+        bool extends = own_ok && n_own < s->n_prompt && !memcmp(own, s->prompt, sizeof *s->prompt * (size_t)n_own);
+        if (!extends && own && w->cacheable) q35_prefix_cache_store(&S->cache, sess, own, n_own, w->salt); /* keep the old state */
+        if (!own_ok) q35_session_reset(sess);
+        /* the library keeps the session's history or restores the cached
+         * snapshot, whichever covers more of the prompt */
+        const q35_snapshot *snap = r->api.cache_prompt ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, salt) : NULL;
+        if (q35_session_reuse(sess, s->prompt, s->n_prompt, snap, &hit, &err)) {
+            q35_session_reset(sess);
+            hit = 0;
         }
         w->held = false;
         pthread_mutex_lock(&S->mu);
