@@ -86,6 +86,9 @@ def check_includes(problems):
                 elif tl != layer and tl not in ALLOWED[layer]:
                     problems.append(f"{rel}:{line}: layer '{layer}' includes {target} of layer '{tl}' "
                                     f"(allowed: {', '.join(sorted(ALLOWED[layer] | {layer}))})")
+                elif tl == "backend" and layer != "backend" and tsub:
+                    problems.append(f"{rel}:{line}: includes {target}: above the backends only backend/backend.h "
+                                    f"is seen, never one backend's own files")
                 elif tl == layer == "backend" and sub and tsub and tsub != sub \
                         and tsub not in BACKEND_ALLOWED.get(sub, set()):
                     problems.append(f"{rel}:{line}: backend '{sub}' includes {target} of backend '{tsub}'")
