@@ -162,7 +162,7 @@ TEST(cuda, snapshots_rewinds_batches_and_repeats_are_exact) {
     CHECK(!q35_session_eval(t, ids, 20, NULL, 0, &err));
     CHECK(!q35_session_eval(t, next + 1, 1, b, 0, &err));
     CHECK_MSG(!memcmp(a + V, b, row), "a batch row differs from the same row alone");
-    /* rewind: 3 checkpointed rows, keep 1, then the next token = plain decode */
+    /* rewind: 3 rewindable rows, keep 1, then the next token = plain decode */
     q35_session_reset(s); q35_session_reset(t);
     CHECK(!q35_session_set_spec(s, 2, &err));
     CHECK(!q35_session_eval(s, ids, 10, NULL, 0, &err));
