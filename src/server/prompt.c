@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* Text (to tokenize) of prompt i, or NULL when it is token ids; chat renders
- * its messages with the Qwen3.5 template. *owned is set when the caller
+ * its messages with the model's template (r->chat). *owned is set when the caller
  * must free the text. */
 static int prompt_text(const q35_task *r, int32_t i, int add_generation_prompt, char **text, bool *owned, char *msg,
                        size_t msg_size, int *status) {
@@ -22,7 +22,8 @@ static int prompt_text(const q35_task *r, int32_t i, int add_generation_prompt, 
     }
     char *mj = json_dumps(r->api.messages, JSON_COMPACT);
     char *tj = r->tools_json;
-    q35_chat_options o = {.add_generation_prompt = add_generation_prompt, .enable_thinking = r->think};
+    q35_chat_options o = r->chat;
+    o.add_generation_prompt = add_generation_prompt;
     q35_error err = {0};
     q35_status st = mj ? q35_chat_render(mj, tj, &o, text, &err) : Q35_ERR_NOMEM;
     free(mj);

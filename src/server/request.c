@@ -286,6 +286,7 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
             if (!json_is_object(ctk)) return fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
             json_object_foreach(ctk, k, v) {
                 if (strcmp(k, "enable_thinking")) return fail(e, 400, "chat_template_kwargs", "chat_template_kwargs.%s is not supported (only enable_thinking)", k);
+                if (json_is_null(v)) continue; /* not given */
                 if (!json_is_boolean(v)) return fail(e, 400, "chat_template_kwargs", "chat_template_kwargs.enable_thinking must be a boolean");
                 r->enable_thinking = json_is_true(v);
             }

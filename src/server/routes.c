@@ -17,6 +17,12 @@
 #include <string.h>
 #include <time.h>
 
+/* The template's variant and enable_thinking: the request's, else the server's default. */
+static q35_chat_options chat_options(const q35_server *srv, const q35_api_request *a) {
+    int think = a->enable_thinking >= 0 ? (a->enable_thinking ? 1 : -1) : srv->default_thinking;
+    return (q35_chat_options){.enable_thinking = think, .variant = srv->chat_variant};
+}
+
 static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c, const q35_http_body *b, q35_api_kind kind) {
     char msg[1024], param[128];
     q35_task *r = q35_task_new();
@@ -24,10 +30,9 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
     r->t_arrive = b->t_start;
     int status = q35_api_parse(b->data ? b->data : "", b->len, kind, &srv->limits, &r->api, msg, sizeof msg, param, sizeof param);
     if (status) { q35_task_release(r); return q35_http_send_error(c, (unsigned)status, msg, param); }
-    if (r->api.json_object && (!srv->tok || r->api.enable_thinking > 0)) {
+    if (r->api.json_object && !srv->tok) {
         q35_task_release(r);
-        return q35_http_send_error(c, 400, srv->tok ? "response_format json_object does not combine with enable_thinking"
-                                                    : "response_format json_object needs the tokenizer, which this model directory lacks",
+        return q35_http_send_error(c, 400, "response_format json_object needs the tokenizer, which this model directory lacks",
                                    "response_format");
     }
     if (r->api.tool_choice && (r->api.tool_choice_named || !strcmp(r->api.tool_choice, "required"))) {
@@ -38,7 +43,8 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
     /* tool_choice "none": the tools are neither shown to the model nor parsed */
     if (r->api.tools && !(r->api.tool_choice && !strcmp(r->api.tool_choice, "none")))
         r->tools_json = json_dumps(r->api.tools, JSON_COMPACT);
-    r->think = r->api.enable_thinking > 0; /* the 9B template thinks only when asked */
+    r->chat = chat_options(srv, &r->api);
+    r->think = r->api.kind == Q35_API_CHAT && q35_chat_thinks(&r->chat);
     if (!r->api.has_seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -144,7 +150,8 @@ static enum MHD_Result handle_tokenize(q35_server *srv, struct MHD_Connection *c
     bool owned = false;
     if (chat) {
         char *mj = json_dumps(r.messages, JSON_COMPACT), *tj = r.tools ? json_dumps(r.tools, JSON_COMPACT) : NULL;
-        q35_chat_options o = {.add_generation_prompt = add_gen, .enable_thinking = r.enable_thinking > 0};
+        q35_chat_options o = chat_options(srv, &r);
+        o.add_generation_prompt = add_gen;
         q35_status cs = mj ? q35_chat_render(mj, tj, &o, &text, &err) : Q35_ERR_NOMEM;
         free(mj);
         free(tj);

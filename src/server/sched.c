@@ -61,6 +61,7 @@ typedef struct seq {
     q35_sampler *sampler;
     q35_generation *gen;       /* from the end of the prompt on */
     bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
+    bool json_wait;            /* ... once </think> ends the reasoning (thinking on) */
     q35_json_prefix json;
     q35_stop_matcher stop;
     q35_text_decoder *dec;
@@ -86,6 +87,8 @@ struct q35_sched {
     int32_t eos[8];
     int n_eos;
     const char **tok_bytes;    /* (V) each token's bytes, for json_object; NULL without a tokenizer */
+    int32_t think_end;         /* the id of </think>, -1: none */
+    int32_t tool_open;         /* the id of <tool_call>, -1: none */
     size_t *tok_len;
     q35_session **sessions;
     seq **slots;
@@ -186,7 +189,8 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
     }
     s->t_last = now;
     s->tokens[s->n_prompt + s->n_gen++] = tok;
-    if (s->json_on && !s->json_done) {
+    if (s->json_wait) s->json_wait = tok != S->think_end;
+    else if (s->json_on && !s->json_done) {
         q35_json_prefix_feed(&s->json, S->tok_bytes[tok], S->tok_len[tok]);
         s->json_done = q35_json_prefix_complete(&s->json);
     }
@@ -241,12 +245,16 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
 }
 
 /* json_object: only tokens whose bytes continue a JSON object (s's
- * q35_logits_fn). Such sequences do not draft, so the row is always the
+ * q35_logits_fn), after </think> when the prompt opened a think block. Such sequences do not draft, so the row is always the
  * one after s's output and s->json the state after it. */
 static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
     seq *s = ctx;
     const q35_sched *S = s->sched;
     (void)prev; (void)n_prev;
+    if (s->json_wait) { /* the reasoning is free, but ends with </think>, not a tool call */
+        if (S->tool_open >= 0 && S->tool_open < V) row[S->tool_open] = -INFINITY;
+        return;
+    }
     int32_t live = 0;
     for (int32_t t = 0; t < V; t++) {
         q35_json_prefix trial = s->json;
@@ -410,6 +418,7 @@ static seq *seq_new(q35_sched *S, q35_task *r, int32_t prompt_index, int32_t j) 
     q35_sampler_set_prompt(s->sampler, s->prompt, s->n_prompt);
     q35_stop_init(&s->stop, r->api.stop, r->api.n_stop);
     s->json_on = r->api.json_object && S->tok_bytes;
+    s->json_wait = s->json_on && r->think && S->think_end >= 0;
     q35_json_prefix_init(&s->json);
     return s;
 }
@@ -550,6 +559,8 @@ static void *sched_main(void *arg) {
 /* Each token's bytes (ids below the vocabulary size, specials left out),
  * which json_object needs; NULL tables without a tokenizer. */
 static int token_bytes_table(q35_sched *S) {
+    S->think_end = S->tok ? q35_token_id(S->tok, "</think>", 8) : -1;
+    S->tool_open = S->tok ? q35_token_id(S->tok, "<tool_call>", 11) : -1;
     if (!S->tok) return 0;
     S->tok_bytes = calloc((size_t)S->V, sizeof *S->tok_bytes);
     S->tok_len = calloc((size_t)S->V, sizeof *S->tok_len);
