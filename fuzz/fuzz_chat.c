@@ -12,7 +12,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     buf[size - 1] = 0;
     char *tools = memchr(buf, 0xFF, size - 1);
     if (tools) *tools++ = 0;
-    q35_chat_options opt = {.add_generation_prompt = data[0] & 1, .enable_thinking = data[0] & 2, .add_vision_id = data[0] & 4};
+    q35_chat_options opt = {.add_generation_prompt = data[0] & 1, .enable_thinking = (data[0] >> 1 & 3) - 1,
+                            .add_vision_id = data[0] & 8, .variant = data[0] >> 4 & 3};
     char *text = NULL;
     q35_error err = {0};
     q35_status st = q35_chat_render(buf, tools, &opt, &text, &err);

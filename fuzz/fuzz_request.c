@@ -1,12 +1,14 @@
 /* libFuzzer target: request validation of `qwen35 serve` on arbitrary bytes.
- * The first byte picks the endpoint (completions or chat); the rest is the
- * body. Any input must give 0 with a consistent request, or an HTTP status
+ * The first byte picks the endpoint (completions, chat, or llama-server's
+ * /completion, whose body is translated first); the rest is the body. Any input must give 0 with a consistent request, or an HTTP status
  * with a message; never a crash, a leak or an out-of-bounds read. The
  * accepted requests also drive the length check and the stop matcher. */
+#include "server/llama.h"
 #include "server/request.h"
 #include "server/stop.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,13 +20,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     q35_api_kind kind = data[0] & 1 ? Q35_API_CHAT : Q35_API_COMPLETION;
     char *body = malloc(size - 1 ? size - 1 : 1);
     memcpy(body, data + 1, size - 1);
+    size_t len = size - 1;
     q35_api_request r;
     char msg[1024], param[128];
-    int st = q35_api_parse(body, size - 1, kind, &lim, &r, msg, sizeof msg, param, sizeof param);
+    if (kind == Q35_API_COMPLETION && data[0] & 2) {
+        char *t = q35_llama_completion_body(body, len, msg, sizeof msg);
+        free(body);
+        if (!t) { assert(msg[0]); return 0; }
+        body = t;
+        len = strlen(t);
+    }
+    int st = q35_api_parse(body, len, kind, &lim, &r, msg, sizeof msg, param, sizeof param);
     if (st == 0) {
         assert(r.n >= 1 && r.n <= lim.max_n);
         assert(r.logprobs <= lim.max_logprobs);
         assert(kind == Q35_API_CHAT ? r.messages != NULL : r.n_prompts >= 1);
+        for (int32_t i = 0; i < r.n_bias; i++) assert(r.bias_ids[i] >= 0 && r.bias_ids[i] < lim.vocab_size && fabsf(r.bias[i]) <= 100);
         for (int32_t i = 0; i < r.n_prompts; i++) {
             const q35_api_prompt *p = &r.prompts[i];
             assert(!!p->text != !!p->ids);

@@ -252,12 +252,28 @@ q35_status q35_detokenize(const q35_tokenizer *tok, const int32_t *ids, size_t n
                           char **text, size_t *len, q35_error *err);
 
 /* Qwen3.5 chat template, rendered byte for byte as transformers'
- * apply_chat_template does with the model's chat_template.jinja. */
+ * apply_chat_template does with the model's chat_template.jinja. The
+ * published templates differ in their generation prompt: */
+typedef enum q35_chat_variant {
+    Q35_CHAT_QWEN35_SMALL = 0, /* Qwen3.5-0.8B's: thinks only when enable_thinking is true */
+    Q35_CHAT_QWEN35_9B = 1,    /* Qwen3.5-9B's: thinks unless enable_thinking is false */
+    Q35_CHAT_DEMO = 2,         /* models/qwen35-demo's ChatML (no tools, never opens <think>) */
+} q35_chat_variant;
+
 typedef struct q35_chat_options {
     int add_generation_prompt;
-    int enable_thinking;  /* chat_template_kwargs.enable_thinking; the 9B template thinks only when true */
+    int enable_thinking;  /* chat_template_kwargs.enable_thinking: 1 true, -1 false, 0 absent (or not a boolean) */
     int add_vision_id;    /* "Picture N: " before each image */
+    int variant;          /* a q35_chat_variant */
 } q35_chat_options;
+
+/* Whether the generation prompt opt renders ends inside an open <think>. */
+int q35_chat_thinks(const q35_chat_options *opt);
+/* A model directory's template (chat_template.jinja, else tokenizer_config.json's
+ * chat_template) identified by its SHA-256: *variant is a q35_chat_variant, -1
+ * for an unknown template, -2 when there is none; path (path_size bytes) names
+ * the file and hex the hash (both "" when there is none). */
+q35_status q35_chat_identify(const char *dir, int *variant, char *path, size_t path_size, char hex[65], q35_error *err);
 
 /* messages_json: an OpenAI "messages" array; tools_json: a "tools" array or
  * NULL. Tool-call arguments may be an object or a JSON string holding one.

@@ -223,7 +223,16 @@ TEST(api, generation_config_defaults_fill_missing_fields) {
 
 TEST(api, parse_rejects_by_name) {
     static const struct { const char *body; int kind, status; const char *param; } cases[] = {
-        {"{\"prompt\":[1],\"logit_bias\":{}}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"logit_bias\":{\"x\":1}}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"logit_bias\":{\"1.5\":1}}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"logit_bias\":{\"50\":1}}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"logit_bias\":{\"3\":101}}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"logit_bias\":{\"3\":\"1\"}}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"logit_bias\":[1]}", Q35_API_COMPLETION, 400, "logit_bias"},
+        {"{\"prompt\":[1],\"suffix\":\"s\"}", Q35_API_COMPLETION, 400, "suffix"},
+        {"{\"prompt\":[1],\"best_of\":2}", Q35_API_COMPLETION, 400, "best_of"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"continue_final_message\":true}", Q35_API_CHAT, 400, "continue_final_message"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"content\":\"hi\"}],\"continue_final_message\":true,\"add_generation_prompt\":true}", Q35_API_CHAT, 400, "continue_final_message"},
         {"{\"prompt\":[1],\"model\":\"other\"}", Q35_API_COMPLETION, 404, "model"},
         {"{\"prompt\":[1,50]}", Q35_API_COMPLETION, 400, "prompt"},
         {"{\"prompt\":[1],\"n\":5}", Q35_API_COMPLETION, 400, "n"},
@@ -231,8 +240,7 @@ TEST(api, parse_rejects_by_name) {
         {"{\"prompt\":[1],\"logprobs\":6}", Q35_API_COMPLETION, 400, "logprobs"},
         {"{\"prompt\":[1],\"top_p\":0}", Q35_API_COMPLETION, 400, "top_p"},
         {"{\"prompt\":[1],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", Q35_API_COMPLETION, 400, "stop"},
-        {"{\"prompt\":[1],\"echo\":true}", Q35_API_CHAT, 400, "prompt"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":true}", Q35_API_CHAT, 400, "echo"},
+        {"{\"prompt\":[1],\"echo\":true}", Q35_API_CHAT, 400, "messages"}, /* prompt is not a chat field: ignored */
         {"{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}", Q35_API_CHAT, 400, "messages"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}", Q35_API_CHAT, 400, "top_logprobs"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\"}", Q35_API_CHAT, 400, "tool_choice"},
@@ -248,6 +256,36 @@ TEST(api, parse_rejects_by_name) {
         CHECK_MSG(!strcmp(param, cases[i].param), "case %zu: param '%s'", i, param);
         if (!st) q35_api_request_free(&r);
     }
+}
+
+/* vLLM's leniency: unknown top-level fields are ignored (and listed), null is "not given". */
+TEST(api, parse_accepts_what_vllm_accepts) {
+    q35_api_request r;
+    char param[64];
+    REQUIRE(parse("{\"prompt\":[1],\"logit_bias\":null,\"suffix\":null,\"store\":true,\"metadata\":{\"a\":\"b\"},"
+                  "\"reasoning_effort\":\"low\",\"service_tier\":\"auto\",\"best_of\":1,\"user\":null,\"seed\":null,"
+                  "\"max_tokens\":null,\"stop\":null,\"n\":null,\"echo\":null}", Q35_API_COMPLETION, &r, param) == 0);
+    CHECK_STR_EQ(r.ignored, "store, metadata, reasoning_effort, service_tier");
+    CHECK_EQ_INT(r.n_bias, 0);
+    CHECK_EQ_INT(r.max_tokens, -1);
+    q35_api_request_free(&r);
+    REQUIRE(parse("{\"messages\":[{\"role\":\"developer\",\"content\":\"d\"},{\"role\":\"user\",\"content\":\"u\"},"
+                  "{\"role\":\"assistant\",\"content\":\"The answer is\"}],\"max_tokens\":3,\"max_completion_tokens\":9,"
+                  "\"logit_bias\":{\"5\":-100,\"7\":2.5},\"parallel_tool_calls\":true,\"store\":false,"
+                  "\"add_generation_prompt\":false,\"chat_template_kwargs\":{\"enable_thinking\":null}}",
+                  Q35_API_CHAT, &r, param) == 0);
+    CHECK_EQ_INT(r.max_tokens, 9); /* max_completion_tokens wins */
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")), "system");
+    CHECK(r.continue_final && !r.add_generation_prompt);
+    CHECK_EQ_INT(r.enable_thinking, -1);
+    CHECK_EQ_INT(r.n_bias, 2);
+    CHECK(r.bias_ids[0] == 5 && r.bias[0] == -100 && r.bias_ids[1] == 7 && r.bias[1] == 2.5f);
+    CHECK_STR_EQ(r.ignored, "store");
+    q35_api_request_free(&r);
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\",\"content\":\"a\"}]}",
+                  Q35_API_CHAT, &r, param) == 0);
+    CHECK(!r.continue_final && r.add_generation_prompt); /* without either flag: a new turn, as vLLM */
+    q35_api_request_free(&r);
 }
 
 TEST(api, parse_chat_request) {

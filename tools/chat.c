@@ -97,6 +97,7 @@ int cmd_chat(int argc, char **argv) {
     if (spec_k > 0 && q35_session_set_spec(s, spec_k, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
     int32_t ends[2];
     int n_ends = cli_chat_end_ids(tok, info->vocab_size, ends);
+    int variant = cli_chat_variant(model, "qwen35 chat");
     /* Replies take speculative steps either way: greedy ones the plain argmax
      * of each verify row, sampled ones the library's sampler through
      * speculative rejection sampling (the same distribution as sampling one
@@ -128,7 +129,7 @@ int cmd_chat(int argc, char **argv) {
         if (!line[0]) continue;
         json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "user", "content", line));
         char *msgs = json_dumps(messages, JSON_COMPACT), *text = NULL;
-        q35_chat_options co = {1, think, 0};
+        q35_chat_options co = {.add_generation_prompt = 1, .enable_thinking = think ? 1 : -1, .variant = variant};
         int32_t *ids = NULL;
         size_t n_ids = 0;
         if (q35_chat_render(msgs, NULL, &co, &text, &err) || q35_tokenize(tok, text, strlen(text), 1, &ids, &n_ids, &err)) {

@@ -37,5 +37,8 @@ int cli_set_draft_vocab(struct q35_engine *e, const char *path, const char *prog
  * config lists. tools/cli_util.c */
 struct q35_tokenizer;
 int cli_chat_end_ids(const struct q35_tokenizer *tok, int32_t n_vocab, int32_t *ids);
+/* The q35_chat_variant of dir's chat template; Qwen3.5-9B's (with a note
+ * on stderr for an unknown one) when it is unknown or missing. */
+int cli_chat_variant(const char *dir, const char *who);
 
 #endif

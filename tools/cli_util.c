@@ -53,6 +53,18 @@ int cli_chat_end_ids(const q35_tokenizer *tok, int32_t n_vocab, int32_t *ids) {
     return n;
 }
 
+int cli_chat_variant(const char *dir, const char *who) {
+    int v;
+    char path[1024], hex[65];
+    q35_error err = {0};
+    if (q35_chat_identify(dir, &v, path, sizeof path, hex, &err)) {
+        fprintf(stderr, "%s: %s\n", who, err.msg);
+        v = -1;
+    }
+    if (v == -1) fprintf(stderr, "%s: unknown chat template %s (SHA-256 %s): rendering Qwen3.5-9B's\n", who, path, hex);
+    return v < 0 ? Q35_CHAT_QWEN35_9B : v;
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -31,6 +31,13 @@ static const char serve_usage[] =
     "  --spec-k K               MTP draft tokens per step (default 1 with an MTP head; 0: off)\n"
     "  --draft-vocab FILE       draft only over these token ids (one per line, as written by\n"
     "                           `qwen35 draft-vocab`): a cheaper draft head, the same output\n"
+    "  --chat-template-fallback NAME  render an unknown chat template as qwen3.5-9b's or\n"
+    "                           qwen3.5-0.8b's (default: refuse to start with it)\n"
+    "  --default-chat-template-kwargs JSON  chat_template_kwargs for requests that leave them\n"
+    "                           out, e.g. '{\"enable_thinking\": false}'\n"
+    "  --allowed-origins LIST   CORS: origins (comma-separated, or '*') browsers may call from\n"
+    "                           (default: none)\n"
+    "  --log-level LEVEL        info (default) or debug (also the request fields that were ignored)\n"
     "  -t, --threads N          engine threads (default: one per core)\n"
     "  --mmap, --no-mmap        serve the weights from the mapped file, or read them into memory\n"
     "                           (huge pages); default: in memory where the system offers huge\n"
@@ -79,6 +86,10 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--prefill-chunk")) { bad = parse_long(v, 1, 1 << 20, &x); C.prefill_chunk = (int32_t)x; }
         else if (!strcmp(k, "--spec-k")) { bad = parse_long(v, 0, Q35_SPEC_K_MAX, &C.spec_k); }
         else if (!strcmp(k, "--draft-vocab")) C.draft_vocab = v;
+        else if (!strcmp(k, "--chat-template-fallback")) C.chat_template_fallback = v;
+        else if (!strcmp(k, "--allowed-origins")) C.allowed_origins = v;
+        else if (!strcmp(k, "--log-level")) { bad = strcmp(v, "info") && strcmp(v, "debug") ? -1 : 0; C.log_debug = !strcmp(v, "debug"); }
+        else if (!strcmp(k, "--default-chat-template-kwargs")) C.default_chat_template_kwargs = v;
         else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) { bad = parse_long(v, 0, 1024, &x); C.threads = (int)x; }
         else { fprintf(stderr, "qwen35 serve: unknown option '%s'\n%s", k, serve_usage); return 2; }
         if (bad) { fprintf(stderr, "qwen35 serve: bad value '%s' for %s\n", v, k); return 2; }

@@ -6,7 +6,8 @@
  * Without --text/--file/--chat the text is read from stdin. --chat takes an
  * OpenAI chat request ({"messages": [...], "tools": [...],
  * "chat_template_kwargs": {"enable_thinking": ...}}) or a bare messages
- * array, renders it with the Qwen3.5 template (generation prompt on) and
+ * array, renders it with the model directory's template (identified by
+ * its SHA-256; Qwen3.5-9B's when unknown; generation prompt on) and
  * tokenizes the prompt. --bench encodes the input (one document per line)
  * repeatedly for a few seconds and prints MB/s. */
 #include "cli.h"
@@ -69,7 +70,9 @@ static void print_piece(const char *s, size_t n) {
 }
 
 /* Renders a chat request file into prompt text. */
-static char *render_chat(const char *path) {
+static int thinking_of(const json_t *v) { return json_is_true(v) ? 1 : json_is_false(v) ? -1 : 0; }
+
+static char *render_chat(const char *path, int variant) {
     json_error_t je;
     json_t *req = json_load_file(path, 0, &je);
     if (!req) {
@@ -79,13 +82,13 @@ static char *render_chat(const char *path) {
     json_t *messages = json_is_array(req) ? req : json_object_get(req, "messages");
     json_t *tools = json_is_object(req) ? json_object_get(req, "tools") : NULL;
     json_t *kwargs = json_is_object(req) ? json_object_get(req, "chat_template_kwargs") : NULL;
-    q35_chat_options opt = {.add_generation_prompt = 1};
+    q35_chat_options opt = {.add_generation_prompt = 1, .variant = variant};
     if (json_is_object(req)) {
         json_t *agp = json_object_get(req, "add_generation_prompt");
         if (agp) opt.add_generation_prompt = json_is_true(agp);
-        opt.enable_thinking = json_is_true(json_object_get(req, "enable_thinking"));
+        opt.enable_thinking = thinking_of(json_object_get(req, "enable_thinking"));
     }
-    if (kwargs) opt.enable_thinking = json_is_true(json_object_get(kwargs, "enable_thinking"));
+    if (kwargs) opt.enable_thinking = thinking_of(json_object_get(kwargs, "enable_thinking"));
     char *m = messages ? json_dumps(messages, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     char *t = tools ? json_dumps(tools, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     char *text = NULL;
@@ -150,7 +153,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     if (chat) {
-        if ((text = render_chat(chat))) len = strlen(text);
+        if ((text = render_chat(chat, cli_chat_variant(model, "qwen35 tokenize")))) len = strlen(text);
     } else if (text_arg) {
         text = strdup(text_arg);
         len = strlen(text_arg);

@@ -20,6 +20,8 @@ typedef struct q35_server {
     q35_tokenizer *tok;        /* NULL: the model directory has none (token ids only) */
     q35_api_limits limits;
     q35_sampler_params gen_defaults; /* generation_config.json's, when limits.defaults points here */
+    int chat_variant;          /* the model's chat template, a q35_chat_variant */
+    int default_thinking;      /* --default-chat-template-kwargs' enable_thinking: 1, -1 (false) or 0 (none) */
     size_t cache_bytes;        /* the prefix cache budget, resolved */
     int32_t spec_k;            /* draft tokens per step, resolved */
     q35_sched *sched;

@@ -17,10 +17,40 @@
 #include <sys/socket.h>
 #include <time.h>
 
+/* The request's Origin when --allowed-origins lists it (or is "*"); else NULL. */
+const char *q35_http_allowed_origin(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const q35_server *srv = ci ? ci->socket_context : NULL;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *list = srv ? srv->cfg.allowed_origins : NULL;
+    if (!origin || !list) return NULL;
+    size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        size_t k = strcspn(p, ",");
+        while (k && *p == ' ') { p++; k--; }
+        size_t m = k;
+        while (m && p[m - 1] == ' ') m--;
+        if ((m == 1 && *p == '*') || (m == n && !memcmp(p, origin, n))) return origin;
+        p += k;
+        if (*p == ',') p++;
+    }
+    return NULL;
+}
+
+void q35_http_headers(struct MHD_Connection *c, struct MHD_Response *r, unsigned status) {
+    const char *origin = q35_http_allowed_origin(c);
+    if (origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
+}
+
 enum MHD_Result q35_http_send(struct MHD_Connection *c, unsigned status, const char *type, char *body, size_t len) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"", body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", type);
+    q35_http_headers(c, r, status);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -91,6 +121,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return q35_route(srv, c, url, method, b);
 }
 
+/* Every connection carries the server, for q35_http_allowed_origin. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    (void)c;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) *socket_context = cls;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls; (void)c; (void)toe;
     q35_http_body *b = *con_cls;
@@ -122,6 +158,7 @@ struct MHD_Daemon *q35_http_start(q35_server *srv, int *rc) {
                                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->parallel + cfg->max_queue + 64),
                                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
                                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
                                             MHD_OPTION_END);
     if (!d) {

@@ -31,6 +31,10 @@ int q35_http_port(struct MHD_Daemon *d, int fallback);
 enum MHD_Result q35_http_send(struct MHD_Connection *c, unsigned status, const char *type, char *body, size_t len);
 enum MHD_Result q35_http_send_json(struct MHD_Connection *c, unsigned status, json_t *j);
 enum MHD_Result q35_http_send_error(struct MHD_Connection *c, unsigned status, const char *msg, const char *param);
+/* The request's Origin when --allowed-origins allows it, else NULL. */
+const char *q35_http_allowed_origin(struct MHD_Connection *c);
+/* The headers every response gets: CORS for an allowed origin, Retry-After on 429 and 503. */
+void q35_http_headers(struct MHD_Connection *c, struct MHD_Response *r, unsigned status);
 
 /* The connection's socket, and whether its peer hung up. */
 int q35_http_fd(struct MHD_Connection *c);

@@ -5,12 +5,33 @@
  * scheduler's turn snapshot. */
 #include "server/prompt.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Assistant prefill, as transformers' continue_final_message: the rendered
+ * chat is cut just after the last occurrence of the final message's text
+ * (stripped; a list's last text part), so the model continues it. */
+static int continue_final(const json_t *messages, char *text) {
+    const json_t *c = json_object_get(json_array_get(messages, json_array_size(messages) - 1), "content");
+    for (size_t i = json_array_size(c); i-- > 0 && !json_is_string(c);)
+        if (json_is_string(json_object_get(json_array_get(c, i), "text"))) c = json_object_get(json_array_get(c, i), "text");
+    const char *s = json_is_string(c) ? json_string_value(c) : "";
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) n--;
+    while (n && isspace((unsigned char)*s)) { s++; n--; }
+    if (!n) return 0; /* rindex("") is the end: the text stays whole */
+    char *at = NULL;
+    for (char *p = text; *p; p++)
+        if (!strncmp(p, s, n)) at = p;
+    if (!at) return -1;
+    at[n] = 0;
+    return 0;
+}
+
 /* Text (to tokenize) of prompt i, or NULL when it is token ids; chat renders
- * its messages with the Qwen3.5 template. *owned is set when the caller
+ * its messages with the model's template (r->chat). *owned is set when the caller
  * must free the text. */
 static int prompt_text(const q35_task *r, int32_t i, int add_generation_prompt, char **text, bool *owned, char *msg,
                        size_t msg_size, int *status) {
@@ -22,7 +43,8 @@ static int prompt_text(const q35_task *r, int32_t i, int add_generation_prompt, 
     }
     char *mj = json_dumps(r->api.messages, JSON_COMPACT);
     char *tj = r->tools_json;
-    q35_chat_options o = {.add_generation_prompt = add_generation_prompt, .enable_thinking = r->think};
+    q35_chat_options o = r->chat;
+    o.add_generation_prompt = add_generation_prompt && !r->api.continue_final;
     q35_error err = {0};
     q35_status st = mj ? q35_chat_render(mj, tj, &o, text, &err) : Q35_ERR_NOMEM;
     free(mj);
@@ -32,6 +54,14 @@ static int prompt_text(const q35_task *r, int32_t i, int add_generation_prompt, 
         return -1;
     }
     *owned = true;
+    if (add_generation_prompt && r->api.continue_final && continue_final(r->api.messages, *text)) {
+        free(*text);
+        *text = NULL;
+        *owned = false;
+        *status = 400;
+        snprintf(msg, msg_size, "the final assistant message does not appear in the rendered chat, so it cannot be continued");
+        return -1;
+    }
     return 0;
 }
 
@@ -80,7 +110,8 @@ int q35_prompt_prepare(const q35_tokenizer *tok, const q35_api_limits *lim, q35_
         if (is_text) {
             char *text;
             bool owned;
-            if (prompt_text(r, i, 1, &text, &owned, msg, msg_size, status)) return -1;
+            if (prompt_text(r, i, r->api.add_generation_prompt || r->api.continue_final, &text, &owned, msg, msg_size, status))
+                return -1;
             size_t n = 0;
             q35_error err = {0};
             /* special tokens written in the text are parsed, as HF's encode does by default */

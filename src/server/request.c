@@ -4,6 +4,9 @@
  * body every refused request gets. Nothing here does I/O. */
 #include "server/request.h"
 
+#include "base/utf8.h"
+
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@ const char *q35_api_error_type(int status) {
     switch (status) {
     case 400: return "BadRequestError";
     case 401: return "AuthenticationError";
+    case 403: return "PermissionDeniedError";
     case 404: return "NotFoundError";
     case 405: return "MethodNotAllowedError";
     case 413: return "RequestTooLargeError";
@@ -111,10 +115,11 @@ static const char *const common_fields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "seed", "stop", "stop_token_ids", "n", "logprobs", "ignore_eos", "min_tokens", "stream",
     "stream_options", "user", "return_token_ids", "cache_prompt", "cache_salt", "add_special_tokens",
-    "response_format", NULL};
-static const char *const completion_fields[] = {"prompt", "echo", NULL};
+    "response_format", "logit_bias", NULL};
+static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
 static const char *const chat_fields[] = {"messages", "max_completion_tokens", "top_logprobs", "chat_template_kwargs",
-                                          "tools", "tool_choice", "parallel_tool_calls", NULL};
+                                          "tools", "tool_choice", "parallel_tool_calls", "continue_final_message",
+                                          "add_generation_prompt", NULL};
 
 static bool in_list(const char *k, const char *const *list) {
     for (; *list; list++)
@@ -183,6 +188,10 @@ static int parse_messages(json_t *m, q35_api_request *r, perr *e) {
         if (strcmp(role, "system") && strcmp(role, "developer") && strcmp(role, "user") && strcmp(role, "assistant") &&
             strcmp(role, "tool"))
             return fail(e, 400, "messages", "messages[%zu].role '%s' is not one of system, developer, user, assistant, tool", i, role);
+        if (!strcmp(role, "developer")) { /* OpenAI's newer name for system */
+            json_object_set_new(msg, "role", json_string("system"));
+            role = "system";
+        }
         json_t *content = json_object_get(msg, "content");
         int rc = parse_content(content, (int)i, e);
         if (rc) return rc;
@@ -258,13 +267,59 @@ static int parse_tools(json_t *root, q35_api_request *r, perr *e) {
     return 0;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]}, added to the logits before sampling. */
+static int parse_logit_bias(json_t *lb, const q35_api_limits *lim, q35_api_request *r, perr *e) {
+    if (!lb || json_is_null(lb)) return 0;
+    if (!json_is_object(lb)) return fail(e, 400, "logit_bias", "'logit_bias' must be an object of token id: bias");
+    size_t m = json_object_size(lb);
+    if (m > (size_t)lim->vocab_size) return fail(e, 400, "logit_bias", "'logit_bias' has more entries than the vocabulary");
+    r->bias_ids = malloc(sizeof *r->bias_ids * (m ? m : 1));
+    r->bias = malloc(sizeof *r->bias * (m ? m : 1));
+    if (!r->bias_ids || !r->bias) return fail(e, 500, NULL, "out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach(lb, k, v) {
+        char *end;
+        errno = 0;
+        long id = strtol(k, &end, 10);
+        if (!*k || *end || errno || id < 0 || id >= lim->vocab_size)
+            return fail(e, 400, "logit_bias", "logit_bias key '%.40s' is not a token id from 0 to %d", k, lim->vocab_size - 1);
+        double b = is_num(v) ? json_number_value(v) : NAN;
+        if (!(b >= -100 && b <= 100)) return fail(e, 400, "logit_bias", "logit_bias[%ld] must be a number from -100 to 100", id);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)b;
+    }
+    return 0;
+}
+
+/* continue_final_message / add_generation_prompt (chat), as vLLM: a final
+ * assistant message is continued when either asks for it. */
+static int parse_prefill(json_t *root, q35_api_request *r, perr *e) {
+    bool cont = false, agp = true;
+    int rc;
+    if ((rc = get_bool(root, "continue_final_message", &cont, e)) || (rc = get_bool(root, "add_generation_prompt", &agp, e))) return rc;
+    json_t *agp_v = json_object_get(root, "add_generation_prompt");
+    if (cont && agp && agp_v && !json_is_null(agp_v))
+        return fail(e, 400, "continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    json_t *last = json_array_get(r->messages, json_array_size(r->messages) - 1);
+    bool assistant_last = !strcmp(json_string_value(json_object_get(last, "role")), "assistant");
+    if (cont && !assistant_last)
+        return fail(e, 400, "continue_final_message", "'continue_final_message' needs a final assistant message to continue");
+    r->continue_final = assistant_last && (cont || !agp);
+    r->add_generation_prompt = agp && !cont;
+    return 0;
+}
+
 static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *lim, q35_api_request *r, perr *e) {
     const char *k;
     json_t *v;
+    q35_buf ignored = {0};
     json_object_foreach(root, k, v) {
         if (!in_list(k, common_fields) && !in_list(k, kind == Q35_API_CHAT ? chat_fields : completion_fields))
-            return fail(e, 400, k, "unsupported field '%s'", k);
+            q35_buf_printf(&ignored, "%s%.64s", ignored.len ? ", " : "", k);
     }
+    r->ignored = ignored.len ? q35_buf_take(&ignored, NULL) : NULL;
+    q35_buf_free(&ignored);
     int rc;
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_null(model)) {
@@ -281,11 +336,13 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
         if (!m) return fail(e, 400, "messages", "'messages' is required");
         if ((rc = parse_messages(m, r, e))) return rc;
         if ((rc = parse_tools(root, r, e))) return rc;
+        if ((rc = parse_prefill(root, r, e))) return rc;
         json_t *ctk = json_object_get(root, "chat_template_kwargs");
         if (ctk && !json_is_null(ctk)) {
             if (!json_is_object(ctk)) return fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
             json_object_foreach(ctk, k, v) {
                 if (strcmp(k, "enable_thinking")) return fail(e, 400, "chat_template_kwargs", "chat_template_kwargs.%s is not supported (only enable_thinking)", k);
+                if (json_is_null(v)) continue; /* not given */
                 if (!json_is_boolean(v)) return fail(e, 400, "chat_template_kwargs", "chat_template_kwargs.enable_thinking must be a boolean");
                 r->enable_thinking = json_is_true(v);
             }
@@ -293,12 +350,11 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
     }
 
     long long x = -1;
-    json_t *mt = json_object_get(root, "max_tokens"), *mct = json_object_get(root, "max_completion_tokens");
-    if (mt && !json_is_null(mt) && mct && !json_is_null(mct))
-        return fail(e, 400, "max_completion_tokens", "send 'max_tokens' or 'max_completion_tokens', not both");
+    /* with both, max_completion_tokens wins (as vLLM) */
     if ((rc = get_int(root, "max_tokens", 1, INT32_MAX, &x, e))) return rc;
     if ((rc = get_int(root, "max_completion_tokens", 1, INT32_MAX, &x, e))) return rc;
     r->max_tokens = (int32_t)x;
+    if ((rc = parse_logit_bias(json_object_get(root, "logit_bias"), lim, r, e))) return rc;
 
     q35_sampler_params *sp = &r->sampling;
     if ((rc = get_num(root, "temperature", 0, 100, &sp->temperature, e))) return rc;
@@ -353,6 +409,10 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
         if ((rc = get_bool(root, "echo", &r->echo, e))) return rc;
         if (r->echo && r->logprobs >= 0)
             return fail(e, 400, "echo", "'echo' with 'logprobs' (prompt logprobs) is not supported");
+        json_t *suffix = json_object_get(root, "suffix");
+        if (suffix && !json_is_null(suffix)) return fail(e, 400, "suffix", "'suffix' is not supported");
+        x = 1;
+        if ((rc = get_int(root, "best_of", 1, 1, &x, e))) return fail(e, rc, "best_of", "'best_of' must be 1 (or n)");
     } else {
         bool want = false;
         if (lp && !json_is_null(lp) && !json_is_boolean(lp)) return fail(e, 400, "logprobs", "'logprobs' must be a boolean");
@@ -416,6 +476,7 @@ int q35_api_parse(const char *body, size_t len, q35_api_kind kind, const q35_api
     r->n = 1;
     r->cache_prompt = true;
     r->add_special_tokens = kind == Q35_API_COMPLETION;
+    r->add_generation_prompt = true;
     r->sampling = (q35_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
     if (lim->defaults) {
         r->sampling = *lim->defaults;
@@ -440,6 +501,9 @@ void q35_api_request_free(q35_api_request *r) {
     free(r->stop);
     free(r->stop_token_ids);
     free(r->cache_salt);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->ignored);
     memset(r, 0, sizeof *r);
 }
 

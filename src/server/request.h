@@ -60,13 +60,20 @@ typedef struct q35_api_request {
     char *cache_salt;          /* prefix cache partition, NULL for the shared one */
     int32_t min_tokens;
     bool add_special_tokens;
+    bool continue_final;       /* chat: the prompt continues the final assistant message (assistant prefill) */
+    bool add_generation_prompt;/* chat: false renders no generation prompt */
+    int32_t *bias_ids;         /* logit_bias: token ids and what is added to their logits */
+    float *bias;
+    int32_t n_bias;
+    char *ignored;             /* the top-level fields not known here, comma-separated, or NULL */
 } q35_api_request;
 
 /* Parses and validates a request body. On success returns 0 and fills req
  * (free it with q35_api_request_free). Otherwise returns the HTTP status
  * (400, or 404 for an unknown model), writes a message and names the
- * offending field in param (empty when none). Every field the server does
- * not implement is rejected by name; nothing is silently ignored. The
+ * offending field in param (empty when none). Top-level fields it does not
+ * know are ignored, as vLLM does, and listed in req->ignored; null stands
+ * for a field not given. The
  * context-length check needs the prompt's length, so it is separate:
  * q35_api_check_length. */
 int q35_api_parse(const char *body, size_t len, q35_api_kind kind, const q35_api_limits *lim,

@@ -13,7 +13,8 @@
  *   4. runs one q35_generation_batch_step over every decoding sequence
  *      (MTP drafts verified in the same forward pass; each sequence's
  *      sampler, min_tokens, stop ids and EOS handled by its generation;
- *      json_object as its logits hook, without drafts), so the weights are
+ *      logit_bias and json_object as its logits hook, the latter without
+ *      drafts), so the weights are
  *      read once per step for all of them.
  *
  * Prefix reuse, two levels. A slot whose sequence ended keeps its state
@@ -61,6 +62,7 @@ typedef struct seq {
     q35_sampler *sampler;
     q35_generation *gen;       /* from the end of the prompt on */
     bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
+    bool json_wait;            /* ... once </think> ends the reasoning (thinking on) */
     q35_json_prefix json;
     q35_stop_matcher stop;
     q35_text_decoder *dec;
@@ -86,6 +88,8 @@ struct q35_sched {
     int32_t eos[8];
     int n_eos;
     const char **tok_bytes;    /* (V) each token's bytes, for json_object; NULL without a tokenizer */
+    int32_t think_end;         /* the id of </think>, -1: none */
+    int32_t tool_open;         /* the id of <tool_call>, -1: none */
     size_t *tok_len;
     q35_session **sessions;
     seq **slots;
@@ -143,7 +147,6 @@ static void seq_end(q35_sched *S, seq *s, int finish) {
         w->cacheable = r->api.cache_prompt; /* an abort leaves a consistent state too */
         w->last_used = ++S->warm_clock;
     }
-    q35_metrics_tokens(S->metrics, s->choice % r->api.n == 0 ? s->n_prompt : 0, s->n_gen);
     /* the slot is free before the client can see its last event */
     pthread_mutex_lock(&S->mu);
     S->slots[s->slot] = NULL;
@@ -186,7 +189,10 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
     }
     s->t_last = now;
     s->tokens[s->n_prompt + s->n_gen++] = tok;
-    if (s->json_on && !s->json_done) {
+    /* the counters move token by token, as the request runs */
+    q35_metrics_tokens(S->metrics, s->n_gen == 1 && s->choice % r->api.n == 0 ? s->n_prompt : 0, 1);
+    if (s->json_wait) s->json_wait = tok != S->think_end;
+    else if (s->json_on && !s->json_done) {
         q35_json_prefix_feed(&s->json, S->tok_bytes[tok], S->tok_len[tok]);
         s->json_done = q35_json_prefix_complete(&s->json);
     }
@@ -205,7 +211,11 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
     if (!eos && sid < 0) {
         size_t n;
         const char *piece = q35_text_decoder_feed(s->dec, tok, &n);
+        /* stop strings count only from min_tokens on, as vLLM's do */
+        int32_t n_stop = s->stop.n_stop;
+        if (s->n_gen < r->api.min_tokens) s->stop.n_stop = 0;
         rel = q35_stop_feed(&s->stop, piece, n);
+        s->stop.n_stop = n_stop;
     }
     if (s->stop.matched >= 0) {
         ev.finish = Q35_FIN_STOP;
@@ -240,13 +250,18 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
     return false;
 }
 
-/* json_object: only tokens whose bytes continue a JSON object (s's
- * q35_logits_fn). Such sequences do not draft, so the row is always the
- * one after s's output and s->json the state after it. */
+/* json_object: only tokens whose bytes continue a JSON object, after
+ * </think> when the prompt opened a think block. Such sequences do not
+ * draft, so the row is always the one after s's output and s->json the
+ * state after it. */
 static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
     seq *s = ctx;
     const q35_sched *S = s->sched;
     (void)prev; (void)n_prev;
+    if (s->json_wait) { /* the reasoning is free, but ends with </think>, not a tool call */
+        if (S->tool_open >= 0 && S->tool_open < V) row[S->tool_open] = -INFINITY;
+        return;
+    }
     int32_t live = 0;
     for (int32_t t = 0; t < V; t++) {
         q35_json_prefix trial = s->json;
@@ -256,10 +271,20 @@ static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev,
     if (!live) s->json_done = true;
 }
 
+/* s's q35_logits_fn: logit_bias, then json_object's mask. The bias depends
+ * on the row alone, so it serves draft rows too. */
+static void seq_logits(void *ctx, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
+    seq *s = ctx;
+    const q35_api_request *a = &s->req->api;
+    for (int32_t i = 0; i < a->n_bias; i++) row[a->bias_ids[i]] += a->bias[i];
+    if (s->json_on) seq_json_mask(ctx, row, V, prev, n_prev);
+}
+
 /* Starts s's generation from its prompt's last logits row. */
 static void seq_begin(q35_sched *S, seq *s, float *row) {
     const q35_api_request *a = &s->req->api;
-    q35_gen_params gp = {.sampler = s->sampler, .logits_fn = s->json_on ? seq_json_mask : NULL, .logits_ctx = s,
+    bool hook = s->json_on || a->n_bias;
+    q35_gen_params gp = {.sampler = s->sampler, .logits_fn = hook ? seq_logits : NULL, .logits_ctx = s,
                          .max_tokens = s->max_tokens, .min_tokens = a->min_tokens, .ignore_eos = a->ignore_eos,
                          .eos_ids = S->eos, .n_eos_ids = S->n_eos, .stop_ids = a->stop_token_ids,
                          .n_stop_ids = a->n_stop_token_ids, .max_drafts = s->json_on ? -1 : 0};
@@ -414,6 +439,7 @@ static seq *seq_new(q35_sched *S, q35_task *r, int32_t prompt_index, int32_t j) 
     q35_sampler_set_prompt(s->sampler, s->prompt, s->n_prompt);
     q35_stop_init(&s->stop, r->api.stop, r->api.n_stop);
     s->json_on = r->api.json_object && S->tok_bytes;
+    s->json_wait = s->json_on && r->think && S->think_end >= 0;
     q35_json_prefix_init(&s->json);
     return s;
 }
@@ -554,6 +580,8 @@ static void *sched_main(void *arg) {
 /* Each token's bytes (ids below the vocabulary size, specials left out),
  * which json_object needs; NULL tables without a tokenizer. */
 static int token_bytes_table(q35_sched *S) {
+    S->think_end = S->tok ? q35_token_id(S->tok, "</think>", 8) : -1;
+    S->tool_open = S->tok ? q35_token_id(S->tok, "<tool_call>", 11) : -1;
     if (!S->tok) return 0;
     S->tok_bytes = calloc((size_t)S->V, sizeof *S->tok_bytes);
     S->tok_len = calloc((size_t)S->V, sizeof *S->tok_len);

@@ -58,6 +58,8 @@ typedef struct q35_task {
     int32_t n_started;         /* choices whose prompt is done */
     char *tools_json;          /* chat: tools shown to the model and parsed out of its output, or NULL */
     bool think;                /* chat: the prompt opens a <think> block */
+    bool llama;                /* llama-server's /completion: its response shapes */
+    q35_chat_options chat;     /* chat: the template's variant and enable_thinking (add_generation_prompt unset) */
     int32_t turn_snap;         /* chat: prompt tokens a follow-up turn shares (0: unknown) */
     bool *prompt_ready;        /* (n_prompts) choice 0's prompt snapshot is cached */
     atomic_int cancelled;

@@ -96,6 +96,55 @@ static int set_draft_vocab(q35_engine *e, const char *path) {
     return -1;
 }
 
+/* The model's chat template by its hash (q35_chat_identify), and the
+ * server-wide chat_template_kwargs; the exit status (0: fine). */
+static int chat_setup(q35_server *srv) {
+    const q35_server_config *C = &srv->cfg;
+    static const struct { const char *name; int variant; } fallbacks[] = {
+        {"qwen3.5-9b", Q35_CHAT_QWEN35_9B}, {"qwen3.5-0.8b", Q35_CHAT_QWEN35_SMALL}};
+    int fallback = -1;
+    for (size_t i = 0; C->chat_template_fallback && i < sizeof fallbacks / sizeof *fallbacks; i++)
+        if (!strcmp(C->chat_template_fallback, fallbacks[i].name)) fallback = fallbacks[i].variant;
+    if (C->chat_template_fallback && fallback < 0) {
+        fprintf(stderr, "qwen35 serve: --chat-template-fallback '%s' is not one of qwen3.5-9b, qwen3.5-0.8b\n", C->chat_template_fallback);
+        return 2;
+    }
+    if (C->default_chat_template_kwargs) {
+        json_error_t je;
+        json_t *kw = json_loads(C->default_chat_template_kwargs, 0, &je);
+        const char *k;
+        json_t *v;
+        int bad = !json_is_object(kw);
+        json_object_foreach(kw, k, v) {
+            if (strcmp(k, "enable_thinking") || !(json_is_boolean(v) || json_is_null(v))) bad = 1;
+            else srv->default_thinking = json_is_true(v) ? 1 : json_is_false(v) ? -1 : 0;
+        }
+        json_decref(kw);
+        if (bad) {
+            fprintf(stderr, "qwen35 serve: --default-chat-template-kwargs must be a JSON object such as "
+                            "{\"enable_thinking\": false} (enable_thinking is the one key)\n");
+            return 2;
+        }
+    }
+    int v;
+    char path[1024], hex[65];
+    q35_error err = {0};
+    if (q35_chat_identify(C->model_path, &v, path, sizeof path, hex, &err)) {
+        fprintf(stderr, "qwen35 serve: %s\n", err.msg);
+        return 1;
+    }
+    static const char *const names[] = {"Qwen3.5-0.8B's", "Qwen3.5-9B's", "the demo model's"};
+    if (v == -1 && fallback < 0) {
+        fprintf(stderr, "qwen35 serve: unknown chat template %s (SHA-256 %s); pass --chat-template-fallback qwen3.5-9b "
+                        "(or qwen3.5-0.8b) to render it as that model's\n", path, hex);
+        return 2;
+    }
+    srv->chat_variant = v >= 0 ? v : fallback >= 0 ? fallback : Q35_CHAT_QWEN35_9B;
+    fprintf(stderr, "qwen35 serve: chat template: %s (%s)\n", names[srv->chat_variant],
+            v >= 0 ? path : v == -1 ? "an unknown one, by --chat-template-fallback" : "the model directory has none");
+    return 0;
+}
+
 /* Loads the model and starts the scheduler; the exit status (0: ready). */
 static int load_and_start(q35_server *srv) {
     const q35_server_config *C = &srv->cfg;
@@ -114,6 +163,8 @@ static int load_and_start(q35_server *srv) {
         fprintf(stderr, "qwen35 serve: %s\n", err.msg);
         return 1;
     }
+    int rc = chat_setup(srv);
+    if (rc) return rc;
     size_t per_pos = bytes_per_position(srv->engine), avail = mem_available();
     int32_t model_max = info->max_position > 0 ? info->max_position : 262144;
     int32_t len = model_max < 262144 ? model_max : 262144;

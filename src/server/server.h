@@ -24,6 +24,10 @@ typedef struct q35_server_config {
     int32_t prefill_chunk;
     long spec_k;               /* MTP draft tokens per step, -1: the default */
     const char *draft_vocab;   /* token ids the draft head keeps, or NULL */
+    const char *chat_template_fallback; /* an unknown chat template renders as: "qwen3.5-9b" | "qwen3.5-0.8b"; NULL: refused */
+    const char *default_chat_template_kwargs; /* JSON object: chat_template_kwargs a request leaves out, or NULL */
+    const char *allowed_origins; /* CORS: comma-separated origins, or "*"; NULL: none */
+    int log_debug;             /* --log-level debug: also what each request's body had that was ignored */
 } q35_server_config;
 
 /* The defaults of every option (those of `qwen35 serve --help`). */

@@ -5,6 +5,7 @@
  * through the choice's output parser) and frames them as server-sent
  * events; the end, an error or [DONE] closes the stream. */
 #include "server/stream.h"
+#include "server/llama.h"
 #include "server/response.h"
 #include "server/sse.h"
 
@@ -29,7 +30,7 @@ typedef struct stream_state {
 } stream_state;
 
 static void append_chunk(stream_state *st, json_t *choice) {
-    json_t *chunk = q35_chunk_base(st->srv->cfg.served_name, st->r, json_pack("[o]", choice));
+    json_t *chunk = st->r->llama ? q35_llama_chunk(choice) : q35_chunk_base(st->srv->cfg.served_name, st->r, json_pack("[o]", choice));
     q35_sse_append_json(&st->out, &st->out_len, &st->out_cap, chunk);
     json_decref(chunk);
 }
@@ -140,13 +141,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             q35_sse_append_raw(&st->out, &st->out_len, &st->out_cap, "[DONE]");
             st->finished = true;
         } else if (done && st->next_ev == upto) {
-            if (r->api.include_usage) {
+            if (r->api.include_usage && !r->llama) {
                 json_t *chunk = q35_chunk_base(st->srv->cfg.served_name, r, json_array());
                 json_object_set_new(chunk, "usage", q35_usage_json(r));
                 q35_sse_append_json(&st->out, &st->out_len, &st->out_cap, chunk);
                 json_decref(chunk);
             }
-            q35_sse_append_raw(&st->out, &st->out_len, &st->out_cap, "[DONE]");
+            if (!r->llama) q35_sse_append_raw(&st->out, &st->out_len, &st->out_cap, "[DONE]"); /* llama-server sends none */
             st->finished = true;
         }
     }
@@ -199,6 +200,7 @@ enum MHD_Result q35_stream_respond(q35_server *srv, struct MHD_Connection *c, q3
     if (!resp) { stream_free(st); return MHD_NO; }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    q35_http_headers(c, resp, 200);
     /* the idle limit is for clients that stall; a stream may wait on
      * the queue or a long prompt, so it has none, and its connection
      * ends with it (hang-ups are caught by polling the socket) */

@@ -1,6 +1,7 @@
-/* chat.c: the Qwen3.5 chat template (tests/data/chat/qwen35_chat_template.jinja)
- * written out in C, so a request's messages become exactly the prompt text
- * transformers' apply_chat_template renders, without a Jinja engine.
+/* chat.c: the Qwen3.5 chat templates (tests/data/chat: the 0.8B's and the
+ * 9B's, which differ only in the generation prompt) written out in C, so a
+ * request's messages become exactly the prompt text transformers'
+ * apply_chat_template renders, without a Jinja engine.
  *
  * The functions follow the template's blocks in order: the tools/system
  * header, the backward scan for the last real user query, then one branch
@@ -11,11 +12,15 @@
  * substring test on a string. Every raise_exception of the template is an
  * error here with the same message; inputs Jinja would reject with a type
  * error are errors too. Before rendering, reasoning given as "thinking" or
- * "reasoning" is read as reasoning_content, as transformers does. */
+ * "reasoning" is read as reasoning_content, as transformers does. The demo
+ * model's ChatML template has its own short renderer, and q35_chat_identify
+ * tells the templates apart by their SHA-256. */
 #include "text/pyjson.h"
 #include "base/util.h"
 
 #include <jansson.h>
+#include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct render {
@@ -337,9 +342,113 @@ static bool render_messages(render *r, const json_t *messages, const json_t *too
         if (!ok) return false;
     }
     if (r->opt->add_generation_prompt)
-        q35_buf_puts(&r->out, r->opt->enable_thinking ? "<|im_start|>assistant\n<think>\n"
+        q35_buf_puts(&r->out, q35_chat_thinks(r->opt) ? "<|im_start|>assistant\n<think>\n"
                                                       : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
     return true;
+}
+
+/* The demo model's ChatML template (models/qwen35-demo/chat_template.jinja):
+ * each message as <|im_start|>role\ncontent|trim<|im_end|>\n, content
+ * being a string, none (''), or the concatenated text of its parts whose
+ * type is 'text'; no tools, no reasoning; the generation prompt writes an
+ * empty think block only when enable_thinking is false. */
+static bool render_demo(render *r, const json_t *messages) {
+    size_t n = json_array_size(messages);
+    if (n == 0) return fail(r, "No messages provided.");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(messages, i);
+        const char *role = json_is_object(m) ? str_of(m, "role") : NULL;
+        if (role && !strcmp(role, "system") && i > 0) return fail(r, "System message must be at the beginning.");
+        if (!role) return fail(r, "a message has no string role");
+        const json_t *content = json_object_get(m, "content");
+        q35_buf text = {0};
+        bool ok = true;
+        if (json_is_string(content)) q35_buf_append(&text, json_string_value(content), json_string_length(content));
+        else if (json_is_array(content)) {
+            size_t j;
+            json_t *part;
+            json_array_foreach(content, j, part) {
+                if (!json_is_object(part) || !str_is(part, "type", "text")) continue;
+                json_t *t = json_object_get(part, "text"); /* undefined: '' */
+                if (t && !q35_py_str(t, &text)) ok = fail(r, "a text part's text is not a string");
+            }
+        } else if (content && !json_is_null(content) && !json_is_object(content)) ok = fail(r, "the content is not iterable");
+        const char *c = text.data ? text.data : "";
+        size_t cn = text.len;
+        py_strip(&c, &cn);
+        q35_buf_printf(&r->out, "<|im_start|>%s\n", role);
+        q35_buf_append(&r->out, c, cn);
+        q35_buf_puts(&r->out, "<|im_end|>\n");
+        q35_buf_free(&text);
+        if (!ok) return false;
+    }
+    if (r->opt->add_generation_prompt) {
+        q35_buf_puts(&r->out, "<|im_start|>assistant\n");
+        if (r->opt->enable_thinking < 0) q35_buf_puts(&r->out, "<think>\n\n</think>\n\n");
+    }
+    return true;
+}
+
+int q35_chat_thinks(const q35_chat_options *opt) {
+    switch (opt->variant) {
+    case Q35_CHAT_QWEN35_9B: return opt->enable_thinking >= 0;
+    case Q35_CHAT_DEMO: return 0;
+    default: return opt->enable_thinking > 0;
+    }
+}
+
+/* The published templates by SHA-256. */
+static const struct { const char *sha256; int variant; } known_templates[] = {
+    {"ad22cb6365e58696ffc10f1fbfc5f09b8762d0486df899e8f18b0491906e0b21", Q35_CHAT_QWEN35_SMALL}, /* Qwen3.5-0.8B */
+    {"a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715", Q35_CHAT_QWEN35_9B},    /* Qwen3.5-9B */
+    {"9d002d01b7392892fe37a3ea70ee8f3ce5745319bb4208d01ab88440634f2259", Q35_CHAT_DEMO},         /* models/qwen35-demo */
+};
+
+/* tokenizer_config.json's chat_template: a string, or a list of {name, template} (the "default" one). */
+static const char *config_template(const json_t *cfg) {
+    const json_t *t = json_object_get(cfg, "chat_template");
+    if (json_is_string(t)) return json_string_value(t);
+    size_t i;
+    json_t *v;
+    json_array_foreach(t, i, v) if (str_is(v, "name", "default")) return str_of(v, "template");
+    return NULL;
+}
+
+q35_status q35_chat_identify(const char *dir, int *variant, char *path, size_t path_size, char hex[65], q35_error *err) {
+    *variant = -2;
+    hex[0] = 0;
+    if (path_size) path[0] = 0;
+    char *text = NULL, *file = q35_path_join(dir, "chat_template.jinja");
+    size_t len = 0;
+    json_t *cfg = NULL;
+    if (!file) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    if (q35_file_exists(file)) {
+        q35_status st = q35_read_file(file, &text, &len, err);
+        if (st) { free(file); return st; }
+    } else {
+        free(file);
+        if (!(file = q35_path_join(dir, "tokenizer_config.json"))) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+        const char *t = q35_file_exists(file) ? NULL : "";
+        if (!t && (cfg = json_load_file(file, 0, NULL)) && (t = config_template(cfg))) {
+            len = strlen(t);
+            text = malloc(len + 1);
+            if (text) memcpy(text, t, len + 1);
+        }
+    }
+    json_decref(cfg);
+    if (text) {
+        uint8_t sha[32];
+        unsigned int n = 0;
+        EVP_Digest(text, len, sha, &n, EVP_sha256(), NULL);
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", sha[i]);
+        snprintf(path, path_size, "%s", file);
+        *variant = -1;
+        for (size_t i = 0; i < sizeof known_templates / sizeof *known_templates; i++)
+            if (!strcmp(hex, known_templates[i].sha256)) *variant = known_templates[i].variant;
+    }
+    free(text);
+    free(file);
+    return Q35_OK;
 }
 
 q35_status q35_chat_render(const char *messages_json, const char *tools_json, const q35_chat_options *opt, char **text,
@@ -357,7 +466,7 @@ q35_status q35_chat_render(const char *messages_json, const char *tools_json, co
         return q35_fail(err, Q35_ERR_ARG, "chat: tools are not valid JSON: %s", je.text);
     }
     render r = {.opt = opt ? opt : &defaults, .err = err};
-    bool ok = render_messages(&r, messages, tools);
+    bool ok = r.opt->variant == Q35_CHAT_DEMO ? render_demo(&r, messages) : render_messages(&r, messages, tools);
     json_decref(messages);
     json_decref(tools);
     if (!ok) {

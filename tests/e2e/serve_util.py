@@ -146,7 +146,8 @@ def make_text_model(dst, base="tiny-a"):
     """A model directory with a tiny checkpoint and a byte-level tokenizer
     small enough for its 320-token vocabulary: the 256 bytes (ids 0..255),
     no merges, and the Qwen3.5 added tokens from id 256 (<|im_end|> = 258,
-    <think> = 280). Real text goes in and out; the weights are random."""
+    <think> = 280) and Qwen3.5-9B's chat template. Real text goes in and
+    out; the weights are random."""
     dst = pathlib.Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     src = MODELS / base
@@ -170,4 +171,6 @@ def make_text_model(dst, base="tiny-a"):
                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                      "vocab": vocab, "merges": []}}
     (dst / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    # the model stands in for Qwen3.5-9B: its chat template too
+    (dst / "chat_template.jinja").write_bytes((ROOT / "tests" / "data" / "chat" / "qwen35_9b_chat_template.jinja").read_bytes())
     return dst
