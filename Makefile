@@ -11,7 +11,7 @@ OPT     ?= -O2
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -fno-math-errno -MMD -MP -Iinclude -Isrc -pthread
-LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lcrypto -lcurl -lmicrohttpd -lpthread -lm
+LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lcrypto -lcurl -lmicrohttpd -ljpeg -lpng16 -lwebp -lpthread -lm
 
 ISA_FLAGS_avx2   = -mavx2 -mfma -mf16c
 ISA_FLAGS_avx2_ops = $(ISA_FLAGS_avx2)
