@@ -12,7 +12,9 @@ describes it (the text config is transformers' default; no text weights are save
 reloading the BF16 weights into the model in float32 and running it on random pixel_values for two images
 at once (two grids: attention stays within each image): NAME.pixels.f32 (input rows), NAME.out.f32 (the
 merger's output, pooler_output) and NAME.json (grids, shapes). The tower of tests/data/models/tiny-a
-(transformers' initialisation, as saved there) gets the same treatment as "tiny-a-visual". Deterministic.
+(transformers' initialisation, as saved there) gets the same treatment as "tiny-a-visual". vt-a also
+encodes two test image files as the processor prepares them (vt-a.images.*): bytes to embeddings.
+Deterministic.
 """
 
 import argparse
@@ -76,6 +78,36 @@ def record(out_dir, name, vcfg, grids, pixels, out):
     print(f"{name}: out {list(out.shape)}, max |out| {meta['out_max_abs']:.3g}")
 
 
+IMAGE_FILES = ["rgb_37x53.jpg", "exif6_40x24.jpg"]
+
+
+def from_files(model, out_dir, v):
+    """Two test image files through AutoImageProcessor (Qwen3.5's processor with this tower's patch sizes)
+    and the tower: image bytes to merged embeddings, as one pipeline."""
+    import tempfile
+    from transformers import AutoImageProcessor
+    d = tempfile.mkdtemp()
+    Qwen3_5Config().save_pretrained(d)
+    pre = dict(patch_size=v["patch_size"], temporal_patch_size=v["temporal_patch_size"],
+               merge_size=v["spatial_merge_size"], image_mean=[0.5] * 3, image_std=[0.5] * 3,
+               size={"shortest_edge": 256, "longest_edge": 40 * 40})
+    with open(os.path.join(d, "preprocessor_config.json"), "w") as f:
+        json.dump(pre, f)
+    proc = AutoImageProcessor.from_pretrained(d)
+    images = os.path.join(os.path.dirname(out_dir), "images")
+    res = proc(images=[os.path.join(images, n) for n in IMAGE_FILES], return_tensors="pt")
+    grids = res["image_grid_thw"].tolist()
+    with torch.no_grad():
+        out = model(res["pixel_values"], grid_thw=res["image_grid_thw"]).pooler_output.float()
+    out.numpy().astype("<f4").tofile(os.path.join(out_dir, "vt-a.images.out.f32"))
+    meta = dict(files=IMAGE_FILES, preprocessor_config=pre, grids=grids, out_shape=list(out.shape),
+                out_max_abs=float(out.abs().max()), processor_class=type(proc).__name__)
+    with open(os.path.join(out_dir, "vt-a.images.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    print(f"vt-a from image files: grids {grids}, out {list(out.shape)}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     root = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
@@ -109,6 +141,8 @@ def main():
         model.load_state_dict(state)
         pixels, out = run(model, spec["grids"], spec["seed"])
         record(out_dir, spec["name"], saved["vision_config"], spec["grids"], pixels, out)
+        if spec["name"] == "vt-a":
+            from_files(model, out_dir, spec["vision"])
 
     # the tower saved in tiny-a, as it is there
     tiny = os.path.join(root, "models", "tiny-a")

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/vision.h"
 #include "formats/safetensors.h"
+#include "media/vision_proc.h"
 #include "golden.h"
 #include "helpers.h"
 
@@ -177,5 +178,63 @@ TEST(vision, refuses_bad_grids_and_a_missing_tower) {
     q35_vision_weights none = {0};
     CHECK(q35_vision_forward(&h, &c.cfg.vision, &none, c.pixels, 1, (const int32_t(*)[3])c.grids, out, &err) ==
           Q35_ERR_UNSUPPORTED);
+    case_free(&c);
+}
+
+/* Image files -> decoder -> processor -> tower, against the processor and
+ * the tower of transformers run on the same files. */
+TEST(vision, image_files_encode_as_transformers_encodes_them) {
+    vision_case c;
+    REQUIRE(!case_load("vt-a", "vision/vt-a", &c));
+    json_error_t jerr;
+    json_t *meta = json_load_file(q35_test_path("vision/vt-a.images.json"), 0, &jerr);
+    REQUIRE_MSG(meta, "%s", jerr.text);
+    char *pre = json_dumps(json_object_get(meta, "preprocessor_config"), 0);
+    q35_vision_proc p;
+    q35_error err;
+    q35_vision_proc_defaults(&p);
+    REQUIRE(pre && q35_vision_proc_parse(pre, strlen(pre), "preprocessor_config", &p, &err) == Q35_OK);
+    free(pre);
+    json_t *files = json_object_get(meta, "files"), *grids = json_object_get(meta, "grids");
+    const int32_t n_images = (int32_t)json_array_size(files);
+    REQUIRE(n_images == 2 && json_array_size(grids) == 2);
+    int32_t grid[2][3];
+    q35_vision_input in[2] = {0};
+    int64_t rows = 0;
+    for (int32_t i = 0; i < n_images; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "images/%s", json_string_value(json_array_get(files, (size_t)i)));
+        size_t len = 0;
+        char *bytes = test_slurp(q35_test_path(rel), &len);
+        q35_image img;
+        REQUIRE(bytes && q35_image_decode((const uint8_t *)bytes, len, 0, &img, &err) == Q35_OK);
+        free(bytes);
+        REQUIRE_MSG(q35_vision_preprocess(&p, &img, &in[i], &err) == Q35_OK, "%s", err.msg);
+        q35_image_free(&img);
+        grid[i][0] = in[i].grid_t, grid[i][1] = in[i].grid_h, grid[i][2] = in[i].grid_w;
+        for (int k = 0; k < 3; k++)
+            CHECK(grid[i][k] == json_integer_value(json_array_get(json_array_get(grids, (size_t)i), (size_t)k)));
+        rows += in[i].n_patches;
+    }
+    const int64_t dim = in[0].patch_dim;
+    float *pixels = malloc(sizeof(float) * (size_t)(rows * dim));
+    REQUIRE(pixels);
+    memcpy(pixels, in[0].pixel_values, sizeof(float) * (size_t)(in[0].n_patches * dim));
+    memcpy(pixels + in[0].n_patches * dim, in[1].pixel_values, sizeof(float) * (size_t)(in[1].n_patches * dim));
+    json_t *os = json_object_get(meta, "out_shape");
+    const int64_t n_out = json_integer_value(json_array_get(os, 0)) * json_integer_value(json_array_get(os, 1));
+    float *want = read_f32("vision/vt-a.images.out.f32", n_out), *out = malloc(sizeof(float) * (size_t)n_out);
+    q35_host h = host_for_backend(NULL);
+    REQUIRE(want && out);
+    REQUIRE_MSG(q35_vision_forward(&h, &c.cfg.vision, &c.w->vision, pixels, 2, (const int32_t(*)[3])grid, out,
+                                   &err) == Q35_OK, "%s", err.msg);
+    double max_diff = 0;
+    for (int64_t i = 0; i < n_out; i++)
+        if (fabs((double)out[i] - want[i]) > max_diff) max_diff = fabs((double)out[i] - want[i]);
+    const double rel = max_diff / json_number_value(json_object_get(meta, "out_max_abs"));
+    CHECK_MSG(rel <= 1e-4, "max |diff| / max |out| = %.3g", rel);
+    free(pixels), free(want), free(out);
+    q35_vision_input_free(&in[0]), q35_vision_input_free(&in[1]);
+    json_decref(meta);
     case_free(&c);
 }
