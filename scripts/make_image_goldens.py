@@ -6,7 +6,7 @@ Usage (from the repository root, with the reference stack of scripts/requirement
     .venv-ref/bin/python scripts/make_image_goldens.py [--out tests/data/images]
 
 Writes small test images (odd sizes, extreme aspect ratios, tiny and large, grey, palette, alpha, 16-bit,
-interlaced, EXIF-rotated; JPEG, PNG, WebP) and, for each, what transformers' image processor for Qwen3.5
+interlaced, EXIF-rotated; JPEG, PNG, WebP, GIF) and, for each, what transformers' image processor for Qwen3.5
 makes of it. The processor is the class AutoProcessor gives for model_type qwen3_5
 (Qwen2VLImageProcessor, the torchvision backend, the default), with the values of Qwen3.5's
 preprocessor_config.json (patch 16, temporal patch 2, merge 2, size 65536..16777216 pixels, mean and std
@@ -91,6 +91,23 @@ def png16(w, h, seed, grey):
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
 
 
+def exif_after_idat(img, orientation):
+    """A PNG whose eXIf chunk follows the image data (Pillow writes it before)."""
+    import struct
+    import zlib
+    a = np.asarray(img.convert("RGB"))
+    h, w, _ = a.shape
+    raw = b"".join(b"\0" + a[r].tobytes() for r in range(h))
+    exif = exif_bytes(orientation)
+    exif = exif[6:] if exif.startswith(b"Exif\0\0") else exif
+
+    def chunk(t, b):
+        return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"eXIf", exif) + chunk(b"IEND", b""))
+
+
 def encode(img, fmt, **kw):
     buf = io.BytesIO()
     img.save(buf, fmt, **kw)
@@ -126,7 +143,13 @@ def cases():
         out.append((f"exif{o}_40x24.jpg", encode(scene(40, 24, 20 + o), "JPEG", quality=90, exif=exif_bytes(o)),
                     small))
     out.append(("exif6_36x20.png", encode(scene(36, 20, 30), "PNG", exif=exif_bytes(6)), small))
+    out.append(("exif6_after_idat_36x20.png", exif_after_idat(scene(36, 20, 32), 6), small))
     out.append(("exif8_36x20.webp", encode(scene(36, 20, 31), "WEBP", lossless=True, exif=exif_bytes(8)), small))
+    # GIF: one frame; transparent pixels show the background colour; Pillow interlaces from 16 pixels up
+    gif = scene(50, 36, 43).quantize(32)
+    out.append(("interlaced_trns_50x36.gif", encode(gif, "GIF", transparency=3, background=7), small))
+    out.append(("small_12x9.gif", encode(scene(12, 9, 44).quantize(8), "GIF"), small))
+    out.append(("grey_40x30.gif", encode(scene(40, 30, 45, "L"), "GIF", interlace=False), small))
     # large inputs, shrunk by max_pixels: the antialiased (downscaling) filter
     out.append(("large_1500x1100.jpg", encode(scene(1500, 1100, 40), "JPEG", quality=70),
                 dict(size={"shortest_edge": 1024, "longest_edge": 160 * 120})))
@@ -160,7 +183,7 @@ def interlaced_png(img):
 
 def bombs():
     """Small files that declare huge images (decompression bombs): the decoder must refuse them at the
-    header. Not given to the processor."""
+    header; and an animated GIF (refused as unsupported). Not given to the processor."""
     import struct
     import zlib
 
@@ -176,7 +199,13 @@ def bombs():
     assert webp[12:16] == b"VP8L"
     bits = (16383 - 1) | (16383 - 1) << 14  # 14-bit width-1 and height-1 after the 0x2f signature
     webp[21:25] = struct.pack("<I", bits | (struct.unpack("<I", bytes(webp[21:25]))[0] & 0xF0000000))
-    return [("bomb_60000x60000.png", png), ("bomb_65000x65000.jpg", bytes(jpg)), ("bomb_16383x16383.webp", bytes(webp))]
+    gif = bytearray(encode(scene(16, 16, 52).quantize(8), "GIF"))
+    gif[6:10] = struct.pack("<HH", 65000, 65000)  # the logical screen
+    two = [scene(20, 14, 53).quantize(8), scene(20, 14, 54).quantize(8)]
+    anim = io.BytesIO()
+    two[0].save(anim, "GIF", save_all=True, append_images=two[1:])
+    return [("bomb_60000x60000.png", png), ("bomb_65000x65000.jpg", bytes(jpg)), ("bomb_16383x16383.webp", bytes(webp)),
+            ("bomb_65000x65000.gif", bytes(gif)), ("animated_20x14.gif", anim.getvalue())]
 
 
 def processor(overrides, _dir={}):

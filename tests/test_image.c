@@ -244,7 +244,7 @@ static q35_status decode_bytes(const void *p, size_t n, int64_t max_pixels, q35_
 TEST(image, refuses_truncated_and_corrupt_files_with_a_message) {
     const char *files[] = {"images/rgb_37x53.jpg", "images/progressive_50x50.jpg", "images/rgba_64x40.png",
                            "images/interlaced_45x45.png", "images/lossy_70x50.webp",
-                           "images/lossless_alpha_31x29.webp"};
+                           "images/lossless_alpha_31x29.webp", "images/interlaced_trns_50x36.gif"};
     for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
         char *data = NULL;
         size_t n = 0;
@@ -256,7 +256,8 @@ TEST(image, refuses_truncated_and_corrupt_files_with_a_message) {
             err.msg[0] = 0;
             q35_status st = decode_bytes(data, cut, 0, &err);
             CHECK_MSG(st == Q35_ERR_FORMAT, "%s cut at %zu: status %d (%s)", files[f], cut, st, err.msg);
-            CHECK_MSG(strstr(err.msg, "JPEG") || strstr(err.msg, "PNG") || strstr(err.msg, "WebP"), "%s", err.msg);
+            CHECK_MSG(strstr(err.msg, "JPEG") || strstr(err.msg, "PNG") || strstr(err.msg, "WebP") ||
+                          strstr(err.msg, "GIF"), "%s", err.msg);
         }
         /* flipped bytes in the body: decoded or refused, never a crash (ASan watches) */
         for (size_t at = 20; at < n; at += 1 + n / 25) {
@@ -274,7 +275,7 @@ TEST(image, refuses_a_huge_declared_size_before_allocating) {
      * 65000 x 65000 and 16383 x 16383 pixels: refused at the header, before
      * the codec or we allocate anything for the pixels. */
     const char *bombs[] = {"images/bomb_60000x60000.png", "images/bomb_65000x65000.jpg",
-                           "images/bomb_16383x16383.webp"};
+                           "images/bomb_16383x16383.webp", "images/bomb_65000x65000.gif"};
     q35_error err;
     for (size_t i = 0; i < sizeof bombs / sizeof *bombs; i++) {
         char *bytes = NULL;
@@ -299,8 +300,14 @@ TEST(image, refuses_unsupported_formats_by_name) {
     CHECK(decode_bytes("", 0, 0, &err) == Q35_ERR_FORMAT);
     CHECK(decode_bytes("BM\x36\0\0\0\0\0\0\0\x36\0\0\0", 14, 0, &err) == Q35_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(err.msg, "unsupported format") != NULL, "%s", err.msg);
-    CHECK(decode_bytes("GIF89a\1\0\1\0\0\0\0;", 14, 0, &err) == Q35_ERR_UNSUPPORTED);
+    CHECK(decode_bytes("GIF89a\1\0\1\0\0\0\0;", 14, 0, &err) == Q35_ERR_FORMAT); /* no frame */
     CHECK_MSG(strstr(err.msg, "GIF") != NULL, "%s", err.msg);
+    char *gif = NULL;
+    size_t n = 0;
+    REQUIRE(q35_read_file(q35_test_path("images/animated_20x14.gif"), &gif, &n, &err) == Q35_OK);
+    CHECK(decode_bytes(gif, n, 0, &err) == Q35_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "animated") != NULL, "%s", err.msg);
+    free(gif);
     CHECK(decode_bytes("<svg xmlns='http://www.w3.org/2000/svg'/>", 41, 0, &err) == Q35_ERR_UNSUPPORTED);
 }
 

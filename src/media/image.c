@@ -125,7 +125,7 @@ q35_status q35_image_decode(const uint8_t *data, size_t len, int64_t max_pixels,
     case Q35_IMAGE_JPEG: st = q35_decode_jpeg(data, len, max_pixels, out, &orientation, err); break;
     case Q35_IMAGE_PNG: st = q35_decode_png(data, len, max_pixels, out, &orientation, err); break;
     case Q35_IMAGE_WEBP: st = q35_decode_webp(data, len, max_pixels, out, &orientation, err); break;
-    case Q35_IMAGE_GIF: return q35_fail(err, Q35_ERR_UNSUPPORTED, "image: GIF is not supported");
+    case Q35_IMAGE_GIF: st = q35_decode_gif(data, len, max_pixels, out, &orientation, err); break;
     default:
         return q35_fail(err, Q35_ERR_UNSUPPORTED, "image: unsupported format (not JPEG, PNG, WebP or GIF)");
     }

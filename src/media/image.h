@@ -1,8 +1,8 @@
 /* image.h: images from untrusted bytes into 8-bit RGB.
  *
- * q35_image_decode sniffs the format from the first bytes (JPEG, PNG, WebP),
- * decodes it with the Debian library for that format (libjpeg-turbo,
- * libpng, libwebp) and gives one 8-bit RGB raster, rows top to bottom,
+ * q35_image_decode sniffs the format from the first bytes (JPEG, PNG, WebP,
+ * GIF), decodes it with the Debian library for that format (libjpeg-turbo,
+ * libpng, libwebp, giflib) and gives one 8-bit RGB raster, rows top to bottom,
  * pixels R G B. It gives the bytes Qwen3.5's image processor starts from
  * when it is handed an image as a path, URL or base64 string (as a chat
  * request hands it): transformers' load_image_as_tensor, which is
@@ -14,8 +14,8 @@
  *   - grey is replicated, palettes looked up;
  *   - 16-bit PNG samples keep their high byte (torchvision would give
  *     uint16 values, which the processor does not scale: no golden there).
- * GIF is recognised and refused as unsupported, and so are animated WebP,
- * CMYK and YCCK JPEG.
+ *   - a GIF is its single frame on the background colour (image_gif.c).
+ * Animated GIF and WebP, CMYK and YCCK JPEG are refused as unsupported.
  *
  * Every size is checked against limits before any pixel memory is taken, so
  * a small file that declares a huge image (a decompression bomb) costs
@@ -65,7 +65,8 @@ int q35_exif_orientation(const uint8_t *data, size_t len);
  * replacing img's pixels; 1 or anything else leaves it as it is. */
 q35_status q35_image_orient(q35_image *img, int orientation, q35_error *err);
 
-/* Per-format decoders (image_jpeg.c, image_png.c, image_webp.c): RGB8 before orientation, and the orientation the file's
+/* Per-format decoders (image_jpeg.c, image_png.c, image_webp.c,
+ * image_gif.c): RGB8 before orientation, and the orientation the file's
  * EXIF gives (1 without one). */
 q35_status q35_decode_jpeg(const uint8_t *data, size_t len, int64_t max_pixels, q35_image *out, int *orientation,
                            q35_error *err);
@@ -73,6 +74,8 @@ q35_status q35_decode_png(const uint8_t *data, size_t len, int64_t max_pixels, q
                           q35_error *err);
 q35_status q35_decode_webp(const uint8_t *data, size_t len, int64_t max_pixels, q35_image *out, int *orientation,
                            q35_error *err);
+q35_status q35_decode_gif(const uint8_t *data, size_t len, int64_t max_pixels, q35_image *out, int *orientation,
+                          q35_error *err);
 
 /* Checks a declared size against the limits and allocates the RGB raster:
  * the one place the decoders take pixel memory. */

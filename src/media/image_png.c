@@ -11,8 +11,10 @@
  * No gamma or colour-profile correction is applied, as none is there.
  * The size is checked against the limits after the header and before any
  * pixel memory; libpng's own user limits are set to the same. The EXIF
- * orientation comes from an eXIf chunk before the image data (where
- * torchvision looks; one after it is read too).
+ * orientation comes from an eXIf chunk before the image data; one after
+ * it is ignored, as torchvision ignores it. The chunks after the image
+ * data are still read (and their CRCs checked), so a file cut short after
+ * its pixels is refused.
  * libpng reports errors through a longjmp back here. */
 #include "media/image.h"
 
@@ -110,7 +112,6 @@ q35_status q35_decode_png(const uint8_t *data, size_t len, int64_t max_pixels, q
     for (png_uint_32 y = 0; y < h; y++) row_ptrs[y] = rows + rowbytes * y;
     png_read_image(png, row_ptrs);
     png_read_end(png, end_info);
-    if (!o) o = exif_of(png, end_info);
     *orientation = o ? o : 1;
 
     for (png_uint_32 y = 0; y < h; y++) {
