@@ -11,7 +11,7 @@ OPT     ?= -O2
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -fno-math-errno -MMD -MP -Iinclude -Isrc -pthread
-LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lcrypto -lcurl -lmicrohttpd -lpthread -lm
+LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lcrypto -lcurl -lmicrohttpd -ljpeg -lpng16 -lwebp -lgif -lpthread -lm
 
 ISA_FLAGS_avx2   = -mavx2 -mfma -mf16c
 ISA_FLAGS_avx2_ops = $(ISA_FLAGS_avx2)
@@ -59,6 +59,10 @@ $(BUILD)/qwen35: $(TOOL_OBJ) $(BUILD)/libqwen35.a
 
 $(BUILD)/test_runner: $(TEST_OBJ) $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
+
+# The vision tower's encode time at the 9B shapes (synthetic weights).
+$(BUILD)/bench_vision: bench/bench_vision.c $(BUILD)/libqwen35.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
 
 # Kernel microbenchmark (GEMV GB/s, batch cost, prefill GFLOP/s, bfp layouts).
 $(BUILD)/bench_kernels: bench/bench_kernels.c $(BUILD)/libqwen35.a

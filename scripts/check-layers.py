@@ -30,6 +30,7 @@ ALLOWED = {
     "text": {"base"},
     "server": {"base", "text"},
     "bench": {"base"},
+    "media": {"base"},
 }
 # Inside backend/: a backend never includes another one, except that the
 # scalar reference backend is built from the CPU backend's host blocks and

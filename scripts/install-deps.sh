@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(build-essential clang pkg-config curl ca-certificates python3 python3-venv
           libjansson-dev libpcre2-dev libutf8proc-dev libssl-dev libcurl4-openssl-dev
-          libmicrohttpd-dev)
+          libmicrohttpd-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
+          libgif-dev)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

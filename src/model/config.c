@@ -155,6 +155,8 @@ q35_status q35_config_parse(const char *text, size_t len, const char *label, q35
         else if (tc && mt && strcmp(mt, "qwen3_5"))
             st = q35_fail(err, Q35_ERR_UNSUPPORTED, "%s: model_type '%s' is not Qwen3.5 (qwen3_5)", label, mt);
         else st = parse_text_config(tc ? root : NULL, tc ? tc : root, label, cfg, err);
+        json_t *vc = json_object_get(root, "vision_config");
+        if (!st && vc && !json_is_null(vc)) st = q35_vision_config_parse(vc, label, &cfg->vision, err);
     }
     json_decref(root);
     return st;

@@ -15,6 +15,21 @@
 #include "base/util.h"
 
 #define Q35_MAX_LAYERS 256
+#define Q35_MAX_VISION_BLOCKS 64
+
+/* The vision tower (vision_config). Shapes use (9B values in brackets):
+ *   VH hidden_size [1152]   VI intermediate_size [4304]   VNH n_head [16]
+ *   VHD head_dim = VH / VNH [72]   PS patch [16]  TP temporal patch [2]
+ *   MS spatial merge [2]   VP patch_dim = C * TP * PS * PS [1536]
+ *   VM merged = VH * MS * MS [4608]   VO out_hidden_size [4096]
+ *   NPOS num_position_embeddings [2304] = side * side */
+typedef struct q35_vision_config {
+    int32_t present; /* config.json has a vision_config */
+    int32_t depth, hidden_size, intermediate_size, n_head, head_dim;
+    int32_t in_channels, patch_size, temporal_patch_size, merge_size, out_hidden_size;
+    int32_t num_position_embeddings, grid_per_side;
+    float rope_theta;
+} q35_vision_config;
 
 typedef struct q35_config {
     int32_t vocab_size, hidden_size, intermediate_size, n_layer;
@@ -29,12 +44,16 @@ typedef struct q35_config {
     int32_t eos_token_id;                 /* -1 if none */
     uint8_t layer_is_full[Q35_MAX_LAYERS]; /* 1: gated full attention, 0: Gated DeltaNet */
     int32_t n_layer_full;
+    q35_vision_config vision;
 } q35_config;
 
 /* Parses config.json text (the multimodal wrapper or a bare text config).
  * `label` names the file in errors. */
 q35_status q35_config_parse(const char *json_text, size_t len, const char *label, q35_config *cfg, q35_error *err);
 q35_status q35_config_load(const char *path, q35_config *cfg, q35_error *err);
+/* vision.c: a vision_config object (a json_t) into v (vision.present = 1). */
+struct json_t;
+q35_status q35_vision_config_parse(struct json_t *vc, const char *label, q35_vision_config *v, q35_error *err);
 
 static inline int32_t q35_conv_dim(const q35_config *c) {
     return 2 * c->lin_n_head_k * c->lin_head_k_dim + c->lin_n_head_v * c->lin_head_v_dim;
@@ -74,17 +93,44 @@ typedef struct q35_mtp_weights {
     q35_tensor norm;                  /* (H) 1+w */
 } q35_mtp_weights;
 
+typedef struct q35_vision_block {
+    q35_tensor norm1_w, norm1_b; /* (VH) LayerNorm */
+    q35_tensor qkv_w;            /* (3*VH, VH) rows: q (VNH*VHD) | k | v */
+    q35_tensor qkv_b;            /* (3*VH) */
+    q35_tensor proj_w, proj_b;   /* (VH, VH), (VH) */
+    q35_tensor norm2_w, norm2_b; /* (VH) LayerNorm */
+    q35_tensor fc1_w, fc1_b;     /* (VI, VH), (VI) */
+    q35_tensor fc2_w, fc2_b;     /* (VH, VI), (VH) */
+} q35_vision_block;
+
+typedef struct q35_vision_weights {
+    int32_t present;
+    q35_tensor patch_w;              /* (VH, C, TP, PS, PS): the Conv3d, stride = kernel */
+    q35_tensor patch_b;              /* (VH) */
+    q35_tensor pos_embed;            /* (NPOS, VH) learned table, side x side, row-major */
+    q35_vision_block blocks[Q35_MAX_VISION_BLOCKS];
+    q35_tensor merger_norm_w, merger_norm_b; /* (VH) LayerNorm, per patch before the merge */
+    q35_tensor merger_fc1_w, merger_fc1_b;   /* (VM, VM), (VM) */
+    q35_tensor merger_fc2_w, merger_fc2_b;   /* (VO, VM), (VO) */
+} q35_vision_weights;
+
 typedef struct q35_weights {
     q35_tensor embed;          /* (V, H) */
     q35_tensor final_norm;     /* (H) 1+w */
     q35_tensor lm_head;        /* (V, H); the embedding when tied */
     q35_layer_weights layers[Q35_MAX_LAYERS];
     q35_mtp_weights mtp;
+    q35_vision_weights vision;
 } q35_weights;
 
 struct q35_checkpoint;
 /* Binds and checks every tensor the text model (and MTP, if present) needs,
- * from an open checkpoint or weight cache. */
+ * from an open checkpoint or weight cache; and the vision tower when the
+ * config describes one and the source holds model.visual.* (a weight cache
+ * does not: prepare leaves the tower out). */
 q35_status q35_weights_bind(const struct q35_checkpoint *src, const q35_config *cfg, q35_weights *w, q35_error *err);
+/* The vision tower alone (w->vision), every tensor required. */
+q35_status q35_vision_weights_bind(const struct q35_checkpoint *src, const q35_config *cfg, q35_weights *w,
+                                   q35_error *err);
 
 #endif

@@ -12,6 +12,8 @@ enum {
     Q35_DIM_NHHD, /* NH * HD */
     Q35_DIM_KV,   /* NKV * HD */
     Q35_DIM_CD, Q35_DIM_HVDV, Q35_DIM_HV, Q35_DIM_DV, Q35_DIM_CK,
+    /* the vision tower (model.h's q35_vision_config) */
+    Q35_DIM_VH, Q35_DIM_3VH, Q35_DIM_VI, Q35_DIM_VM, Q35_DIM_VO, Q35_DIM_NPOS, Q35_DIM_C, Q35_DIM_TP, Q35_DIM_PS,
 };
 
 static int64_t dim_value(const q35_config *c, int d) {
@@ -29,6 +31,15 @@ static int64_t dim_value(const q35_config *c, int d) {
     case Q35_DIM_HV: return c->lin_n_head_v;
     case Q35_DIM_DV: return c->lin_head_v_dim;
     case Q35_DIM_CK: return c->lin_conv_kernel;
+    case Q35_DIM_VH: return c->vision.hidden_size;
+    case Q35_DIM_3VH: return 3 * (int64_t)c->vision.hidden_size;
+    case Q35_DIM_VI: return c->vision.intermediate_size;
+    case Q35_DIM_VM: return (int64_t)c->vision.hidden_size * c->vision.merge_size * c->vision.merge_size;
+    case Q35_DIM_VO: return c->vision.out_hidden_size;
+    case Q35_DIM_NPOS: return c->vision.num_position_embeddings;
+    case Q35_DIM_C: return c->vision.in_channels;
+    case Q35_DIM_TP: return c->vision.temporal_patch_size;
+    case Q35_DIM_PS: return c->vision.patch_size;
     default: return 1;
     }
 }
@@ -36,14 +47,20 @@ static int64_t dim_value(const q35_config *c, int d) {
 #define W_(f) offsetof(q35_weights, f)
 #define L_(f) offsetof(q35_layer_weights, f)
 #define M_(f) offsetof(q35_mtp_weights, f)
-#define MAT(name, part, role, d0, d1, slot) {name, part, role, 1, 0, 2, {Q35_DIM_##d0, Q35_DIM_##d1, 0}, Q35_DT_BF16, slot}
-#define VEC(name, part, d0, dt, slot) {name, part, Q35_ROLE_OTHER, 0, 0, 1, {Q35_DIM_##d0, 0, 0}, Q35_DT_##dt, slot}
+#define V_(f) offsetof(q35_vision_weights, f)
+#define B_(f) offsetof(q35_vision_block, f)
+#define MAT(name, part, role, d0, d1, slot) {name, part, role, 1, 0, 2, {Q35_DIM_##d0, Q35_DIM_##d1}, Q35_DT_BF16, slot}
+#define VEC(name, part, d0, dt, slot) {name, part, Q35_ROLE_OTHER, 0, 0, 1, {Q35_DIM_##d0}, Q35_DT_##dt, slot}
+/* the vision tower's nn.Linear (weight and bias) and nn.LayerNorm (weight and bias, width VH) */
+#define LINEAR(name, part, d0, d1, wslot, bslot) \
+    MAT(name ".weight", part, Q35_ROLE_OTHER, d0, d1, wslot), VEC(name ".bias", part, d0, BF16, bslot)
+#define LNORM(name, part, wslot, bslot) VEC(name ".weight", part, VH, BF16, wslot), VEC(name ".bias", part, VH, BF16, bslot)
 
 /* Within each part, in binding order. */
 const q35_tensor_def q35_tensor_defs[] = {
     MAT("model.language_model.embed_tokens.weight", Q35_PART_MODEL, Q35_ROLE_EMBED, V, H, W_(embed)),
     VEC("model.language_model.norm.weight", Q35_PART_MODEL, H, BF16, W_(final_norm)),
-    {"lm_head.weight", Q35_PART_MODEL, Q35_ROLE_HEAD, 1, 1, 2, {Q35_DIM_V, Q35_DIM_H, 0}, Q35_DT_BF16, W_(lm_head)},
+    {"lm_head.weight", Q35_PART_MODEL, Q35_ROLE_HEAD, 1, 1, 2, {Q35_DIM_V, Q35_DIM_H}, Q35_DT_BF16, W_(lm_head)},
 
     VEC("input_layernorm.weight", Q35_PART_LAYER, H, BF16, L_(input_norm)),
     VEC("post_attention_layernorm.weight", Q35_PART_LAYER, H, BF16, L_(post_norm)),
@@ -62,7 +79,7 @@ const q35_tensor_def q35_tensor_defs[] = {
     MAT("linear_attn.in_proj_z.weight", Q35_PART_GDN, Q35_ROLE_PROJECTION, HVDV, H, L_(in_proj_z)),
     MAT("linear_attn.in_proj_b.weight", Q35_PART_GDN, Q35_ROLE_OTHER, HV, H, L_(in_proj_b)),
     MAT("linear_attn.in_proj_a.weight", Q35_PART_GDN, Q35_ROLE_OTHER, HV, H, L_(in_proj_a)),
-    {"linear_attn.conv1d.weight", Q35_PART_GDN, Q35_ROLE_OTHER, 0, 0, 3, {Q35_DIM_CD, Q35_DIM_1, Q35_DIM_CK},
+    {"linear_attn.conv1d.weight", Q35_PART_GDN, Q35_ROLE_OTHER, 0, 0, 3, {Q35_DIM_CD, Q35_DIM_1, Q35_DIM_CK, 0, 0},
      Q35_DT_BF16, L_(conv1d)},
     VEC("linear_attn.A_log", Q35_PART_GDN, HV, F32, L_(A_log)),
     VEC("linear_attn.dt_bias", Q35_PART_GDN, HV, BF16, L_(dt_bias)),
@@ -73,6 +90,23 @@ const q35_tensor_def q35_tensor_defs[] = {
     VEC("mtp.pre_fc_norm_hidden.weight", Q35_PART_MTP, H, BF16, M_(pre_fc_norm_hidden)),
     MAT("mtp.fc.weight", Q35_PART_MTP, Q35_ROLE_PROJECTION, H, 2H, M_(fc)),
     VEC("mtp.norm.weight", Q35_PART_MTP, H, BF16, M_(norm)),
+
+    /* The Conv3d of the patch embedding is a matrix over flattened patches (c, t, y, x). */
+    {"model.visual.patch_embed.proj.weight", Q35_PART_VISION, Q35_ROLE_OTHER, 1, 0, 5,
+     {Q35_DIM_VH, Q35_DIM_C, Q35_DIM_TP, Q35_DIM_PS, Q35_DIM_PS}, Q35_DT_BF16, V_(patch_w)},
+    VEC("model.visual.patch_embed.proj.bias", Q35_PART_VISION, VH, BF16, V_(patch_b)),
+    {"model.visual.pos_embed.weight", Q35_PART_VISION, Q35_ROLE_OTHER, 0, 0, 2, {Q35_DIM_NPOS, Q35_DIM_VH},
+     Q35_DT_BF16, V_(pos_embed)},
+    LNORM("model.visual.merger.norm", Q35_PART_VISION, V_(merger_norm_w), V_(merger_norm_b)),
+    LINEAR("model.visual.merger.linear_fc1", Q35_PART_VISION, VM, VM, V_(merger_fc1_w), V_(merger_fc1_b)),
+    LINEAR("model.visual.merger.linear_fc2", Q35_PART_VISION, VO, VM, V_(merger_fc2_w), V_(merger_fc2_b)),
+
+    LNORM("norm1", Q35_PART_VBLOCK, B_(norm1_w), B_(norm1_b)),
+    LINEAR("attn.qkv", Q35_PART_VBLOCK, 3VH, VH, B_(qkv_w), B_(qkv_b)),
+    LINEAR("attn.proj", Q35_PART_VBLOCK, VH, VH, B_(proj_w), B_(proj_b)),
+    LNORM("norm2", Q35_PART_VBLOCK, B_(norm2_w), B_(norm2_b)),
+    LINEAR("mlp.linear_fc1", Q35_PART_VBLOCK, VI, VH, B_(fc1_w), B_(fc1_b)),
+    LINEAR("mlp.linear_fc2", Q35_PART_VBLOCK, VH, VI, B_(fc2_w), B_(fc2_b)),
 };
 const int q35_n_tensor_defs = (int)(sizeof q35_tensor_defs / sizeof q35_tensor_defs[0]);
 
@@ -114,6 +148,15 @@ q35_status q35_model_tensors_each(const q35_config *c, unsigned which, q35_weigh
         st = each_of_part(c, Q35_PART_MTP, "", w ? &w->mtp : NULL, fn, ctx, err);
         if (!st) st = each_of_layer(c, 1, "mtp.layers.0.", w ? &w->mtp.layer : NULL, fn, ctx, err);
     }
+    if (!st && (which & Q35_TENSORS_VISION)) {
+        if (!c->vision.present) return q35_fail(err, Q35_ERR_ARG, "the config has no vision tower");
+        st = each_of_part(c, Q35_PART_VISION, "", w ? &w->vision : NULL, fn, ctx, err);
+        for (int32_t i = 0; !st && i < c->vision.depth; i++) {
+            char p[64];
+            snprintf(p, sizeof p, "model.visual.blocks.%d.", i);
+            st = each_of_part(c, Q35_PART_VBLOCK, p, w ? &w->vision.blocks[i] : NULL, fn, ctx, err);
+        }
+    }
     return st;
 }
 
@@ -127,7 +170,8 @@ static int ends_with(const char *s, const char *suffix) {
 q35_tensor_role q35_tensor_role_of(const char *name) {
     for (int i = 0; i < q35_n_tensor_defs; i++) {
         const q35_tensor_def *d = &q35_tensor_defs[i];
-        int once = d->part == Q35_PART_MODEL || d->part == Q35_PART_MTP;
+        int once = d->part == Q35_PART_MODEL || d->part == Q35_PART_MTP || d->part == Q35_PART_VISION;
+        if (d->part == Q35_PART_VBLOCK && strncmp(name, "model.visual.blocks.", 20)) continue;
         if (once ? !strcmp(name, d->name) : ends_with(name, d->name)) return (q35_tensor_role)d->role;
     }
     return Q35_ROLE_OTHER;

@@ -19,6 +19,8 @@ typedef enum q35_tensor_part {
     Q35_PART_ATTN,  /* full-attention layers and the MTP layer */
     Q35_PART_GDN,   /* Gated DeltaNet layers */
     Q35_PART_MTP,   /* once, in the MTP head (its layer is LAYER + ATTN under mtp.layers.0.) */
+    Q35_PART_VISION, /* once, in the vision tower: patch embedding, position table, merger */
+    Q35_PART_VBLOCK, /* every block of the vision tower (model.visual.blocks.N.) */
 } q35_tensor_part;
 
 /* What the dtype policy tells apart. */
@@ -36,10 +38,11 @@ typedef struct q35_tensor_def {
     uint8_t matrix;     /* 1: read by the matmul kernels (any dtype); 0: element by element */
     uint8_t untied;     /* present only when tie_word_embeddings is 0 */
     uint8_t ndim;
-    uint8_t dims[3];    /* Q35_DIM_* of tensors.c */
+    uint8_t dims[5];    /* Q35_DIM_* of tensors.c */
     q35_dtype hf_dtype; /* its dtype in a Hugging Face checkpoint */
-    size_t slot;        /* offset of its q35_tensor in q35_weights (MODEL), q35_mtp_weights (MTP)
-                           or q35_layer_weights (layer parts) */
+    size_t slot;        /* offset of its q35_tensor in q35_weights (MODEL), q35_mtp_weights (MTP),
+                           q35_layer_weights (layer parts), q35_vision_weights (VISION) or
+                           q35_vision_block (VBLOCK) */
 } q35_tensor_def;
 
 extern const q35_tensor_def q35_tensor_defs[];
@@ -50,7 +53,7 @@ typedef struct q35_model_tensor {
     const q35_tensor_def *def;
     char name[128];
     int ndim;
-    int64_t shape[3];
+    int64_t shape[5];
     q35_tensor *slot; /* in the q35_weights given to the walk; NULL without one */
 } q35_model_tensor;
 
@@ -58,13 +61,14 @@ typedef struct q35_model_tensor {
  * name it does not hold). */
 q35_tensor_role q35_tensor_role_of(const char *name);
 
-enum { Q35_TENSORS_TEXT = 1, Q35_TENSORS_MTP = 2 };
+enum { Q35_TENSORS_TEXT = 1, Q35_TENSORS_MTP = 2, Q35_TENSORS_VISION = 4 };
 
 typedef q35_status (*q35_model_tensor_fn)(void *ctx, const q35_model_tensor *t, q35_error *err);
 
 /* Calls fn for each tensor of the model c describes, in binding order: with
  * Q35_TENSORS_TEXT the text model (embedding, final norm, lm_head unless
- * tied, then each layer), with Q35_TENSORS_MTP the MTP head. w (or NULL)
+ * tied, then each layer), with Q35_TENSORS_MTP the MTP head, with
+ * Q35_TENSORS_VISION the vision tower (c->vision must be present). w (or NULL)
  * gives each tensor its slot. Stops at fn's first error and returns it. */
 q35_status q35_model_tensors_each(const q35_config *c, unsigned which, q35_weights *w, q35_model_tensor_fn fn,
                                   void *ctx, q35_error *err);

@@ -3,8 +3,10 @@
  *
  * Every tensor the forward pass reads (the table of tensors.c) is looked up
  * by its name and checked for shape and dtype here, once, so that
- * the token loop never meets a surprise. model.visual.* is ignored; mtp.* is
- * bound when present. */
+ * the token loop never meets a surprise. mtp.* is bound when present, and
+ * so is model.visual.* when the config has a vision_config (all of it, or
+ * none: a source without the tower, such as a weight cache, leaves it
+ * unbound). */
 #include "model/tensors.h"
 #include "formats/safetensors.h"
 
@@ -50,5 +52,18 @@ q35_status q35_weights_bind(const q35_checkpoint *src, const q35_config *c, q35_
         if ((st = q35_model_tensors_each(c, Q35_TENSORS_MTP, w, bind, (void *)src, err))) return st;
         w->mtp.present = 1;
     }
+    if (c->vision.present && q35_checkpoint_find(src, "model.visual.patch_embed.proj.weight"))
+        return q35_vision_weights_bind(src, c, w, err);
+    return Q35_OK;
+}
+
+q35_status q35_vision_weights_bind(const q35_checkpoint *src, const q35_config *c, q35_weights *w, q35_error *err) {
+    memset(&w->vision, 0, sizeof w->vision);
+    q35_status st = q35_model_tensors_each(c, Q35_TENSORS_VISION, w, bind, (void *)src, err);
+    if (st) {
+        memset(&w->vision, 0, sizeof w->vision);
+        return st;
+    }
+    w->vision.present = 1;
     return Q35_OK;
 }
