@@ -37,10 +37,9 @@ void q35_prefix_cache_free(q35_prefix_cache *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-void q35_prefix_cache_usage(q35_prefix_cache *c, size_t *entries, size_t *bytes) {
+void q35_prefix_cache_usage(q35_prefix_cache *c, q35_prefix_cache_usage_t *u) {
     pthread_mutex_lock(&c->mu);
-    *entries = (size_t)c->n;
-    *bytes = c->used;
+    *u = (q35_prefix_cache_usage_t){(size_t)c->n, c->used, c->budget, c->hits, c->misses, c->evictions};
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -62,6 +61,7 @@ void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_
         for (int i = 1; i < c->n; i++)
             if (c->e[i].last_used < c->e[lru].last_used) lru = i;
         cache_drop(c, lru);
+        c->evictions++;
     }
     if (c->n == c->cap) {
         int nc = c->cap ? 2 * c->cap : 16;
@@ -88,8 +88,14 @@ int32_t q35_prefix_cache_restore(q35_prefix_cache *c, q35_session *sess, const i
     q35_error err;
     if (best < 0 || q35_snapshot_restore(sess, c->e[best].snap, &err)) {
         q35_session_reset(sess);
+        pthread_mutex_lock(&c->mu);
+        c->misses++;
+        pthread_mutex_unlock(&c->mu);
         return 0;
     }
+    pthread_mutex_lock(&c->mu);
+    c->hits++;
+    pthread_mutex_unlock(&c->mu);
     c->e[best].last_used = ++c->clock;
     return c->e[best].n;
 }

@@ -521,7 +521,8 @@ def test_load_streams_no_errors_flat_memory(srv, client):
 
 
 def test_queued_stream_outlives_idle_timeout_and_shutdown_ends_streams():
-    with Server("tiny-a", "--parallel", "1", "--timeout", "1") as s:
+    # --drain-timeout 0: the signal cuts what runs (test_hostile.py lets it finish)
+    with Server("tiny-a", "--parallel", "1", "--timeout", "1", "--drain-timeout", "0") as s:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=60)
         long_body = {"prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "ignore_eos": True}
         with cf.ThreadPoolExecutor(2) as ex:
