@@ -20,6 +20,8 @@
 enum { Q35_CONN_RESERVED = 16 };
 /* Unread events a stream may hold before it is cancelled as too slow. */
 enum { Q35_STREAM_BACKLOG_MAX = 32768 };
+/* A streaming socket's send buffer (the kernel doubles it). */
+enum { Q35_STREAM_SNDBUF = 64 << 10 };
 
 /* What a streaming response shares with the watchdog. */
 typedef struct q35_stream_watch {

@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 
 /* ---- streaming ---- */
@@ -221,6 +222,10 @@ enum MHD_Result q35_stream_respond(q35_server *srv, struct MHD_Connection *c, q3
      * ends with it (hang-ups are caught by polling the socket) */
     MHD_add_response_header(resp, "Connection", "close");
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    /* a bounded socket buffer: what a client leaves unread stays in the
+     * task, where the watchdog sees it (the kernel would grow it to MiBs) */
+    int sndbuf = Q35_STREAM_SNDBUF;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     q35_conn_watch(&srv->conns, c, &st->watch);
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);

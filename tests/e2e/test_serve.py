@@ -343,6 +343,20 @@ def test_prefix_cache_is_bounded():
             assert s.post("/v1/completions", {"prompt": p, "max_tokens": 2, "temperature": 0})[0] == 200
         m = s.metrics()
         assert 0 < m["qwen35:prefix_cache_bytes"] <= 1 << 20
+        assert m["qwen35:prefix_cache_capacity_bytes"] == 1 << 20
+        assert m["qwen35:prefix_cache_evictions_total"] > 0
+        assert m["qwen35:prefix_cache_lookup_misses_total"] >= 12
+    # --prefix-cache-bytes takes a suffix; the same prompt twice is a lookup hit
+    with Server("tiny-a", "--parallel", "1", "--prefix-cache-bytes", "3M") as s:
+        for _ in range(2):
+            assert s.post("/v1/completions", {"prompt": PROMPT * 20, "max_tokens": 2, "temperature": 0})[0] == 200
+        m = s.metrics()
+        assert m["qwen35:prefix_cache_capacity_bytes"] == 3 << 20
+        assert m["qwen35:prefix_cache_lookup_hits_total"] >= 1 and m["qwen35:prefix_cache_entries"] >= 1
+    from serve_util import BIN
+    for bad in ("-1", "1T", "12Mb", ""):
+        r = subprocess.run([BIN, "serve", "--prefix-cache-bytes", bad], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and "bad value" in r.stderr, (bad, r.stderr)
 
 
 # ---- concurrency and auth ----------------------------------------------------------
