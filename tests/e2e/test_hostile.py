@@ -302,12 +302,18 @@ def test_half_closed_connection_gets_the_whole_response(stream):
 
 # ---- graceful drain ---------------------------------------------------------------------------
 
+def start_stream(srv, max_tokens):
+    """A raw socket whose stream of max_tokens has begun."""
+    sock = socket.create_connection(("127.0.0.1", srv.port))
+    sock.sendall(raw_request({"prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                              "stream": True}))
+    sock.recv(1)
+    return sock
+
+
 def test_sigterm_drains_running_and_queued_requests():
     with Server("tiny-a", "--parallel", "1", "--drain-timeout", "30") as s:
-        sock = socket.create_connection(("127.0.0.1", s.port))
-        sock.sendall(raw_request({"prompt": PROMPT, "max_tokens": 1500, "temperature": 0, "ignore_eos": True,
-                                  "stream": True}))
-        sock.recv(1)
+        sock = start_stream(s, 1500)
         with cf.ThreadPoolExecutor(1) as ex:
             queued = ex.submit(post, s, "/v1/completions", {"prompt": PROMPT, "max_tokens": 50, "temperature": 0}, "127.0.0.1", 60)
             time.sleep(0.3)
@@ -329,10 +335,7 @@ def test_sigterm_drains_running_and_queued_requests():
 
 def test_drain_timeout_ends_the_rest_with_an_error_and_a_second_signal_exits():
     with Server("tiny-a", "--parallel", "1", "--drain-timeout", "1") as s:
-        sock = socket.create_connection(("127.0.0.1", s.port))
-        sock.sendall(raw_request({"prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "ignore_eos": True,
-                                  "stream": True}))
-        sock.recv(1)
+        sock = start_stream(s, 4000)
         t0 = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
         _, raw = http_body(read_all(sock))
@@ -344,10 +347,7 @@ def test_drain_timeout_ends_the_rest_with_an_error_and_a_second_signal_exits():
         err = json.loads(events[-2])["error"]
         assert err["code"] == 503 and "shutting down" in err["message"]
     with Server("tiny-a", "--parallel", "1", "--drain-timeout", "60") as s:
-        sock = socket.create_connection(("127.0.0.1", s.port))
-        sock.sendall(raw_request({"prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "ignore_eos": True,
-                                  "stream": True}))
-        sock.recv(1)
+        sock = start_stream(s, 4000)
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         t0 = time.monotonic()
