@@ -42,6 +42,7 @@ class Soak:
         self.latency, self.errors, self.refused, self.expected = [], [], 0, {}
         self.tokens = self.requests = self.faults = self.restarts = 0
         self.rss = []
+        self.counters, self.kinds = {}, {}
         self.restarting = threading.Event()
         self.log = open(args.log, "w") if args.log else subprocess.DEVNULL
 
@@ -49,7 +50,7 @@ class Soak:
     def start(self):
         self.proc = subprocess.Popen([BIN, "serve", "-m", str(self.model), "--port", str(self.port), "-t", "1",
                                       "--parallel", "4", "--max-queue", "64", "--prefix-cache-bytes", str(CACHE),
-                                      "--request-timeout", "3", "--write-timeout", "2", "--drain-timeout", "10",
+                                      "--request-timeout", "3", "--write-timeout", "4", "--drain-timeout", "10",
                                       "--max-body", "65536"], stderr=self.log, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -64,6 +65,15 @@ class Soak:
         raise SystemExit("stress: the server did not become ready")
 
     def stop(self):
+        try:  # what the watchdog did, summed over the server's lives
+            _, body = self.get("/metrics")
+            for line in body.decode().splitlines():
+                name = line.split("{")[0].split(" ")[0]
+                if name in ("qwen35:streams_stalled_total", "qwen35:connections_timed_out_total",
+                            "qwen35:prefix_cache_evictions_total", "qwen35:prefix_cache_lookup_hits_total"):
+                    self.counters[name] = self.counters.get(name, 0) + float(line.split()[-1])
+        except OSError:
+            pass
         self.proc.send_signal(signal.SIGTERM)
         rc = self.proc.wait(timeout=30)
         if rc != 0:
@@ -190,6 +200,7 @@ class Soak:
     def fault(self, rng):
         kind = rng.choice(["disconnect", "slow_headers", "non_reading", "oversized", "malformed"])
         self.faults += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
         try:
             s = socket.create_connection(("127.0.0.1", self.port), timeout=5, source_address=("127.0.0.2", 0))
         except OSError:
@@ -202,12 +213,12 @@ class Soak:
                 s.recv(100)
             elif kind == "slow_headers":
                 s.sendall(b"GET /health HTTP/1.1\r\n")
-                for i in range(4):
+                for i in range(8):  # past --request-timeout
                     time.sleep(0.5)
                     s.sendall(b"X-Slow: %d\r\n" % i)
             elif kind == "non_reading":
                 s.sendall(head % len(stream) + stream)
-                time.sleep(3)
+                time.sleep(5)  # past --write-timeout
             elif kind in ("oversized", "malformed"):
                 body = b'{"prompt": "' + b"x" * 100000 + b'"}' if kind == "oversized" else b'{"prompt": [1, 2,'
                 s.sendall(head % len(body) + body)
@@ -271,8 +282,9 @@ class Soak:
         out = {"seconds": round(wall, 1), "requests": self.requests, "errors": len(self.errors),
                "refused_during_restart": self.refused, "faults": self.faults, "restarts": self.restarts,
                "distinct_repeated_requests": len(self.expected), "p50_s": round(q(0.5), 3), "p99_s": round(q(0.99), 3),
-               "tokens_per_s": round(self.tokens / wall, 1), "rss_mib": [(t, round(r / 2**20, 1)) for t, r in self.rss],
-               "first_errors": self.errors[:5]}
+               "tokens_per_s": round(self.tokens / wall, 1),
+               "faults_by_kind": self.kinds, "rss_mib": [(t, round(r / 2**20, 1)) for t, r in self.rss],
+               "server_counters": self.counters, "first_errors": self.errors[:5]}
         return out
 
 
