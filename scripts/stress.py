@@ -27,7 +27,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from serve_util import BIN, make_text_model, sse_events  # noqa: E402
+from serve_util import BIN, free_port, make_text_model, sse_events  # noqa: E402
 
 CACHE = 16 << 20
 RSS_MARGIN = 96 << 20
@@ -286,14 +286,6 @@ class Soak:
                "faults_by_kind": self.kinds, "rss_mib": [(t, round(r / 2**20, 1)) for t, r in self.rss],
                "server_counters": self.counters, "first_errors": self.errors[:5]}
         return out
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def main():

@@ -110,6 +110,15 @@ class Server:
         return socket.create_connection(("127.0.0.1", self.port), timeout=10)
 
 
+def free_port():
+    """A loopback port nobody listens on (for a server that must keep its port)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
 def sse_events(raw):
     """The data: payloads of an SSE body, in order."""
     out = []

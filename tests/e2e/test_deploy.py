@@ -20,7 +20,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import MODELS, Server  # noqa: E402
+from serve_util import MODELS, Server, free_port  # noqa: E402
 
 yaml = pytest.importorskip("yaml")
 
@@ -54,14 +54,6 @@ def test_k8s_manifests_parse_and_agree():
     assert pod["spec"]["terminationGracePeriodSeconds"] > int(args[args.index("--drain-timeout") + 1])
     assert args[args.index("--max-conns-per-client") + 1] == "0"
     assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def ask(port, session, prompt, timeout=30):
