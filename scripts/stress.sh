@@ -7,7 +7,8 @@
 #
 #   scripts/stress.sh              the 60-second form (make stress)
 #   scripts/stress.sh 1800         half an hour
-#   Q35_BIN=build-asan/qwen35 scripts/stress.sh 120   under the sanitizers
+#   Q35_BIN=build-asan/qwen35 scripts/stress.sh 120 --rss-margin 1024
+#                                  under the sanitizers (which take memory of their own)
 #
 # The summary goes to stdout and, as JSON, to build/stress.json; the
 # server's log to build/stress-server.log. Exits 1 on any failed check.
@@ -17,4 +18,4 @@ SECONDS_TO_RUN=${1:-60}
 PY=.venv/bin/python; [ -x "$PY" ] || PY=python3
 export Q35_BIN=${Q35_BIN:-$PWD/build/qwen35}
 mkdir -p build
-exec "$PY" scripts/stress.py --seconds "$SECONDS_TO_RUN" --out build/stress.json --log build/stress-server.log
+exec "$PY" scripts/stress.py --seconds "$SECONDS_TO_RUN" --out build/stress.json --log build/stress-server.log "${@:2}"
