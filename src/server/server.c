@@ -255,12 +255,14 @@ int q35_server_run(const q35_server_config *cfg) {
     }
     int sig;
     sigwait(&set, &sig);
-    rc = atomic_load(&srv.load_status);
-    if (rc < 0) {
+    /* ready is set before the loader's status: a signal just after "ready"
+     * is a shutdown, not an interrupted load */
+    if (atomic_load(&srv.load_status) < 0 && !atomic_load(&srv.ready)) {
         fprintf(stderr, "qwen35 serve: signal %d while loading the model, exiting\n", sig);
         _exit(1);
     }
     pthread_join(loader, NULL);
+    rc = atomic_load(&srv.load_status);
     if (rc) {
         q35_http_stop(&srv, d);
         server_free(&srv);
