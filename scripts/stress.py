@@ -3,10 +3,12 @@
 scripts/stress.sh and docs/serving.md).
 
 16 concurrent clients send a mix of requests (streaming and not, chat and
-completions, greedy and seeded sampling, n > 1) for SECONDS, while a fault
-thread injects disconnects mid-stream, slow headers, non-reading streams,
-oversized and malformed bodies, and the server goes through one
-SIGTERM-restart cycle halfway. It checks that every greedy (and seeded)
+completions, greedy and seeded sampling, n > 1) for SECONDS, while 500
+slow-header connections from 127.0.0.1 and 200 from 127.0.0.2 keep up their
+pressure, a fault thread injects disconnects mid-stream, slow headers,
+non-reading streams, oversized and malformed bodies, and the server goes
+through one SIGTERM-restart cycle halfway; /health must answer within a
+second throughout. It checks that every greedy (and seeded)
 repeat is byte-identical, that no response ends without its end or an error,
 that RSS stays within the prefix-cache cap plus a fixed margin, and that the
 server never crashes. Prints a summary and writes it as JSON (--out)."""
@@ -27,7 +29,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from serve_util import BIN, free_port, make_text_model, sse_events  # noqa: E402
+from serve_util import BIN, SlowHeaders, free_port, make_text_model, raise_fd_limit, sse_events  # noqa: E402
 
 CACHE = 16 << 20
 
@@ -42,6 +44,7 @@ class Soak:
         self.tokens = self.requests = self.faults = self.restarts = 0
         self.rss = []
         self.counters, self.kinds = {}, {}
+        self.health_worst = 0.0
         self.restarting = threading.Event()
         self.log = open(args.log, "w") if args.log else subprocess.DEVNULL
 
@@ -201,7 +204,7 @@ class Soak:
         self.faults += 1
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
         try:
-            s = socket.create_connection(("127.0.0.1", self.port), timeout=5, source_address=("127.0.0.2", 0))
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5, source_address=("127.0.0.4", 0))
         except OSError:
             return
         try:
@@ -236,10 +239,17 @@ class Soak:
             self.fault(rng)
             time.sleep(rng.uniform(0.1, 0.5))
 
-    # ---- memory ----
+    # ---- memory, and /health under the flood ----
     def sampler(self, t_end, t0):
         while time.monotonic() < t_end:
             try:
+                t1 = time.monotonic()
+                status, _ = self.get("/health")
+                dt = time.monotonic() - t1
+                if not self.restarting.is_set():
+                    self.health_worst = max(self.health_worst, dt)
+                    if status != 200 or dt > 1:
+                        self.error(f"/health answered {status} in {dt:.2f} s")
                 _, body = self.get("/metrics")
                 for line in body.decode().splitlines():
                     if line.startswith("process_resident_memory_bytes"):
@@ -255,6 +265,9 @@ class Soak:
         threads = [threading.Thread(target=self.client, args=(i, t_end)) for i in range(16)]
         threads += [threading.Thread(target=self.faulter, args=(t_end,)),
                     threading.Thread(target=self.sampler, args=(t_end, t0))]
+        flood = [SlowHeaders(self.port, "127.0.0.1", self.args.flood[0]), SlowHeaders(self.port, "127.0.0.2", self.args.flood[1])]
+        for f in flood:
+            f.__enter__()
         for t in threads:
             t.start()
         time.sleep(self.args.seconds / 2)
@@ -264,6 +277,8 @@ class Soak:
         self.restart()
         for t in threads:
             t.join()
+        for f in flood:
+            f.__exit__(None, None, None)
         if self.proc.poll() is not None:
             self.error(f"the server died with {self.proc.returncode}")
         else:
@@ -284,7 +299,7 @@ class Soak:
                "distinct_repeated_requests": len(self.expected), "p50_s": round(q(0.5), 3), "p99_s": round(q(0.99), 3),
                "tokens_per_s": round(self.tokens / wall, 1),
                "faults_by_kind": self.kinds, "rss_mib": [(t, round(r / 2**20, 1)) for t, r in self.rss],
-               "server_counters": self.counters, "first_errors": self.errors[:5]}
+               "health_worst_s": round(self.health_worst, 3), "server_counters": self.counters, "first_errors": self.errors[:5]}
         return out
 
 
@@ -293,16 +308,20 @@ def main():
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--out", help="write the summary as JSON here")
     ap.add_argument("--log", help="the server's stderr goes here")
+    ap.add_argument("--flood", type=int, nargs=2, default=[500, 200], metavar=("N1", "N2"),
+                    help="slow-header connections from 127.0.0.1 and from 127.0.0.2 for the whole run")
     ap.add_argument("--rss-margin", type=int, default=96,
                     help="MiB that RSS may pass its start-up figure plus the cache budget by (a sanitizer build needs more)")
     args = ap.parse_args()
+    raise_fd_limit(4096)
     with tempfile.TemporaryDirectory() as tmp:
         out = Soak(args, make_text_model(pathlib.Path(tmp) / "m")).run()
     rss = out["rss_mib"]
     print(f"stress: {out['requests']} requests in {out['seconds']} s, {out['errors']} errors, "
           f"{out['refused_during_restart']} refused during the restart, {out['faults']} faults; "
           f"latency p50 {out['p50_s']} s, p99 {out['p99_s']} s; {out['tokens_per_s']} tokens/s; "
-          f"RSS {rss[0][1] if rss else 0} -> {max((r for _, r in rss), default=0)} MiB (peak)")
+          f"RSS {rss[0][1] if rss else 0} -> {max((r for _, r in rss), default=0)} MiB (peak); "
+          f"worst /health {out['health_worst_s']} s under {args.flood[0]} + {args.flood[1]} slow-header connections")
     for e in out["first_errors"]:
         print("  error:", e)
     if args.out:

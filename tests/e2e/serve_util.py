@@ -7,9 +7,11 @@ import json
 import os
 import pathlib
 import re
+import resource
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -180,3 +182,61 @@ def make_text_model(dst, base="tiny-a"):
                      "vocab": vocab, "merges": []}}
     (dst / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     return dst
+
+
+class SlowHeaders:
+    """n connections from `source` that send a request head one header line
+    per `period` seconds and never end it; a connection the server closes
+    is opened again (the attack keeps its pressure)."""
+
+    def __init__(self, port, source, n, period=1.0):
+        self.port, self.source, self.n, self.period = port, source, n, period
+        self.socks, self.lines, self.reopened, self.stop = [], [], 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self):
+        try:
+            s = socket.socket()
+            s.settimeout(1)
+            s.bind((self.source, 0))
+            s.connect(("127.0.0.1", self.port))
+            s.setblocking(False)
+            return s
+        except OSError:
+            return None
+
+    def __enter__(self):
+        self.socks = [self._open() for _ in range(self.n)]
+        self.lines = [0] * self.n
+        self.thread.start()
+        return self
+
+    def _run(self):
+        while not self.stop.is_set():
+            for i, s in enumerate(self.socks):
+                line = self.lines[i]
+                try:
+                    if s is None:
+                        raise OSError
+                    s.send(b"GET /v1/models HTTP/1.1\r\n" if line == 0 else b"X-Slow-%d: 1\r\n" % line)
+                    self.lines[i] += 1
+                except OSError:
+                    if s is not None:
+                        s.close()
+                    self.socks[i] = self._open()  # a new connection starts with its request line
+                    self.lines[i] = 0
+                    self.reopened += 1
+            self.stop.wait(self.period)
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        for s in self.socks:
+            if s is not None:
+                s.close()
+
+
+def raise_fd_limit(n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))

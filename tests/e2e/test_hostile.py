@@ -8,17 +8,15 @@ import concurrent.futures as cf
 import http.client
 import json
 import os
-import resource
 import signal
 import socket
 import sys
-import threading
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import MODELS, Server, sse_events  # noqa: E402
+from serve_util import MODELS, Server, SlowHeaders, raise_fd_limit, sse_events  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (MODELS / "tiny-a" / "config.json").exists(), reason="tiny test models missing")
 
@@ -88,62 +86,6 @@ def http_body(raw):
         out += rest[:n]
         body = rest[n + 2:]
     return head, out
-
-
-class SlowHeaders:
-    """n connections from `source` that send a request head one header line
-    per `period` seconds and never end it; a connection the server closes
-    is opened again (the attack keeps its pressure)."""
-
-    def __init__(self, port, source, n, period=1.0):
-        self.port, self.source, self.n, self.period = port, source, n, period
-        self.socks, self.reopened, self.stop = [], 0, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _open(self):
-        try:
-            s = socket.socket()
-            s.settimeout(1)
-            s.bind((self.source, 0))
-            s.connect(("127.0.0.1", self.port))
-            s.setblocking(False)
-            return s
-        except OSError:
-            return None
-
-    def __enter__(self):
-        self.socks = [self._open() for _ in range(self.n)]
-        self.thread.start()
-        return self
-
-    def _run(self):
-        line = 0
-        while not self.stop.is_set():
-            for i, s in enumerate(self.socks):
-                try:
-                    if s is None:
-                        raise OSError
-                    s.send(b"GET /v1/models HTTP/1.1\r\n" if line == 0 else b"X-Slow-%d: 1\r\n" % line)
-                except OSError:
-                    if s is not None:
-                        s.close()
-                    self.socks[i] = self._open()
-                    self.reopened += 1
-            line += 1
-            self.stop.wait(self.period)
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-        for s in self.socks:
-            if s is not None:
-                s.close()
-
-
-def raise_fd_limit(n):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < n:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
 
 
 # ---- slow and idle connections -------------------------------------------------------------
