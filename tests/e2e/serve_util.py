@@ -11,7 +11,6 @@ import resource
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 
@@ -187,12 +186,16 @@ def make_text_model(dst, base="tiny-a"):
 class SlowHeaders:
     """n connections from `source` that send a request head one header line
     per `period` seconds and never end it; a connection the server closes
-    is opened again (the attack keeps its pressure)."""
+    is opened again (the attack keeps its pressure). It runs in a process of
+    its own, as an attacker would, so its work does not slow the measuring
+    client's threads."""
 
     def __init__(self, port, source, n, period=1.0):
+        import multiprocessing
         self.port, self.source, self.n, self.period = port, source, n, period
-        self.socks, self.lines, self.reopened, self.stop = [], [], 0, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.socks, self.lines, self.reopened = [], [], 0
+        self.stop = multiprocessing.Event()
+        self.proc = multiprocessing.Process(target=self._main, daemon=True)
 
     def _open(self):
         try:
@@ -206,10 +209,14 @@ class SlowHeaders:
             return None
 
     def __enter__(self):
+        self.proc.start()
+        return self
+
+    def _main(self):
+        raise_fd_limit(self.n + 256)
         self.socks = [self._open() for _ in range(self.n)]
         self.lines = [0] * self.n
-        self.thread.start()
-        return self
+        self._run()
 
     def _run(self):
         while not self.stop.is_set():
@@ -230,10 +237,10 @@ class SlowHeaders:
 
     def __exit__(self, *exc):
         self.stop.set()
-        self.thread.join()
-        for s in self.socks:
-            if s is not None:
-                s.close()
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
 
 
 def raise_fd_limit(n):
