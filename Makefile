@@ -39,7 +39,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test asan bench fuzz clean help gpu-bundle gpu-check
+.PHONY: all test asan bench fuzz clean help gpu-bundle gpu-check stress
 all: $(BUILD)/qwen35 $(BUILD)/test_runner
 
 $(BUILD)/%.o: %.c
@@ -71,6 +71,10 @@ $(BUILD)/bench_kernels: bench/bench_kernels.c $(BUILD)/libqwen35.a
 # Every test: the C unit tests, then the tests that drive the built programs.
 test: all
 	@scripts/run-tests.sh $(BUILD)
+
+# A 60-second soak of the server with faults (scripts/stress.sh; longer: scripts/stress.sh SECONDS).
+stress: $(BUILD)/qwen35
+	scripts/stress.sh 60
 
 # The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 asan:
@@ -110,6 +114,7 @@ help:
 	@echo "make            build build/qwen35 and build/test_runner"
 	@echo "make test       run every test (prints 'N passed, N failed')"
 	@echo "make asan       unit tests under ASan + UBSan"
+	@echo "make stress     a 60-second soak of the server with faults (scripts/stress.sh)"
 	@echo "make bench      speed benchmark: tok/s, GB/s, % of measured bandwidth; writes bench.json"
 	@echo "make fuzz       build the libFuzzer targets into build-fuzz/"
 	@echo "make CUDA=1 BUILD=build-cuda   the same with the cuda backend (nvcc, sm_90)"

@@ -314,9 +314,10 @@ q35_status q35_output_parser_feed(q35_output_parser *p, const char *text, size_t
 /* End of generation: releases held-back text and closes an open tool call. */
 q35_status q35_output_parser_finish(q35_output_parser *p, const q35_delta **deltas, size_t *n_deltas,
                                     q35_error *err);
-/* The whole message so far (NUL-terminated, owned by p). */
-const char *q35_output_parser_content(const q35_output_parser *p);
-const char *q35_output_parser_reasoning(const q35_output_parser *p);
+/* The whole message so far (NUL-terminated, owned by p; the text itself may
+ * hold NUL bytes, so *len, when not NULL, gets its length). */
+const char *q35_output_parser_content(const q35_output_parser *p, size_t *len);
+const char *q35_output_parser_reasoning(const q35_output_parser *p, size_t *len);
 /* OpenAI tool_calls without ids, [{"type":"function","function":{"name":..,
  * "arguments":".."}}...], or NULL when there are none; malloc'd. */
 char *q35_output_parser_tool_calls_json(const q35_output_parser *p);

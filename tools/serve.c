@@ -25,8 +25,14 @@ static const char serve_usage[] =
     "  --parallel N             sequences decoded together (default 4)\n"
     "  --max-queue N            requests waiting before 429 (default 64)\n"
     "  --max-body BYTES         request body limit (default 8388608)\n"
-    "  --timeout S              idle connection and request-body time limit (default 60)\n"
-    "  --prefix-cache-mb N      prefix cache budget (default min(4096, a quarter of free memory); 0: off)\n"
+    "  --timeout S              idle connection limit (default 60)\n"
+    "  --request-timeout S      a whole request head and body, however slowly it arrives (default 30)\n"
+    "  --write-timeout S        a stream whose client reads nothing for S is cancelled (default 60)\n"
+    "  --drain-timeout S        after SIGTERM/SIGINT, time for running and queued requests (default 30)\n"
+    "  --max-conns-per-client N open connections from one address (default 16; 0: no limit)\n"
+    "  --prefix-cache-bytes N   prefix cache budget, a number with an optional K, M or G suffix\n"
+    "                           (default min(4 GiB, a quarter of MemAvailable at start-up); 0: off)\n"
+    "  --prefix-cache-mb N      the same in MiB\n"
     "  --prefill-chunk N        prompt tokens per scheduler step (default 512)\n"
     "  --spec-k K               MTP draft tokens per step (default 1 with an MTP head; 0: off)\n"
     "  --draft-vocab FILE       draft only over these token ids (one per line, as written by\n"
@@ -52,6 +58,21 @@ static int parse_long(const char *v, long lo, long hi, long *out) {
     return 0;
 }
 
+/* A byte count: digits with an optional K, M or G (binary) suffix. */
+static int parse_bytes(const char *v, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || x < 0) return -1;
+    int shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10;
+    else if (*end == 'M' || *end == 'm') shift = 20;
+    else if (*end == 'G' || *end == 'g') shift = 30;
+    if (shift) end++;
+    if (*end || x > (1LL << 44) >> shift) return -1;
+    *out = x << shift;
+    return 0;
+}
 
 int cmd_serve(int argc, char **argv) {
     q35_server_config C;
@@ -82,7 +103,12 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--max-queue")) { bad = parse_long(v, 0, 100000, &x); C.max_queue = (int)x; }
         else if (!strcmp(k, "--max-body")) { bad = parse_long(v, 1024, 1L << 30, &x); C.max_body = (size_t)x; }
         else if (!strcmp(k, "--timeout")) { bad = parse_long(v, 1, 86400, &x); C.timeout_s = (double)x; }
-        else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &C.cache_mb); }
+        else if (!strcmp(k, "--request-timeout")) { bad = parse_long(v, 1, 86400, &x); C.request_timeout_s = (double)x; }
+        else if (!strcmp(k, "--write-timeout")) { bad = parse_long(v, 1, 86400, &x); C.write_timeout_s = (double)x; }
+        else if (!strcmp(k, "--drain-timeout")) { bad = parse_long(v, 0, 86400, &x); C.drain_timeout_s = (double)x; }
+        else if (!strcmp(k, "--max-conns-per-client")) { bad = parse_long(v, 0, 100000, &x); C.max_conns_per_client = (int)x; }
+        else if (!strcmp(k, "--prefix-cache-bytes")) bad = parse_bytes(v, &C.cache_bytes);
+        else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &x); C.cache_bytes = (long long)x << 20; }
         else if (!strcmp(k, "--prefill-chunk")) { bad = parse_long(v, 1, 1 << 20, &x); C.prefill_chunk = (int32_t)x; }
         else if (!strcmp(k, "--spec-k")) { bad = parse_long(v, 0, Q35_SPEC_K_MAX, &C.spec_k); }
         else if (!strcmp(k, "--draft-vocab")) C.draft_vocab = v;

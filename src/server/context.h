@@ -4,6 +4,7 @@
 #ifndef Q35_SERVER_CONTEXT_H
 #define Q35_SERVER_CONTEXT_H
 
+#include "server/conn.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/sched.h"
@@ -26,7 +27,9 @@ typedef struct q35_server {
     int32_t spec_k;            /* draft tokens per step, resolved */
     q35_sched *sched;
     q35_metrics metrics;
+    q35_conns conns;           /* open connections, their deadlines, the watchdog */
     atomic_int ready;          /* the model is loaded and the scheduler runs */
+    atomic_int draining;       /* a signal came: new requests and /health get 503, running ones finish */
     atomic_int stopping;       /* shutting down: refusals are 503 */
     atomic_int live_streams;   /* streaming responses the HTTP library still holds */
     atomic_int load_status;    /* the loader's exit status, -1 while it runs */

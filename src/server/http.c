@@ -1,8 +1,12 @@
 /* http.c: libmicrohttpd glue (http.h). The daemon runs one thread per
- * connection. A connection's first call allocates its body, later calls
- * append uploaded bytes (bounded by --max-body and, for a body that
- * trickles in, by --timeout), and the last hands the whole request to
- * q35_route (routes.c) on the same thread. */
+ * connection, at most --max-conns-per-client from one address (more are
+ * closed as they are accepted), and tells the connection table (conn.c) of
+ * each one, which enforces --request-timeout on the head and body. A
+ * connection's first call allocates its body, later calls append uploaded
+ * bytes (bounded by --max-body and --request-timeout), and the last hands
+ * the whole request to q35_route (routes.c) on the same thread. A
+ * connection accepted over the request slots may only ask for /health,
+ * /metrics and /version. */
 #include "server/http.h"
 #include "server/buf.h"
 #include "server/routes.h"
@@ -19,8 +23,8 @@
 
 /* The request's Origin when --allowed-origins lists it (or is "*"); else NULL. */
 const char *q35_http_allowed_origin(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    const q35_server *srv = ci ? ci->socket_context : NULL;
+    const q35_conns *t = q35_conn_table_of(c);
+    const q35_server *srv = t ? t->owner : NULL;
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     const char *list = srv ? srv->cfg.allowed_origins : NULL;
     if (!origin || !list) return NULL;
@@ -71,12 +75,12 @@ enum MHD_Result q35_http_send_error(struct MHD_Connection *c, unsigned status, c
 
 bool q35_http_peer_gone(int fd) {
     if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    /* the end of the client's bytes (POLLRDHUP, a read of 0) is no hang-up:
+     * a client may shut down its sending side and still read the answer;
+     * a reset (POLLERR) or both directions closed (POLLHUP) is */
+    struct pollfd p = {.fd = fd, .events = 0};
     if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
-    char ch;
-    ssize_t n = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0;
+    return (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 int q35_http_fd(struct MHD_Connection *c) {
@@ -107,11 +111,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (q35_now_seconds() - b->t_start > srv->cfg.timeout_s) return MHD_NO; /* a body that trickles in */
+        if (q35_now_seconds() - b->t_start > srv->cfg.request_timeout_s) return MHD_NO; /* a body that trickles in */
         if (!b->too_large && b->len + *upload_size > srv->cfg.max_body) b->too_large = true;
         if (!b->too_large && q35_text_append(&b->data, &b->len, &b->cap, upload, *upload_size)) return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
+    }
+    q35_conn_request_done(&srv->conns, c);
+    if (q35_conn_reserved(&srv->conns, c) && strcmp(url, "/health") && strcmp(url, "/metrics") && strcmp(url, "/version")) {
+        char msg[200];
+        q35_conn_count_reserved_refusal(&srv->conns);
+        snprintf(msg, sizeof msg, "the server is at its connection limit (%d); retry later", srv->conns.slots);
+        return q35_http_send_error(c, 503, msg, NULL);
     }
     if (b->too_large) {
         char msg[200];
@@ -121,14 +132,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return q35_route(srv, c, url, method, b);
 }
 
-/* Every connection carries the server, for q35_http_allowed_origin. */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
-    (void)c;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) *socket_context = cls;
-}
-
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls; (void)c; (void)toe;
+    (void)toe;
+    q35_server *srv = cls;
+    q35_conn_response_done(&srv->conns, c);
     q35_http_body *b = *con_cls;
     if (b) { free(b->data); free(b); }
     *con_cls = NULL;
@@ -136,6 +143,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 struct MHD_Daemon *q35_http_start(q35_server *srv, int *rc) {
     const q35_server_config *cfg = &srv->cfg;
+    q35_conns_init(&srv->conns, cfg->parallel + cfg->max_queue + 64, cfg->request_timeout_s, cfg->write_timeout_s);
+    srv->conns.owner = srv;
+    if (q35_conns_start(&srv->conns)) {
+        fprintf(stderr, "qwen35 serve: cannot start the connection watchdog\n");
+        *rc = 1;
+        return NULL;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -151,21 +165,29 @@ struct MHD_Daemon *q35_http_start(q35_server *srv, int *rc) {
     } else {
         fprintf(stderr, "qwen35 serve: --host must be a numeric IPv4 or IPv6 address, got '%s'\n", cfg->host);
         *rc = 2;
+        q35_conns_stop(&srv->conns);
         return NULL;
     }
     struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
                                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
-                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->parallel + cfg->max_queue + 64),
-                                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-                                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(srv->conns.slots + Q35_CONN_RESERVED),
+                                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_conns_per_client,
+                                            MHD_OPTION_NOTIFY_CONNECTION, q35_conn_notify, &srv->conns,
+                                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
                                             MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "qwen35 serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
         *rc = 1;
+        q35_conns_stop(&srv->conns);
     }
     return d;
+}
+
+void q35_http_stop(q35_server *srv, struct MHD_Daemon *d) {
+    MHD_stop_daemon(d);
+    q35_conns_stop(&srv->conns);
 }
 
 int q35_http_port(struct MHD_Daemon *d, int fallback) {

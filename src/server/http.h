@@ -23,6 +23,8 @@ typedef struct q35_http_body {
  * q35_route (routes.h). NULL on failure, with the exit status in *rc (2: a
  * bad address, 1: cannot listen), the reason printed. */
 struct MHD_Daemon *q35_http_start(q35_server *srv, int *rc);
+/* Stops the daemon (closing every connection) and the connection watchdog. */
+void q35_http_stop(q35_server *srv, struct MHD_Daemon *d);
 /* The port the daemon listens on (the one picked for port 0). */
 int q35_http_port(struct MHD_Daemon *d, int fallback);
 

@@ -4,6 +4,7 @@
  * the scheduler's stats into one text page. */
 #include "server/metrics.h"
 #include "server/buf.h"
+#include "server/conn.h"
 #include "server/sched.h"
 
 #include <stdio.h>
@@ -122,7 +123,7 @@ static void prom_sample(char **b, size_t *n, size_t *cap, const char *name, cons
     q35_text_appendf(b, n, cap, "%s{%s} %llu\n", name, labels, v);
 }
 
-char *q35_metrics_text(q35_metrics *m, const q35_sched_stats *st, const char *served_name, size_t *len) {
+char *q35_metrics_text(q35_metrics *m, const q35_sched_stats *st, const q35_conn_stats *cs, const char *served_name, size_t *len) {
     char *b = NULL;
     size_t n = 0, cap = 0;
     char lab[300];
@@ -159,6 +160,17 @@ char *q35_metrics_text(q35_metrics *m, const q35_sched_stats *st, const char *se
     q35_prom_value(&b, &n, &cap, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens restored from the prefix cache.", lab, (double)st->cache_hits);
     q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_bytes", "gauge", "Bytes held by prefix cache snapshots.", lab, (double)st->cache_bytes);
     q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_entries", "gauge", "Snapshots in the prefix cache.", lab, (double)st->cache_entries);
+    q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_capacity_bytes", "gauge", "The prefix cache's budget (--prefix-cache-bytes).", lab, (double)st->cache_budget);
+    q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_lookup_hits_total", "counter", "Prefix cache lookups that restored a snapshot.", lab, (double)st->cache_lookup_hits);
+    q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_lookup_misses_total", "counter", "Prefix cache lookups that found none.", lab, (double)st->cache_lookup_misses);
+    q35_prom_value(&b, &n, &cap, "qwen35:prefix_cache_evictions_total", "counter", "Snapshots dropped to make room.", lab, (double)st->cache_evictions);
+    if (cs) {
+        q35_prom_value(&b, &n, &cap, "qwen35:connections_open", "gauge", "Open HTTP connections.", "", (double)cs->open);
+        q35_prom_value(&b, &n, &cap, "qwen35:connections_timed_out_total", "counter", "Connections closed for not sending a whole request within --request-timeout.", "", (double)cs->timed_out);
+        q35_prom_value(&b, &n, &cap, "qwen35:streams_stalled_total", "counter", "Streams cancelled because their client read nothing for --write-timeout.", "", (double)cs->stalled);
+        q35_prom_value(&b, &n, &cap, "qwen35:streams_overflowed_total", "counter", "Streams cancelled because their client left too much output unread.", "", (double)cs->overflowed);
+        q35_prom_value(&b, &n, &cap, "qwen35:connections_reserve_refused_total", "counter", "Requests refused on connections over the request slots.", "", (double)cs->reserved_refused);
+    }
     q35_prom_value(&b, &n, &cap, "process_resident_memory_bytes", "gauge", "Resident memory (VmRSS).", "", rss);
     q35_prom_value(&b, &n, &cap, "process_resident_memory_peak_bytes", "gauge", "Peak resident memory (VmHWM).", "", hwm);
     *len = n;

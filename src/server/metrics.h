@@ -52,6 +52,9 @@ void q35_metrics_rejected(q35_metrics *m);
  * m, the scheduler's gauges and counters st, labelled with the served
  * model's name. malloc'd; *len its bytes. */
 struct q35_sched_stats;
-char *q35_metrics_text(q35_metrics *m, const struct q35_sched_stats *st, const char *served_name, size_t *len);
+struct q35_conn_stats;
+/* conns: the connection table's counts, or NULL to leave them out. */
+char *q35_metrics_text(q35_metrics *m, const struct q35_sched_stats *st, const struct q35_conn_stats *conns,
+                       const char *served_name, size_t *len);
 
 #endif

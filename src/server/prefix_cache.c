@@ -37,10 +37,9 @@ void q35_prefix_cache_free(q35_prefix_cache *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-void q35_prefix_cache_usage(q35_prefix_cache *c, size_t *entries, size_t *bytes) {
+void q35_prefix_cache_usage(q35_prefix_cache *c, q35_prefix_cache_usage_t *u) {
     pthread_mutex_lock(&c->mu);
-    *entries = (size_t)c->n;
-    *bytes = c->used;
+    *u = (q35_prefix_cache_usage_t){(size_t)c->n, c->used, c->budget, c->hits, c->misses, c->evictions};
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -62,6 +61,7 @@ void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_
         for (int i = 1; i < c->n; i++)
             if (c->e[i].last_used < c->e[lru].last_used) lru = i;
         cache_drop(c, lru);
+        c->evictions++;
     }
     if (c->n == c->cap) {
         int nc = c->cap ? 2 * c->cap : 16;
@@ -85,6 +85,10 @@ const q35_snapshot *q35_prefix_cache_find(q35_prefix_cache *c, const int32_t *pr
         if (e->salt != salt || e->n >= n || (best >= 0 && e->n <= c->e[best].n)) continue;
         if (!memcmp(e->tokens, prompt, sizeof *prompt * (size_t)e->n)) best = i;
     }
+    pthread_mutex_lock(&c->mu);
+    if (best < 0) c->misses++;
+    else c->hits++;
+    pthread_mutex_unlock(&c->mu);
     if (best < 0) return NULL;
     c->e[best].last_used = ++c->clock;
     return c->e[best].snap;

@@ -22,11 +22,12 @@ typedef struct q35_cache_entry {
 } q35_cache_entry;
 
 typedef struct q35_prefix_cache {
-    pthread_mutex_t mu;        /* guards n and used against readers */
+    pthread_mutex_t mu;        /* guards n, used and the counters against readers */
     q35_cache_entry *e;
     int n, cap;
     size_t used, budget;
     uint64_t clock;
+    unsigned long long hits, misses, evictions; /* lookups that restored an entry or found none; entries dropped for room */
 } q35_prefix_cache;
 
 /* The partition of a cache_salt: 0 for none (the shared one). */
@@ -37,10 +38,14 @@ void q35_prefix_cache_free(q35_prefix_cache *c);
 /* Snapshots sess as the state after tokens[0..n) (refreshes an equal entry). */
 void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_t *tokens, int32_t n, uint64_t salt);
 /* The snapshot of the longest entry that is a proper prefix of
- * prompt[0..n) in partition salt (marked used), or NULL; valid until the
- * next store. */
+ * prompt[0..n) in partition salt (marked used; counted as a hit, or a miss
+ * when there is none), or NULL; valid until the next store. */
 const q35_snapshot *q35_prefix_cache_find(q35_prefix_cache *c, const int32_t *prompt, int32_t n, uint64_t salt);
-/* Entries and bytes held, read under the lock. */
-void q35_prefix_cache_usage(q35_prefix_cache *c, size_t *entries, size_t *bytes);
+/* What the cache holds and has done, read under the lock. */
+typedef struct q35_prefix_cache_usage_t {
+    size_t entries, bytes, budget;
+    unsigned long long hits, misses, evictions;
+} q35_prefix_cache_usage_t;
+void q35_prefix_cache_usage(q35_prefix_cache *c, q35_prefix_cache_usage_t *u);
 
 #endif

@@ -135,7 +135,8 @@ static json_t *chat_message(const q35_task *r, const char *text, size_t len, int
         q35_output_parser_free(p);
         return json_pack("{s:s, s:o, s:n, s:[]}", "role", "assistant", "content", q35_json_text(text, len), "reasoning_content", "tool_calls");
     }
-    const char *content = q35_output_parser_content(p), *reasoning = q35_output_parser_reasoning(p);
+    size_t n_content, n_reasoning; /* the text may hold NUL bytes, as streamed */
+    const char *content = q35_output_parser_content(p, &n_content), *reasoning = q35_output_parser_reasoning(p, &n_reasoning);
     char *calls = q35_output_parser_tool_calls_json(p);
     json_t *tc = calls ? json_loads(calls, 0, NULL) : NULL;
     free(calls);
@@ -143,8 +144,8 @@ static json_t *chat_message(const q35_task *r, const char *text, size_t len, int
     for (size_t i = 0; i < json_array_size(tc); i++) json_object_set_new(json_array_get(tc, i), "id", tool_call_id());
     *n_tools = (int)json_array_size(tc);
     json_t *m = json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
-                          *content || !*n_tools ? q35_json_text(content, strlen(content)) : json_null(), "tool_calls", tc);
-    json_t *rc = *reasoning ? q35_json_text(reasoning, strlen(reasoning)) : json_null();
+                          n_content || !*n_tools ? q35_json_text(content, n_content) : json_null(), "tool_calls", tc);
+    json_t *rc = n_reasoning ? q35_json_text(reasoning, n_reasoning) : json_null();
     json_object_set(m, "reasoning_content", rc);
     json_object_set_new(m, "reasoning", rc);
     q35_output_parser_free(p);

@@ -66,10 +66,10 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == Q35_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)r->api.sampling.seed ^ (unsigned long long)time(NULL), (unsigned long long)atomic_fetch_add(&srv->req_counter, 1));
     r->created = (long long)time(NULL);
-    if (!q35_sched_submit(srv->sched, r)) {
-        if (atomic_load(&srv->stopping)) {
+    if (atomic_load(&srv->draining) || !q35_sched_submit(srv->sched, r)) {
+        if (atomic_load(&srv->draining) || atomic_load(&srv->stopping)) {
             q35_task_release(r);
-            return q35_http_send_error(c, 503, "the server is shutting down", NULL);
+            return q35_http_send_error(c, 503, "the server is shutting down; retry on another replica", NULL);
         }
         q35_metrics_rejected(&srv->metrics);
         q35_task_release(r);
@@ -299,7 +299,9 @@ enum MHD_Result q35_route(q35_server *srv, struct MHD_Connection *c, const char 
     if (!atomic_load(&srv->ready) && rt->id != R_VERSION)
         return q35_http_send_error(c, 503, "Loading model", NULL);
     switch (rt->id) {
-    case R_HEALTH: return q35_http_send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    case R_HEALTH: /* draining: a load balancer takes this replica out of its pool */
+        if (atomic_load(&srv->draining)) return q35_http_send_json(c, 503, json_pack("{s:s}", "status", "draining"));
+        return q35_http_send_json(c, 200, json_pack("{s:s}", "status", "ok"));
     case R_VERSION: return q35_http_send_json(c, 200, json_pack("{s:s}", "version", Q35_VERSION));
     case R_MODELS: return q35_http_send_json(c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(srv)));
     case R_MODEL: {
@@ -317,7 +319,9 @@ enum MHD_Result q35_route(q35_server *srv, struct MHD_Connection *c, const char 
         size_t n;
         q35_sched_stats st;
         q35_sched_get_stats(srv->sched, &st);
-        char *t = q35_metrics_text(&srv->metrics, &st, srv->cfg.served_name, &n);
+        q35_conn_stats cs;
+        q35_conns_stats(&srv->conns, &cs);
+        char *t = q35_metrics_text(&srv->metrics, &st, &cs, srv->cfg.served_name, &n);
         return q35_http_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", t, n);
     }
     case R_TOKENIZE: return handle_tokenize(srv, c, b, false, false);

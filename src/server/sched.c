@@ -705,5 +705,12 @@ void q35_sched_get_stats(q35_sched *S, q35_sched_stats *st) {
     memcpy(st->spec_accepted_at, S->spec_accepted_at, sizeof st->spec_accepted_at);
     st->spec_k = S->spec_k;
     pthread_mutex_unlock(&S->mu);
-    q35_prefix_cache_usage(&S->cache, &st->cache_entries, &st->cache_bytes);
+    q35_prefix_cache_usage_t u;
+    q35_prefix_cache_usage(&S->cache, &u);
+    st->cache_entries = u.entries;
+    st->cache_bytes = u.bytes;
+    st->cache_budget = u.budget;
+    st->cache_lookup_hits = u.hits;
+    st->cache_lookup_misses = u.misses;
+    st->cache_evictions = u.evictions;
 }

@@ -105,7 +105,8 @@ void q35_sched_free(q35_sched *s); /* stops first when still running */
 
 typedef struct q35_sched_stats {
     int running, waiting;
-    size_t cache_bytes, cache_entries;
+    size_t cache_bytes, cache_entries, cache_budget;
+    unsigned long long cache_lookup_hits, cache_lookup_misses, cache_evictions; /* in lookups and entries */
     unsigned long long cache_queries, cache_hits; /* in prompt tokens */
     unsigned long long spec_steps, spec_drafts, spec_accepted;
     unsigned long long spec_accepted_at[Q35_SPEC_K_MAX]; /* by position in a step */

@@ -3,9 +3,12 @@
  * signal ends the process even in the middle of a long load): the engine,
  * the tokenizer when the directory has one, the context length that fits in
  * memory, generation_config.json's end tokens and sampling defaults, and
- * the scheduler. The calling thread waits for SIGINT or SIGTERM, then stops
- * the scheduler, lets open streams send their last event, and stops the
- * daemon. Everything lives in one q35_server on its stack. */
+ * the scheduler. The calling thread waits for SIGINT or SIGTERM, then
+ * drains: new requests and /health get 503 while the requests already
+ * running or queued finish, for up to --drain-timeout (a second signal
+ * exits at once); then it stops the scheduler (what is left ends with an
+ * error), lets open streams send their last event, and stops the daemon.
+ * Everything lives in one q35_server on its stack. */
 #include "server/context.h"
 #include "server/http.h"
 #include "base/util.h"
@@ -25,7 +28,11 @@ void q35_server_config_init(q35_server_config *c) {
     c->max_queue = 64;
     c->max_body = 8u << 20;
     c->timeout_s = 60;
-    c->cache_mb = -1;
+    c->request_timeout_s = 30;
+    c->write_timeout_s = 60;
+    c->drain_timeout_s = 30;
+    c->max_conns_per_client = 16;
+    c->cache_bytes = -1;
     c->prefill_chunk = 512;
     c->spec_k = -1;
 }
@@ -183,7 +190,7 @@ static int load_and_start(q35_server *srv) {
         len = C->max_model_len;
         why = "--max-model-len";
     }
-    srv->cache_bytes = C->cache_mb >= 0 ? (size_t)C->cache_mb << 20 : (avail / 4 < (4096ul << 20) ? avail / 4 : (4096ul << 20));
+    srv->cache_bytes = C->cache_bytes >= 0 ? (size_t)C->cache_bytes : (avail / 4 < (4096ul << 20) ? avail / 4 : (4096ul << 20));
     srv->spec_k = C->spec_k >= 0 ? (int32_t)C->spec_k : info->has_mtp ? 1 : 0;
     if (srv->spec_k > 0 && !info->has_mtp) {
         fprintf(stderr, "qwen35 serve: --spec-k needs an MTP head, which %s lacks\n", C->model_path);
@@ -240,6 +247,27 @@ static void server_free(q35_server *srv) {
     q35_engine_free(srv->engine);
     q35_tokenizer_free(srv->tok);
     q35_metrics_destroy(&srv->metrics);
+    q35_conns_destroy(&srv->conns);
+}
+
+/* Waits until no request is being answered or --drain-timeout passed; a
+ * second signal exits at once. */
+static void drain(q35_server *srv, const sigset_t *set) {
+    double t_end = q35_now_seconds() + srv->cfg.drain_timeout_s;
+    while (q35_conns_answering(&srv->conns) > 0) {
+        double left = t_end - q35_now_seconds();
+        if (left <= 0) {
+            fprintf(stderr, "qwen35 serve: --drain-timeout passed with %d requests unanswered: ending them\n",
+                    q35_conns_answering(&srv->conns));
+            return;
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        int sig = sigtimedwait(set, NULL, &ts);
+        if (sig > 0) {
+            fprintf(stderr, "qwen35 serve: signal %d while draining, exiting at once\n", sig);
+            _exit(1);
+        }
+    }
 }
 
 int q35_server_run(const q35_server_config *cfg) {
@@ -261,6 +289,7 @@ int q35_server_run(const q35_server_config *cfg) {
     struct MHD_Daemon *d = q35_http_start(&srv, &rc);
     if (!d) {
         q35_metrics_destroy(&srv.metrics);
+        q35_conns_destroy(&srv.conns);
         return rc;
     }
     fprintf(stderr, "qwen35 serve: listening on http://%s:%d (loading %s)%s\n", cfg->host, q35_http_port(d, cfg->port),
@@ -270,31 +299,38 @@ int q35_server_run(const q35_server_config *cfg) {
     pthread_t loader;
     if (pthread_create(&loader, NULL, loader_main, &srv)) {
         fprintf(stderr, "qwen35 serve: cannot start the loader thread\n");
-        MHD_stop_daemon(d);
+        q35_http_stop(&srv, d);
         q35_metrics_destroy(&srv.metrics);
+        q35_conns_destroy(&srv.conns);
         return 1;
     }
     int sig;
     sigwait(&set, &sig);
-    rc = atomic_load(&srv.load_status);
-    if (rc < 0) {
+    /* ready is set before the loader's status: a signal just after "ready"
+     * is a shutdown, not an interrupted load */
+    if (atomic_load(&srv.load_status) < 0 && !atomic_load(&srv.ready)) {
         fprintf(stderr, "qwen35 serve: signal %d while loading the model, exiting\n", sig);
         _exit(1);
     }
     pthread_join(loader, NULL);
+    rc = atomic_load(&srv.load_status);
     if (rc) {
-        MHD_stop_daemon(d);
+        q35_http_stop(&srv, d);
         server_free(&srv);
         return rc;
     }
-    fprintf(stderr, "qwen35 serve: signal %d, shutting down\n", sig);
+    fprintf(stderr, "qwen35 serve: signal %d: draining (%d requests being answered; --drain-timeout %g s)\n", sig,
+            q35_conns_answering(&srv.conns), cfg->drain_timeout_s);
+    atomic_store(&srv.draining, 1);
+    drain(&srv, &set);
+    fprintf(stderr, "qwen35 serve: shutting down\n");
     atomic_store(&srv.stopping, 1);
     q35_sched_stop(srv.sched);
     /* every open stream now has its error to send: let their readers write
      * the error event and [DONE] before the daemon closes the connections
      * (bounded, for clients that stopped reading) */
     for (int i = 0; i < 300 && atomic_load(&srv.live_streams) > 0; i++) usleep(10000);
-    MHD_stop_daemon(d);
+    q35_http_stop(&srv, d);
     server_free(&srv);
     return 0;
 }

@@ -17,10 +17,14 @@ typedef struct q35_server_config {
     int parallel;
     int max_queue;             /* waiting requests before 429 */
     size_t max_body;
-    double timeout_s;          /* idle connection / slow body limit */
+    double timeout_s;          /* idle connection limit */
+    double request_timeout_s;  /* a whole request head and body, however it trickles */
+    double write_timeout_s;    /* a stream whose client reads nothing for this long is cancelled */
+    double drain_timeout_s;    /* after SIGTERM: how long running and queued requests may finish */
+    int max_conns_per_client;  /* open connections from one address, 0: no limit */
     int threads;
     int weights;               /* q35_weights_mode: --mmap / --no-mmap */
-    long cache_mb;             /* prefix cache budget in MiB, -1: the default */
+    long long cache_bytes;     /* prefix cache budget in bytes, -1: the default */
     int32_t prefill_chunk;
     long spec_k;               /* MTP draft tokens per step, -1: the default */
     const char *draft_vocab;   /* token ids the draft head keeps, or NULL */
@@ -34,9 +38,12 @@ typedef struct q35_server_config {
 void q35_server_config_init(q35_server_config *cfg);
 
 /* Listens, loads the model on a thread of its own (/health answers 503
- * until it is ready), serves until SIGINT or SIGTERM, then shuts down: the
- * process's exit status (1: cannot listen or load, 2: a bad setting). It
- * blocks both signals in the calling thread and ignores SIGPIPE. */
+ * until it is ready), serves until SIGINT or SIGTERM, then drains (new
+ * requests and /health get 503, running and queued ones finish within
+ * drain_timeout_s, the rest end with an error; a second signal exits at
+ * once) and shuts down: the process's exit status (1: cannot listen or
+ * load, 2: a bad setting). It blocks both signals in the calling thread and
+ * ignores SIGPIPE. */
 int q35_server_run(const q35_server_config *cfg);
 
 #endif

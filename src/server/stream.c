@@ -3,7 +3,10 @@
  * connection's thread: it waits for the task's next events (polling the
  * socket, so a hang-up cancels the task), turns each into chunks (chat text
  * through the choice's output parser) and frames them as server-sent
- * events; the end, an error or [DONE] closes the stream. */
+ * events; the end, an error or [DONE] closes the stream. The connection
+ * table's watchdog (conn.c) watches it: a client that reads nothing for
+ * --write-timeout, or leaves too many events unread, is cut off and its
+ * task cancelled. */
 #include "server/stream.h"
 #include "server/llama.h"
 #include "server/response.h"
@@ -11,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 
 /* ---- streaming ---- */
@@ -27,6 +31,7 @@ typedef struct stream_state {
     int *n_tools;              /* (n_choices) tool calls streamed */
     size_t *text_off;          /* (n_choices) completions text_offset */
     bool finished;             /* [DONE] queued */
+    q35_stream_watch watch;    /* what the watchdog sees */
 } stream_state;
 
 static void append_chunk(stream_state *st, json_t *choice) {
@@ -104,9 +109,20 @@ static void stream_event(stream_state *st, const q35_event *e) {
     append_chunk(st, ch);
 }
 
+static ssize_t stream_read(stream_state *st, char *buf, size_t max);
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_state *st = cls;
+    atomic_store(&st->watch.in_reader, 1);
+    ssize_t n = stream_read(st, buf, max);
+    atomic_store(&st->watch.consumed, st->next_ev);
+    atomic_store(&st->watch.t_progress_ms, q35_conn_now_ms());
+    atomic_store(&st->watch.in_reader, 0);
+    return n;
+}
+
+static ssize_t stream_read(stream_state *st, char *buf, size_t max) {
     q35_task *r = st->r;
     while (st->out_off == st->out_len) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -160,6 +176,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream_state *st = cls;
+    q35_conn_unwatch(&st->srv->conns, &st->watch);
     atomic_fetch_sub(&st->srv->live_streams, 1);
     pthread_mutex_lock(&st->r->mu);
     bool done = st->r->n_finished == st->r->n_choices;
@@ -195,6 +212,7 @@ enum MHD_Result q35_stream_respond(q35_server *srv, struct MHD_Connection *c, q3
     st->srv = srv;
     st->r = r;
     st->fd = fd;
+    st->watch.task = r;
     atomic_fetch_add(&srv->live_streams, 1); /* stream_free counts it down, also on failure below */
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, st, stream_free);
     if (!resp) { stream_free(st); return MHD_NO; }
@@ -206,6 +224,11 @@ enum MHD_Result q35_stream_respond(q35_server *srv, struct MHD_Connection *c, q3
      * ends with it (hang-ups are caught by polling the socket) */
     MHD_add_response_header(resp, "Connection", "close");
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    /* a bounded socket buffer: what a client leaves unread stays in the
+     * task, where the watchdog sees it (the kernel would grow it to MiBs) */
+    int sndbuf = Q35_STREAM_SNDBUF;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    q35_conn_watch(&srv->conns, c, &st->watch);
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     return ret;

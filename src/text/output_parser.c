@@ -516,8 +516,15 @@ q35_status q35_output_parser_finish(q35_output_parser *p, const q35_delta **delt
     return finish_call(p, deltas, n_deltas, err);
 }
 
-const char *q35_output_parser_content(const q35_output_parser *p) { return p->content.data ? p->content.data : ""; }
-const char *q35_output_parser_reasoning(const q35_output_parser *p) { return p->reasoning.data ? p->reasoning.data : ""; }
+const char *q35_output_parser_content(const q35_output_parser *p, size_t *len) {
+    if (len) *len = p->content.data ? p->content.len : 0;
+    return p->content.data ? p->content.data : "";
+}
+
+const char *q35_output_parser_reasoning(const q35_output_parser *p, size_t *len) {
+    if (len) *len = p->reasoning.data ? p->reasoning.len : 0;
+    return p->reasoning.data ? p->reasoning.data : "";
+}
 
 char *q35_output_parser_tool_calls_json(const q35_output_parser *p) {
     if (p->n_calls == 0) return NULL;

@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -110,6 +111,15 @@ class Server:
         return socket.create_connection(("127.0.0.1", self.port), timeout=10)
 
 
+def free_port():
+    """A loopback port nobody listens on (for a server that must keep its port)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
 def sse_events(raw):
     """The data: payloads of an SSE body, in order."""
     out = []
@@ -174,3 +184,69 @@ def make_text_model(dst, base="tiny-a"):
     # the model stands in for Qwen3.5-9B: its chat template too
     (dst / "chat_template.jinja").write_bytes((ROOT / "tests" / "data" / "chat" / "qwen35_9b_chat_template.jinja").read_bytes())
     return dst
+
+
+class SlowHeaders:
+    """n connections from `source` that send a request head one header line
+    per `period` seconds and never end it; a connection the server closes
+    is opened again (the attack keeps its pressure). It runs in a process of
+    its own, as an attacker would, so its work does not slow the measuring
+    client's threads."""
+
+    def __init__(self, port, source, n, period=1.0):
+        import multiprocessing
+        self.port, self.source, self.n, self.period = port, source, n, period
+        self.socks, self.lines, self.reopened = [], [], 0
+        self.stop = multiprocessing.Event()
+        self.proc = multiprocessing.Process(target=self._main, daemon=True)
+
+    def _open(self):
+        try:
+            s = socket.socket()
+            s.settimeout(1)
+            s.bind((self.source, 0))
+            s.connect(("127.0.0.1", self.port))
+            s.setblocking(False)
+            return s
+        except OSError:
+            return None
+
+    def __enter__(self):
+        self.proc.start()
+        return self
+
+    def _main(self):
+        raise_fd_limit(self.n + 256)
+        self.socks = [self._open() for _ in range(self.n)]
+        self.lines = [0] * self.n
+        self._run()
+
+    def _run(self):
+        while not self.stop.is_set():
+            for i, s in enumerate(self.socks):
+                line = self.lines[i]
+                try:
+                    if s is None:
+                        raise OSError
+                    s.send(b"GET /v1/models HTTP/1.1\r\n" if line == 0 else b"X-Slow-%d: 1\r\n" % line)
+                    self.lines[i] += 1
+                except OSError:
+                    if s is not None:
+                        s.close()
+                    self.socks[i] = self._open()  # a new connection starts with its request line
+                    self.lines[i] = 0
+                    self.reopened += 1
+            self.stop.wait(self.period)
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+def raise_fd_limit(n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))

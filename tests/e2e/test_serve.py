@@ -28,7 +28,9 @@ NAME = "Qwen/Qwen3.5-9B"
 
 @pytest.fixture(scope="module")
 def srv():
-    with Server("tiny-a", "--parallel", "4", "--timeout", "3") as s:
+    # one address for every test of this module, its pooled keep-alive connections and raw sockets
+    # alike: the per-address connection limit has its own tests (test_hostile.py), so it is off here
+    with Server("tiny-a", "--parallel", "4", "--timeout", "3", "--max-conns-per-client", "0") as s:
         yield s
 
 
@@ -343,6 +345,20 @@ def test_prefix_cache_is_bounded():
             assert s.post("/v1/completions", {"prompt": p, "max_tokens": 2, "temperature": 0})[0] == 200
         m = s.metrics()
         assert 0 < m["qwen35:prefix_cache_bytes"] <= 1 << 20
+        assert m["qwen35:prefix_cache_capacity_bytes"] == 1 << 20
+        assert m["qwen35:prefix_cache_evictions_total"] > 0
+        assert m["qwen35:prefix_cache_lookup_misses_total"] >= 12
+    # --prefix-cache-bytes takes a suffix; the same prompt twice is a lookup hit
+    with Server("tiny-a", "--parallel", "1", "--prefix-cache-bytes", "3M") as s:
+        for _ in range(2):
+            assert s.post("/v1/completions", {"prompt": PROMPT * 20, "max_tokens": 2, "temperature": 0})[0] == 200
+        m = s.metrics()
+        assert m["qwen35:prefix_cache_capacity_bytes"] == 3 << 20
+        assert m["qwen35:prefix_cache_lookup_hits_total"] >= 1 and m["qwen35:prefix_cache_entries"] >= 1
+    from serve_util import BIN
+    for bad in ("-1", "1T", "12Mb", ""):
+        r = subprocess.run([BIN, "serve", "--prefix-cache-bytes", bad], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and "bad value" in r.stderr, (bad, r.stderr)
 
 
 # ---- concurrency and auth ----------------------------------------------------------
@@ -523,7 +539,8 @@ def test_load_streams_no_errors_flat_memory(srv, client):
 
 
 def test_queued_stream_outlives_idle_timeout_and_shutdown_ends_streams():
-    with Server("tiny-a", "--parallel", "1", "--timeout", "1") as s:
+    # --drain-timeout 0: the signal cuts what runs (test_hostile.py lets it finish)
+    with Server("tiny-a", "--parallel", "1", "--timeout", "1", "--drain-timeout", "0") as s:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=60)
         long_body = {"prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "ignore_eos": True}
         with cf.ThreadPoolExecutor(2) as ex:

@@ -1,0 +1,81 @@
+/* conn.h: the server's open connections (conn.c). Every connection gets a
+ * record when libmicrohttpd accepts it: its deadline for a whole request
+ * (head and body, --request-timeout, however slowly the bytes trickle in),
+ * whether it was accepted over the request slots (then it may only ask for
+ * /health, /metrics and /version, with a short deadline), and the streaming
+ * response it carries, if any. A watchdog thread closes connections past
+ * their deadline and cancels streams whose client stopped reading
+ * (--write-timeout) or whose unread output passed its cap. */
+#ifndef Q35_SERVER_CONN_H
+#define Q35_SERVER_CONN_H
+
+#include "server/sched.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+/* Connections accepted past the request slots, for /health and /metrics. */
+enum { Q35_CONN_RESERVED = 16 };
+/* Unread events a stream may hold before it is cancelled as too slow. */
+enum { Q35_STREAM_BACKLOG_MAX = 32768 };
+/* A streaming socket's send buffer (the kernel doubles it). */
+enum { Q35_STREAM_SNDBUF = 64 << 10 };
+
+/* What a streaming response shares with the watchdog. */
+typedef struct q35_stream_watch {
+    q35_task *task;
+    atomic_int in_reader;      /* the reader runs (waiting for events is not a stall) */
+    atomic_llong t_progress_ms; /* when the reader last returned output */
+    atomic_size_t consumed;    /* events the reader has turned into output */
+} q35_stream_watch;
+
+typedef struct q35_conn q35_conn;
+typedef struct q35_conns {
+    pthread_mutex_t mu;
+    q35_conn *head;
+    int n;                     /* open connections */
+    int slots;                 /* connections before the reserve */
+    double request_timeout_s, write_timeout_s;
+    pthread_t thread;
+    bool running;
+    atomic_int stop;
+    unsigned long long timed_out, stalled, overflowed, reserved_refused; /* under mu */
+    const void *owner;         /* the server, for code that holds only a connection */
+} q35_conns;
+
+typedef struct q35_conn_stats {
+    int open;
+    unsigned long long timed_out, stalled, overflowed, reserved_refused;
+} q35_conn_stats;
+
+void q35_conns_init(q35_conns *t, int slots, double request_timeout_s, double write_timeout_s);
+/* Starts and stops the watchdog thread; 0 or -1. */
+int q35_conns_start(q35_conns *t);
+void q35_conns_stop(q35_conns *t);
+void q35_conns_destroy(q35_conns *t);
+void q35_conns_stats(q35_conns *t, q35_conn_stats *st);
+/* Connections whose request has arrived and is not answered yet. */
+int q35_conns_answering(q35_conns *t);
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: the table). */
+void q35_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
+
+/* The table c's record is in (its owner is the server), or NULL. */
+q35_conns *q35_conn_table_of(struct MHD_Connection *c);
+/* The request on c has arrived whole: no deadline until it is answered. */
+void q35_conn_request_done(q35_conns *t, struct MHD_Connection *c);
+/* The request on c was answered: the next one's deadline starts now. */
+void q35_conn_response_done(q35_conns *t, struct MHD_Connection *c);
+/* Whether c was accepted in the reserve (over the request slots). */
+bool q35_conn_reserved(q35_conns *t, struct MHD_Connection *c);
+/* Counts a refusal of a reserve connection's request. */
+void q35_conn_count_reserved_refusal(q35_conns *t);
+/* Puts a stream under the watchdog (w->task set, t_progress now) and takes
+ * it off again (from any thread, also after the connection closed). */
+void q35_conn_watch(q35_conns *t, struct MHD_Connection *c, q35_stream_watch *w);
+void q35_conn_unwatch(q35_conns *t, q35_stream_watch *w);
+long long q35_conn_now_ms(void);
+
+#endif

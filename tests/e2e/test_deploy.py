@@ -1,0 +1,131 @@
+"""The deploy/ files: the Kubernetes manifests parse and carry what
+docs/serving.md says they do (no cluster needed), and deploy/haproxy.cfg in
+front of 3 replicas on loopback keeps conversations on their replica
+(cached_tokens stay high) and moves new requests off a replica that dies.
+The HAProxy test needs Debian's haproxy package and skips without it."""
+
+import http.client
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, os.path.dirname(__file__))
+from serve_util import MODELS, Server, free_port  # noqa: E402
+
+yaml = pytest.importorskip("yaml")
+
+
+def manifests():
+    out = {}
+    for f in sorted((ROOT / "deploy" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            assert doc["apiVersion"] and doc["metadata"]["name"], f
+            out[doc["kind"]] = doc
+    return out
+
+
+def test_k8s_manifests_parse_and_agree():
+    m = manifests()
+    assert set(m) == {"Deployment", "Service", "PodDisruptionBudget"}
+    dep, svc, pdb = m["Deployment"], m["Service"], m["PodDisruptionBudget"]
+    pod = dep["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert dep["spec"]["replicas"] >= 2 and pdb["spec"]["maxUnavailable"] == 1
+    (c,) = pod["spec"]["containers"]
+    args = c["args"]
+    assert args[0] == "serve"
+    port = int(args[args.index("--port") + 1])
+    assert c["ports"][0]["containerPort"] == port and svc["spec"]["ports"][0]["targetPort"] == c["ports"][0]["name"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    # the pod outlives its drain
+    assert pod["spec"]["terminationGracePeriodSeconds"] > int(args[args.index("--drain-timeout") + 1])
+    assert args[args.index("--max-conns-per-client") + 1] == "0"
+    assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+
+
+def ask(port, session, prompt, timeout=30):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": prompt, "max_tokens": 2, "temperature": 0}),
+              headers={"Content-Type": "application/json", "X-Session-Id": session})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, (json.loads(body) if r.status == 200 else body)
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy not installed (apt-get install haproxy)")
+@pytest.mark.skipif(os.environ.get("Q35_BACKEND", "cpu") != "cpu", reason="the load balancer, once, on the cpu backend")
+@pytest.mark.skipif(not (MODELS / "tiny-a" / "config.json").exists(), reason="tiny test models missing")
+def test_haproxy_affinity_and_failover(tmp_path):
+    replicas = [Server("tiny-a", "--max-conns-per-client", "0") for _ in range(3)]
+    for r in replicas:
+        r.__enter__()
+    proxy = None
+    try:
+        front = free_port()
+        cfg = (ROOT / "deploy" / "haproxy.cfg").read_text()
+        cfg = cfg.replace("bind 127.0.0.1:8080", f"bind 127.0.0.1:{front}")
+        for i, r in enumerate(replicas):
+            cfg = cfg.replace(f"127.0.0.1:{8001 + i} check", f"127.0.0.1:{r.port} check")
+        (tmp_path / "haproxy.cfg").write_text(cfg)
+        subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], check=True, capture_output=True)
+        proxy = subprocess.Popen(["haproxy", "-db", "-f", str(tmp_path / "haproxy.cfg")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if ask(front, "warm", [1, 2, 3])[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "haproxy did not come up"
+            time.sleep(0.1)
+
+        # conversations: each turn extends the last; affinity keeps the prefix on one replica
+        sessions = {f"conv-{i}": [7 + i, 100 + i] * 40 for i in range(9)}
+        cached, prompt_total = 0, 0
+        for turn in range(3):
+            for sid, hist in sessions.items():
+                status, r = ask(front, sid, hist)
+                assert status == 200, r
+                if turn:
+                    cached += r["usage"]["prompt_tokens_details"]["cached_tokens"]
+                    prompt_total += r["usage"]["prompt_tokens"]
+                hist += [5, 6, 7, 8]
+        assert cached / prompt_total > 0.8, (cached, prompt_total)
+        served = [r.metrics()["vllm:prompt_tokens_total"] > 0 for r in replicas]
+        assert sum(served) >= 2  # the sessions spread over the replicas
+
+        # kill one replica mid-run: once the health check notices, nothing fails
+        victim = replicas[0]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        time.sleep(3.5)  # fall 2 at inter 1s
+        failures = []
+        for turn in range(2):
+            for sid, hist in sessions.items():
+                status, r = ask(front, sid, hist)
+                if status != 200:
+                    failures.append((sid, status, r))
+                else:
+                    hist += [5, 6]
+        assert not failures, failures[:3]
+    finally:
+        if proxy:
+            proxy.send_signal(signal.SIGTERM)
+            proxy.wait(timeout=10)
+        for r in replicas:
+            r.__exit__(None, None, None)
