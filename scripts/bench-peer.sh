@@ -17,22 +17,15 @@
 #   Q35_PEER_DECODE (32), Q35_PEER_FORMATS ("Q4_0,Q4_K_M"), Q35_PEER_OUT (bench-data/peer.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=build; DRY=0
-for a in "$@"; do
-    case "$a" in
-        --dry-run) DRY=1 ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        -*) echo "bench-peer: unknown option '$a'" >&2; exit 2 ;;
-        *) BUILD=$a ;;
-    esac
-done
+NAME=bench-peer; HELP_LINES=2,19p
+# shellcheck source=peer-args.sh
+. scripts/peer-args.sh
 THREADS=${Q35_PEER_THREADS:-1,2}
 ROUNDS=${Q35_PEER_ROUNDS:-2}
 PROMPT=${Q35_PEER_PROMPT:-512}
 DECODE=${Q35_PEER_DECODE:-32}
 FORMATS=${Q35_PEER_FORMATS:-Q4_0,Q4_K_M}
 OUTJ=${Q35_PEER_OUT:-bench-data/peer.json}
-die() { echo "bench-peer: $*" >&2; exit 1; }
 [[ "$THREADS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "Q35_PEER_THREADS='$THREADS': a list like 1,2"
 [[ "$ROUNDS" =~ ^[0-9]+$ ]] && [ "$ROUNDS" -ge 2 ] || die "Q35_PEER_ROUNDS='$ROUNDS': at least 2"
 [[ "$PROMPT" =~ ^[0-9]+$ ]] && [ "$PROMPT" -ge 1 ] || die "Q35_PEER_PROMPT='$PROMPT': a positive integer"
@@ -102,12 +95,14 @@ echo "bench-peer: $ROUNDS rounds, threads ${TLIST[*]}, prompt $PROMPT, decode $D
 run_llama() {   # format threads round
     local g=$GG/qwen35-9b-random-$1.gguf out=$RUNS/llama-$1-t$2-r$3.json
     echo "  round $3, $2 thread(s): llama.cpp $1"
+    cut -d' ' -f1 /proc/loadavg > "$out.load"
     "$PEER_BIN/llama-bench" -m "$g" -t "$2" -p "$PROMPT" -n "$DECODE" -r 1 --no-warmup -o json \
         > "$out" 2> "$out.log" || { tail -15 "$out.log" >&2; die "llama-bench failed on $g (log: $out.log)"; }
 }
 run_q35() {     # threads round
     local out=$RUNS/qwen35-t$1-r$2.json
     echo "  round $2, $1 thread(s): qwen35"
+    cut -d' ' -f1 /proc/loadavg > "$out.load"
     "$BIN" speed -m "$CACHE" -t "$1" --prompt "$PROMPT" --decode "$DECODE" --spec-k 0 --draft-rows 0 \
         --json "$out" > "$out.log" 2>&1 || { tail -15 "$out.log" >&2; die "qwen35 speed failed (log: $out.log)"; }
 }

@@ -54,6 +54,13 @@ def gguf_info(path):
     return json.loads(out)
 
 
+def load_at(p):
+    try:
+        return float(Path(str(p) + ".load").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def bench(a):
     runs = Path(a.runs)
     fmts = a.formats.split(",")
@@ -88,7 +95,7 @@ def bench(a):
                     res["runs"].append({"round": r, "threads": t, "engine": "llama.cpp", "format": f,
                                         "metric": metric, "tok_s": v, "tokens": row["n_prompt"] or row["n_gen"],
                                         "time": row.get("test_time"), "repack": row.get("repack"),
-                                        "flash_attn": row.get("flash_attn")})
+                                        "flash_attn": row.get("flash_attn"), "loadavg_1min_before": load_at(p)})
             p = runs / f"qwen35-t{t}-r{r}.json"
             j = json.loads(p.read_text())
             q_cache = j.get("model")
@@ -100,7 +107,8 @@ def bench(a):
             add("qwen35", t, "prompt", pr["tok_s"])
             add("qwen35", t, "bandwidth", d["measured_bw_gb_s"])
             res["runs"].append({"round": r, "threads": t, "engine": "qwen35", "metric": "decode", "tok_s": d["tok_s"],
-                                "gb_s": d["gb_s"], "measured_bw_gb_s": d["measured_bw_gb_s"], "pct_bw": d["pct_bw"]})
+                                "gb_s": d["gb_s"], "measured_bw_gb_s": d["measured_bw_gb_s"], "pct_bw": d["pct_bw"],
+                                "loadavg_1min_before": load_at(p)})
             res["runs"].append({"round": r, "threads": t, "engine": "qwen35", "metric": "prompt", "tok_s": pr["tok_s"],
                                 "tokens": a.prompt})
     for (e, t, m), v in series.items():
@@ -209,8 +217,11 @@ def quality(a):
                         "kld_mean": 0.0, "kld_p99": 0.0, "top1_agreement": 1.0, "decode_9b": speeds.get("llama.cpp F16")})
     for f in fmts:
         info = json.loads((w / f"info-{f}.json").read_text())
+        qlog = (w / f"quantize-{f}.log").read_text(errors="replace") if (w / f"quantize-{f}.log").exists() else ""
+        fb = re.search(r"([0-9]+) of ([0-9]+) tensor\(s\) required fallback quantization", qlog)
         r = {"engine": "llama.cpp", "format": f, "bits_per_weight": info["bits_per_weight_read"],
              "bytes_per_token": info["bytes_per_token"], "tensor_types": info["tensor_types"],
+             "fallback_tensors": int(fb.group(1)) if fb else 0,
              "decode_9b": speeds.get("llama.cpp " + f)}
         r.update(parse_llama_kld(w / f"{f}.log"))
         res["rows"].append(r)
@@ -231,22 +242,23 @@ def quality(a):
              "decode_9b": speeds.get("qwen35 " + p)}
         res["rows"].append(r)
     Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
-    t = "2"
-
     def sp(d):
         if not d:
             return "not measured"
-        k = t if t in d else sorted(d)[-1]
-        return f"{d[k]:.2f} tok/s ({k} thr.)"
+        return " / ".join(f"{d[k]:.2f}" for k in sorted(d, key=int))
+    ths = sorted({k for r in res["rows"] if r["decode_9b"] for k in r["decode_9b"]}, key=int)
     win = res["windows"]
     print(f"\nquality-peer: {res['date']}; models/qwen35-demo on {a.text}: {win['n_chunk']} windows of {a.ctx}, "
           f"positions {win['first_scored']}-{a.ctx - 2} of each scored ({win['n_chunk'] * win['scored_per_window']} positions); "
           f"llama.cpp F16 PPL {res['f16_vs_bf16']['llama_f16_ppl']:.4f} vs qwen35 BF16 {res['f16_vs_bf16']['qwen35_bf16_ppl']:.4f}")
-    print("| engine | format | bits/weight read | PPL | mean KL | top-1 | KL p99 | decode at 9B |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| engine | format | tensors | bits/weight read | PPL | mean KL | top-1 | KL p99 | decode at 9B, tok/s (" + " / ".join(f"{t} thr." for t in ths) + ") |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         bpw = f"{r['bits_per_weight']:.2f}" if r["bits_per_weight"] else "?"
-        print(f"| {r['engine']} | {r['format']} | {bpw} | {r['perplexity']:.4f} | {r['kld_mean']:.5f} | "
+        tt = ", ".join(f"{v} {k}" for k, v in sorted((r.get("tensor_types") or {}).items(), key=lambda x: -x[1]) if k != "F32")
+        if r.get("fallback_tensors"):
+            tt += f" ({r['fallback_tensors']} fallbacks)"
+        print(f"| {r['engine']} | {r['format']} | {tt or '-'} | {bpw} | {r['perplexity']:.4f} | {r['kld_mean']:.5f} | "
               f"{100 * r['top1_agreement']:.2f}% | {r['kld_p99']:.4f} | {sp(r['decode_9b'])} |")
     print(f"wrote {a.out}")
 

@@ -22,16 +22,9 @@
 #   Q35_QUALITY_THREADS (2; the figures do not depend on it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=build; DRY=0
-for a in "$@"; do
-    case "$a" in
-        --dry-run) DRY=1 ;;
-        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        -*) echo "quality-peer: unknown option '$a'" >&2; exit 2 ;;
-        *) BUILD=$a ;;
-    esac
-done
-die() { echo "quality-peer: $*" >&2; exit 1; }
+NAME=quality-peer; HELP_LINES=2,25p
+# shellcheck source=peer-args.sh
+. scripts/peer-args.sh
 MODEL=models/qwen35-demo
 TEXT=${Q35_QUALITY_TEXT:-models/qwen35-demo-eval.txt}
 CTX=${Q35_QUALITY_CTX:-512}
