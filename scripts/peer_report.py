@@ -257,7 +257,7 @@ def quality(a):
         bpw = f"{r['bits_per_weight']:.2f}" if r["bits_per_weight"] else "?"
         tt = ", ".join(f"{v} {k}" for k, v in sorted((r.get("tensor_types") or {}).items(), key=lambda x: -x[1]) if k != "F32")
         if r.get("fallback_tensors"):
-            tt += f" ({r['fallback_tensors']} fallbacks)"
+            tt += f" ({r['fallback_tensors']} fallback{'s' if r['fallback_tensors'] > 1 else ''})"
         print(f"| {r['engine']} | {r['format']} | {tt or '-'} | {bpw} | {r['perplexity']:.4f} | {r['kld_mean']:.5f} | "
               f"{100 * r['top1_agreement']:.2f}% | {r['kld_p99']:.4f} | {sp(r['decode_9b'])} |")
     print(f"wrote {a.out}")
