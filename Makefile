@@ -39,7 +39,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test asan bench fuzz clean help gpu-bundle gpu-check stress
+.PHONY: all test asan bench bench-peer quality-peer fuzz clean help gpu-bundle gpu-check stress
 all: $(BUILD)/qwen35 $(BUILD)/test_runner
 
 $(BUILD)/%.o: %.c
@@ -85,6 +85,14 @@ asan:
 bench: all
 	@scripts/bench.sh $(BUILD)
 
+# Against llama.cpp (built from the pinned llama-cpp-python sdist under bench-data/peer/, once):
+# speed at the 9B shapes (bench-data/peer.json) and quality on the demo model (bench-data/quality.json).
+bench-peer: $(BUILD)/qwen35
+	@scripts/bench-peer.sh $(BUILD)
+
+quality-peer: $(BUILD)/qwen35
+	@scripts/quality-peer.sh $(BUILD)
+
 # libFuzzer targets (clang): one per parser of untrusted bytes.
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 fuzz:
@@ -116,6 +124,8 @@ help:
 	@echo "make asan       unit tests under ASan + UBSan"
 	@echo "make stress     a 60-second soak of the server with faults (scripts/stress.sh)"
 	@echo "make bench      speed benchmark: tok/s, GB/s, % of measured bandwidth; writes bench.json"
+	@echo "make bench-peer qwen35 against llama.cpp Q4_0/Q4_K_M at the 9B shapes, interleaved; writes bench-data/peer.json"
+	@echo "make quality-peer llama.cpp's formats and qwen35's policies on the demo model (PPL, KL); bench-data/quality.json"
 	@echo "make fuzz       build the libFuzzer targets into build-fuzz/"
 	@echo "make CUDA=1 BUILD=build-cuda   the same with the cuda backend (nvcc, sm_90)"
 	@echo "make gpu-bundle build-cuda's programs and their shared libraries, to carry to a GPU machine"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of qwen35 on Debian 12 (run as root,
 # or with sudo available). Safe to run again: it only adds what is missing.
+# --peer: also what the llama.cpp comparisons (make bench-peer, make quality-peer)
+# need to build llama.cpp (cmake); their own venv is made by scripts/peer-llama.sh.
 # The heavy reference stack (torch, transformers) is NOT installed here: it is
 # needed only to regenerate golden data (see scripts/requirements-reference.txt).
 set -euo pipefail
@@ -10,6 +12,7 @@ APT_PKGS=(build-essential clang pkg-config curl ca-certificates python3 python3-
           libjansson-dev libpcre2-dev libutf8proc-dev libssl-dev libcurl4-openssl-dev
           libmicrohttpd-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
           libgif-dev haproxy)
+if [ "${1:-}" = "--peer" ]; then APT_PKGS+=(cmake g++ python3-venv); fi
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
