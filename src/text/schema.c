@@ -19,8 +19,9 @@
  *     `properties` lacks is produced with any scalar value;
  *   - a value with no type constraint ({}, true, an items schema left out)
  *     is a scalar: a string, a number, true, false or null;
- *   - numbers have at most 15 integer and 15 fraction digits and a 3-digit
- *     exponent; strings use no \u escapes (raw UTF-8, which is checked);
+ *   - numbers have at most 15 integer and 15 fraction digits and a 2-digit
+ *     exponent (so that every parser reads a finite double); strings use
+ *     no \u escapes (raw UTF-8, which is checked);
  *   - whitespace: none, except one optional space after ':' and ','.
  * An enum (or const) value is produced as its compact JSON text. */
 #include "text/schema_impl.h"

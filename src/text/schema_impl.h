@@ -11,7 +11,7 @@ enum { SK_OBJECT, SK_ARRAY, SK_STRING, SK_NUMBER, SK_INTEGER, SK_LITERAL, SK_ANY
 #define Q35_SCHEMA_MAX_ITEMS 1000   /* properties, enum values, anyOf alternatives */
 #define Q35_SCHEMA_INT_DIGITS 15    /* digits in a number's integer part */
 #define Q35_SCHEMA_FRAC_DIGITS 15   /* ... its fraction */
-#define Q35_SCHEMA_EXP_DIGITS 3     /* ... its exponent */
+#define Q35_SCHEMA_EXP_DIGITS 2     /* ... its exponent (a double holds 1e99 with 15 digits before) */
 
 typedef struct q35_schema_node {
     int kind;

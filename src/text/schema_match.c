@@ -202,9 +202,14 @@ static bool object_byte(const q35_schema *s, q35_schema_thread *th, q35_schema_f
         return true;
     case OB_KEY: {
         int lim = d->next_req[f->a] < d->n ? d->next_req[f->a] : d->n - 1;
-        int j = match(d, f->c, lim, f->c, f->b, c == '"' ? -1 : c);
+        /* a '"' inside a key is escaped, so it continues the key after a backslash and ends it otherwise */
+        int j = match(d, f->c, lim, f->c, f->b, c);
+        if (j < 0 && c == '"' && (j = match(d, f->c, lim, f->c, f->b, -1)) >= 0) {
+            f->phase = OB_COLON;
+            f->a = (uint16_t)j;
+            return true;
+        }
         if (j < 0) return false;
-        if (c == '"') { f->phase = OB_COLON; f->a = (uint16_t)j; return true; }
         f->c = (uint16_t)j;
         f->b++;
         return true;
