@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     }
     printf("schema mask: %d tokens, trie built in %.0f ms; %.2f ms per masked row (mean), %.2f ms worst", V,
            t_build * 1e3, total / n_pre, worst);
-    if (decode_ms > 0) printf("; %.1f%% of a %.0f ms decode step (worst %.1f%%)", 100 * total / n_pre / decode_ms, decode_ms, 100 * worst / decode_ms);
+    if (decode_ms > 0) printf("; %.2f%% of a %.0f ms decode step (worst %.2f%%)", 100 * total / n_pre / decode_ms, decode_ms, 100 * worst / decode_ms);
     printf("\n");
     q35_schema_free(s);
     q35_token_trie_free(trie);

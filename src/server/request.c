@@ -131,7 +131,7 @@ static bool in_list(const char *k, const char *const *list) {
 /* response_format json_schema: {"name", "schema", "strict", "description"} */
 static int parse_json_schema(json_t *js, q35_api_request *r, perr *e) {
     static const char P[] = "response_format.json_schema";
-    if (!json_is_object(js)) return fail(e, 400, P, "'%s' must be an object with a 'schema'", P);
+    if (!json_is_object(js)) return fail(e, 400, "response_format", "'%s' must be an object with a 'schema'", P);
     const char *k;
     json_t *v;
     json_object_foreach(js, k, v) {

@@ -201,7 +201,7 @@ def test_with_thinking_only_the_answer_is_constrained(client):
 
 
 BAD = [
-    ({"type": "json_schema"}, "response_format.json_schema"),
+    ({"type": "json_schema"}, "response_format"),
     ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema"),
     (fmt({"type": "string", "pattern": "a+"}), "response_format.json_schema.schema.pattern"),
     (fmt(obj({"a": {"type": "string", "format": "email"}})), "response_format.json_schema.schema.properties.a.format"),
