@@ -104,6 +104,8 @@ TEST(schema, keywords) {
          "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}", "{\"a\":\"s\"}", -1},
         {"{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
          "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}", "{\"a\":7}", -1},
+        {"{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"integer\"},{\"type\":\"boolean\"},{\"type\":\"array\"},"
+         "{\"type\":\"object\"},{\"type\":\"null\"}]}", "null", -1}, /* the sixth alternative, past the thread cap */
         {"{\"type\":\"object\",\"properties\":{\"q\\\"k\":{\"type\":\"null\"}}}", "{\"q\\\"k\":null}", -1},
         {"{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"null\"},\"a\":{\"type\":\"null\"}}}", "{\"a\":null}", -1},
     };

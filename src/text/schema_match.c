@@ -4,8 +4,9 @@
  * A pushdown automaton: each thread is a stack of frames, one per value
  * being read (an object, an array, a string, a number, a literal), the top
  * one consuming the byte. anyOf is followed by splitting a thread into one
- * per alternative when the value starts (at most Q35_SCHEMA_THREADS in all:
- * alternatives past that are dropped, which only narrows what is accepted).
+ * per alternative when the value starts (those its first byte fits, at most
+ * Q35_SCHEMA_THREADS in all: alternatives past that are dropped, which only
+ * narrows what is accepted).
  * Every prefix accepted can be completed, so a constrained generation
  * never gets stuck; the compiler refuses schemas with no valid value. */
 #include "text/schema_impl.h"
@@ -109,10 +110,13 @@ static bool start(const q35_schema *s, q35_schema_state *st, q35_schema_thread *
     case SK_ANYOF: {
         q35_schema_thread base = *th;
         for (int k = 1; k < d->n && st->n < Q35_SCHEMA_THREADS; k++) {
-            q35_schema_thread *nt = &st->t[st->n++];
+            int idx = st->n++;
+            q35_schema_thread *nt = &st->t[idx];
             *nt = base;
             nt->f[nt->depth - 1].node = d->child[k];
-            if (!start(s, st, nt, c)) nt->done = DEAD;
+            if (start(s, st, nt, c)) continue;
+            if (st->n == idx + 1) st->n--; /* the slot goes to the next alternative */
+            else nt->done = DEAD;
         }
         f->node = d->child[0];
         return start(s, st, th, c);
