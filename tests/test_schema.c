@@ -236,3 +236,35 @@ TEST(schema, trie_mask_equals_feeding_each_token) {
     q35_schema_free(s);
     q35_token_trie_free(trie);
 }
+
+TEST(schema, tool_call_grammar) {
+    json_t *tools = json_loads(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"city\":{\"type\":\"string\",\"maxLength\":6},\"days\":{\"type\":\"integer\"},\"u\":{\"type\":\"string\",\"enum\":[\"c\",\"<x\"]},"
+        "\"o\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}}}},\"required\":[\"city\",\"days\",\"u\",\"o\"]}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]", 0, NULL);
+    REQUIRE(tools);
+    q35_schema *s;
+    char where[256], msg[256];
+    REQUIRE(q35_schema_compile_tool_call(tools, NULL, &s, where, sizeof where, msg, sizeof msg) == 0);
+    static const char CALL[] = "<tool_call>\n<function=get>\n<parameter=city>\nPa ris\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+                               "<parameter=u>\nc\n</parameter>\n<parameter=o>\n{\"a\":true}\n</parameter>\n</function>\n</tool_call>";
+    CHECK_EQ_INT(accepted(s, CALL), -1);
+    CHECK_EQ_INT(accepted(s, "<tool_call>\n<function=now>\n</function>\n</tool_call>"), -1);
+    CHECK_EQ_INT(accepted(s, "<tool_call>\n<function=get>\n<parameter=days>"), 38);       /* city comes first */
+    CHECK_EQ_INT(accepted(s, "<tool_call>\n<function=get>\n<parameter=city>\nNuLl\n"), 48); /* read back as null */
+    CHECK(accepted(s, "<tool_call>\n<function=get>\n<parameter=city>\nnulls\n<") == 51); /* "nulls" is a string */
+    CHECK_EQ_INT(accepted(s, "<tool_call>\n<function=get>\n<parameter=city>\na<"), 45);   /* no '<' in a raw string */
+    CHECK_EQ_INT(accepted(s, "<tool_call>\n<function=get>\n<parameter=city>\nabcdefg"), 50); /* maxLength 6 */
+    q35_schema_free(s);
+    REQUIRE(q35_schema_compile_tool_call(tools, "now", &s, where, sizeof where, msg, sizeof msg) == 0);
+    CHECK_EQ_INT(accepted(s, "<tool_call>\n<function=g"), 22);
+    q35_schema_free(s);
+    CHECK(q35_schema_compile_tool_call(tools, "nope", &s, where, sizeof where, msg, sizeof msg) == -1);
+    json_decref(tools);
+    tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"null\"}]}},"
+                       "\"required\":[\"a\"]}}}]", 0, NULL);
+    CHECK(q35_schema_compile_tool_call(tools, NULL, &s, where, sizeof where, msg, sizeof msg) == -1);
+    CHECK_STR_EQ(where, "[0].function.parameters.properties.a.type");
+    json_decref(tools);
+}

@@ -484,6 +484,17 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
         } else if (strcmp(type, "text"))
             return fail(e, 400, "response_format", "response_format type '%s' is not supported (text, json_object or json_schema)", type);
     }
+    if (r->tool_choice && r->tools && (r->tool_choice_named || !strcmp(r->tool_choice, "required"))) {
+        /* the output is held to one tool call (sched.c masks it like a json_schema) */
+        if (r->schema || r->json_object)
+            return fail(e, 400, "tool_choice", "tool_choice '%s' together with response_format json_object or json_schema is not supported", r->tool_choice);
+        char where[200], msg[256], param[260];
+        if (q35_schema_compile_tool_call(r->tools, r->tool_choice_named ? r->tool_choice : NULL, &r->schema, where, sizeof where,
+                                         msg, sizeof msg)) {
+            snprintf(param, sizeof param, "tools%s", where);
+            return fail(e, 400, param, "%s: %s", param, msg);
+        }
+    }
     json_t *user = json_object_get(root, "user");
     if (user && !json_is_string(user) && !json_is_null(user)) return fail(e, 400, "user", "'user' must be a string");
 

@@ -279,7 +279,8 @@ static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev,
     if (!live) s->json_done = true;
 }
 
-/* json_schema: only tokens whose bytes continue a document valid for the
+/* json_schema (and a forced tool call, compiled the same way by request.c):
+ * only tokens whose bytes continue a document valid for the
  * schema (the end of sequence once it is whole), after </think> when the
  * prompt opened a think block. Draft rows come here too: the state is the
  * one after s's output, fed the step's earlier drafts (prev[s->n_gen..]),

@@ -23,7 +23,14 @@
  *     exponent (so that every parser reads a finite double); strings use
  *     no \u escapes (raw UTF-8, which is checked);
  *   - whitespace: none, except one optional space after ':' and ','.
- * An enum (or const) value is produced as its compact JSON text. */
+ * An enum (or const) value is produced as its compact JSON text.
+ *
+ * q35_schema_compile_tool_call builds, from an OpenAI tools list, the
+ * recogniser of one Qwen3.5 XML tool call (tool_choice required or named):
+ * fixed text around the function's name and each required parameter in the
+ * order of `required`; a parameter's value is written as the tool-call
+ * parser (output_parser.c) reads it back by its schema's `type`: a string
+ * raw (no '<', no control bytes, never "null"), anything else as JSON. */
 #include "text/schema_impl.h"
 
 #include <jansson.h>
@@ -32,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct cctx {
     q35_schema *s;
@@ -365,6 +373,122 @@ static int compile(cctx *c, const json_t *j, const char *path) {
     }
     c->depth--;
     return id;
+}
+
+/* ---- forced tool calls ---- */
+
+/* The fixed text a b e. */
+static int text_node(cctx *c, const char *a, const char *b, const char *e, const char *path) {
+    int id = new_node(c, SK_LITERAL, path);
+    if (id < 0 || alloc_items(c, id, 1, true, false, path)) return -1;
+    q35_schema_node *d = &c->s->node[id];
+    size_t la = strlen(a), lb = strlen(b), le = strlen(e);
+    if (!(d->str[0] = malloc(la + lb + le + 1))) return fail(c, path, "out of memory");
+    memcpy(d->str[0], a, la);
+    memcpy(d->str[0] + la, b, lb);
+    memcpy(d->str[0] + la + lb, e, le + 1);
+    d->len[0] = la + lb + le;
+    d->n = 1;
+    return id;
+}
+
+/* A raw parameter text can be read back as this string (schema_match.c's raw_byte). */
+static bool raw_ok(const char *v) {
+    if (!strcasecmp(v, "null")) return false;
+    for (; *v; v++)
+        if ((unsigned char)*v < 0x20 || *v == '<') return false;
+    return true;
+}
+
+/* A parameter's value: its schema's JSON text, except that a string is
+ * written raw, as the tool-call parser reads it back by the schema's type. */
+static int param_value(cctx *c, const json_t *ps, const char *path) {
+    char p[512];
+    const char *type = json_string_value(json_object_get(ps, "type"));
+    sub(p, sizeof p, path, ".type");
+    if (!type) return fail(c, p, "a forced tool call needs each required parameter's 'type', one name");
+    int id = compile(c, ps, path);
+    if (id < 0 || strcmp(type, "string")) return id;
+    q35_schema_node *d = &c->s->node[id];
+    if (d->kind == SK_STRING) { d->kind = SK_RAW; return id; }
+    int32_t k = 0; /* an enum: each string that can be written raw */
+    for (int32_t i = 0; i < d->n; i++) {
+        json_t *v = json_loads(d->str[i], JSON_DECODE_ANY, NULL);
+        const char *sv = json_string_value(v);
+        free(d->str[i]);
+        d->str[i] = NULL;
+        if (sv && raw_ok(sv) && (d->str[k] = strdup(sv))) d->len[k] = strlen(d->str[k]), k++;
+        json_decref(v);
+    }
+    d->n = k;
+    return k ? id : fail(c, path, "no value of it can be a tool call's parameter");
+}
+
+/* "NAME>\n", each required parameter, "</function>\n</tool_call>" */
+static int tool_seq(cctx *c, const json_t *f, const char *path) {
+    char p[512];
+    const json_t *params = json_object_get(f, "parameters");
+    const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    size_t n_req = json_array_size(req), i;
+    int id = new_node(c, SK_SEQ, path);
+    if (id < 0 || alloc_items(c, id, (int32_t)(3 * n_req + 2), false, true, path)) return -1;
+    int kid = text_node(c, json_string_value(json_object_get(f, "name")), ">\n", "", path);
+    if (kid < 0) return -1;
+    c->s->node[id].child[c->s->node[id].n++] = (uint16_t)kid;
+    const json_t *k;
+    json_array_foreach(req, i, k) {
+        const char *key = json_string_value(k);
+        sub(p, sizeof p, path, ".parameters.properties.%s", key ? key : "?");
+        if (!key) return fail(c, p, "'required' must be a list of names");
+        const json_t *ps = json_object_get(props, key);
+        int parts[3] = {text_node(c, "<parameter=", key, ">\n", p), -1, -1};
+        if (ps) parts[1] = param_value(c, ps, p);
+        else if ((parts[1] = new_node(c, SK_RAW, p)) >= 0) c->s->node[parts[1]].hi = -1; /* untyped: read back as a string */
+        parts[2] = text_node(c, "\n</parameter>\n", "", "", p);
+        for (int q = 0; q < 3; q++) {
+            if (parts[q] < 0) return -1;
+            c->s->node[id].child[c->s->node[id].n++] = (uint16_t)parts[q];
+        }
+    }
+    if ((kid = text_node(c, "</function>\n</tool_call>", "", "", path)) < 0) return -1;
+    c->s->node[id].child[c->s->node[id].n++] = (uint16_t)kid;
+    return id;
+}
+
+int q35_schema_compile_tool_call(const json_t *tools, const char *name, q35_schema **out, char *where, size_t where_size,
+                                 char *msg, size_t msg_size) {
+    where[0] = msg[0] = 0;
+    *out = NULL;
+    q35_schema *s = calloc(1, sizeof *s);
+    if (!s) { snprintf(msg, msg_size, "out of memory"); return -1; }
+    cctx c = {.s = s, .where = where, .where_size = where_size, .msg = msg, .msg_size = msg_size, .depth = 2};
+    int root = new_node(&c, SK_SEQ, ""), any = new_node(&c, SK_ANYOF, ""), head = text_node(&c, "<tool_call>\n<function=", "", "", "");
+    size_t n = json_array_size(tools), i;
+    if (root < 0 || any < 0 || head < 0 || alloc_items(&c, root, 2, false, true, "") || alloc_items(&c, any, (int32_t)n, false, true, ""))
+        root = -1;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *f = json_object_get(t, "function");
+        const char *fname = json_string_value(json_object_get(f, "name"));
+        if (root < 0 || !fname || (name && strcmp(fname, name))) continue;
+        char p[512];
+        snprintf(p, sizeof p, "[%zu].function", i);
+        int kid = tool_seq(&c, f, p);
+        if (kid < 0) { root = -1; break; }
+        s->node[any].child[s->node[any].n++] = (uint16_t)kid;
+    }
+    if (root >= 0 && !s->node[any].n) root = fail(&c, "", "no function to call");
+    if (root < 0) {
+        if (!msg[0]) snprintf(msg, msg_size, "invalid tools");
+        q35_schema_free(s);
+        return -1;
+    }
+    s->node[root].child[0] = (uint16_t)head;
+    s->node[root].child[1] = (uint16_t)any;
+    s->node[root].n = 2;
+    s->root = (uint16_t)root;
+    *out = s;
+    return 0;
 }
 
 void q35_schema_free(q35_schema *s) {

@@ -41,6 +41,13 @@ typedef struct q35_schema_state {
 int q35_schema_compile(const struct json_t *schema, q35_schema **out, char *where, size_t where_size, char *msg,
                        size_t msg_size);
 void q35_schema_free(q35_schema *s);
+/* The recogniser of one Qwen3.5 XML tool call (<tool_call>\n<function=NAME>
+ * \n<parameter=KEY>\nVALUE\n</parameter>\n...</function>\n</tool_call>)
+ * to the function `name` of the OpenAI `tools` list, or to any of them
+ * (name NULL), with its required parameters valid for its schema. Errors
+ * as q35_schema_compile, `where` below the tools list ("[0].function..."). */
+int q35_schema_compile_tool_call(const struct json_t *tools, const char *name, q35_schema **out, char *where,
+                                 size_t where_size, char *msg, size_t msg_size);
 
 void q35_schema_start(const q35_schema *s, q35_schema_state *st);
 /* false when the byte cannot continue a valid document (st is then undefined) */

@@ -5,7 +5,9 @@
 
 #include "text/schema.h"
 
-enum { SK_OBJECT, SK_ARRAY, SK_STRING, SK_NUMBER, SK_INTEGER, SK_LITERAL, SK_ANYOF };
+/* SK_SEQ: its children one after another (tool calls); SK_RAW: unquoted
+ * text, a tool call's string parameter (lo/hi: characters) */
+enum { SK_OBJECT, SK_ARRAY, SK_STRING, SK_NUMBER, SK_INTEGER, SK_LITERAL, SK_ANYOF, SK_SEQ, SK_RAW };
 
 #define Q35_SCHEMA_MAX_NODES 4096
 #define Q35_SCHEMA_MAX_ITEMS 1000   /* properties, enum values, anyOf alternatives */
@@ -18,7 +20,7 @@ typedef struct q35_schema_node {
     int32_t n;          /* properties, literals or alternatives */
     char **str;         /* object: each key as JSON text without the quotes; literal: each value's JSON text */
     size_t *len;
-    uint16_t *child;    /* object: each property's node; anyOf: each alternative */
+    uint16_t *child;    /* object: each property's node; anyOf: each alternative; seq: each part */
     int32_t *next_req;  /* object (n + 1): the first required property at or after i, n: none */
     uint16_t item;      /* array */
     int32_t lo, hi;     /* array: min/maxItems; string: min/maxLength (hi -1: none) */

@@ -45,9 +45,18 @@ static bool step(const q35_schema *s, q35_schema_state *st, q35_schema_thread *t
 static void pop(const q35_schema *s, q35_schema_thread *th) {
     if (--th->depth == 0) { th->done = 1; return; }
     q35_schema_frame *p = &th->f[th->depth - 1];
-    if (s->node[p->node].kind == SK_OBJECT) { p->phase = OB_AFTER; p->a++; }
+    const q35_schema_node *d = &s->node[p->node];
+    if (d->kind == SK_SEQ) { /* the next part, or the sequence ends too */
+        if (++p->a < d->n) th->f[th->depth++] = (q35_schema_frame){.node = d->child[p->a], .phase = V_START};
+        else pop(s, th);
+        return;
+    }
+    if (d->kind == SK_OBJECT) { p->phase = OB_AFTER; p->a++; }
     else { p->phase = AR_AFTER; p->b++; }
 }
+
+static bool raw_byte(const q35_schema *s, q35_schema_state *st, q35_schema_thread *th, q35_schema_frame *f,
+                     const q35_schema_node *d, int c);
 
 static bool push(q35_schema_thread *th, uint16_t node, int space) {
     if (th->depth >= Q35_SCHEMA_DEPTH) return false;
@@ -107,6 +116,12 @@ static bool start(const q35_schema *s, q35_schema_state *st, q35_schema_thread *
         f->phase = LI_IN; f->c = (uint16_t)j; f->b = 1;
         return literal_advanced(s, th);
     }
+    case SK_SEQ:
+        f->phase = 1; f->a = 0;
+        return push(th, d->child[0], 0) && step(s, st, th, c);
+    case SK_RAW:
+        f->phase = 1; f->a = 0; f->b = 0; f->x = 0;
+        return raw_byte(s, st, th, f, d, c);
     case SK_ANYOF: {
         q35_schema_thread base = *th;
         for (int k = 1; k < d->n && st->n < Q35_SCHEMA_THREADS; k++) {
@@ -165,6 +180,35 @@ static bool string_byte(const q35_schema *s, q35_schema_thread *th, q35_schema_f
         f->x = (uint8_t)n;
         f->c = (uint16_t)(lo | hi << 8);
     }
+    f->a++;
+    return true;
+}
+
+/* A tool call's string parameter: text up to the "\n" of "\n</parameter>",
+ * without '<' or control bytes, whole UTF-8 characters, never "null" in any
+ * case (the tool-call parser reads that as null). b: how much of "null" the
+ * text is, 5: none of it. */
+static bool raw_byte(const q35_schema *s, q35_schema_state *st, q35_schema_thread *th, q35_schema_frame *f,
+                     const q35_schema_node *d, int c) {
+    if (f->x) {
+        if (c < (f->c & 0xFF) || c > (f->c >> 8)) return false;
+        f->x--;
+        f->c = 0x80 | 0xBF << 8;
+        return true;
+    }
+    if (c == '\n') {
+        if (f->a < d->lo || f->b == 4) return false;
+        pop(s, th);
+        return step(s, st, th, c);
+    }
+    if (c < 0x20 || c == '<' || (d->hi >= 0 && f->a >= d->hi)) return false;
+    if (c >= 0x80) {
+        int lo, hi, n = utf8_lead(c, &lo, &hi);
+        if (!n) return false;
+        f->x = (uint8_t)n;
+        f->c = (uint16_t)(lo | hi << 8);
+    }
+    f->b = f->b < 4 && (c | 0x20) == "null"[f->b] ? f->b + 1 : 5;
     f->a++;
     return true;
 }
@@ -252,6 +296,7 @@ static bool step(const q35_schema *s, q35_schema_state *st, q35_schema_thread *t
         if (c == ']' && f->b >= d->lo) { pop(s, th); return true; }
         return false;
     case SK_STRING: return string_byte(s, th, f, d, c);
+    case SK_RAW: return raw_byte(s, st, th, f, d, c);
     case SK_NUMBER:
     case SK_INTEGER: return number_byte(s, st, th, f, d, c);
     case SK_LITERAL: {

@@ -222,3 +222,41 @@ def test_bad_schemas_are_400_naming_the_field(srv, rf, param):
     status, body = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "response_format": rf})
     assert status == 400, body
     assert body["error"]["param"] == param and param in body["error"]["message"], body
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "parameters": obj(
+        {"city": s(8), "days": INT, "unit": {"type": "string", "enum": ["c", "f"]}, "hourly": BOOL}, req=["city", "days", "unit"])}},
+    {"type": "function", "function": {"name": "search", "parameters": obj(
+        {"query": s(6, lo=1), "filters": obj({"lang": {"enum": ["en", "fr"]}, "max": INT}), "tags": arr(s(3), hi=2),
+         "score": NUM, "opt": {"type": "string"}}, req=["query", "filters", "tags", "score"])}},
+    {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def forced(client, choice, **kw):
+    r = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Call a tool."}], tools=TOOLS,
+                                       tool_choice=choice, max_tokens=MAX_TOKENS, extra_body=NO_THINK, **kw)
+    return r.choices[0]
+
+
+@pytest.mark.parametrize("name", [None, "get_weather", "search", "now"])
+def test_tool_choice_forces_a_valid_tool_call(client, name):
+    choice = "required" if name is None else {"type": "function", "function": {"name": name}}
+    for kw in ({"temperature": 0}, {"temperature": 1, "seed": 5}, {"temperature": 1, "seed": 6}):
+        c = forced(client, choice, **kw)
+        assert c.finish_reason == "tool_calls", c.message
+        calls = c.message.tool_calls
+        assert len(calls) == 1 and (name is None or calls[0].function.name == name)
+        jsonschema.validate(json.loads(calls[0].function.arguments), PARAMS[calls[0].function.name])
+
+
+def test_tool_choice_errors_name_the_field(srv):
+    bad = [{"type": "function", "function": {"name": "f", "parameters": obj({"a": {"anyOf": [INT, NULL]}})}}]
+    status, body = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": bad,
+                                                     "tool_choice": "required"})
+    assert status == 400 and body["error"]["param"] == "tools[0].function.parameters.properties.a.type", body
+    status, body = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
+                                                     "tool_choice": "required", "response_format": fmt(INT)})
+    assert status == 400 and body["error"]["param"] == "tool_choice", body
