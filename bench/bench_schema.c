@@ -38,6 +38,22 @@ static const char *const PREFIXES[] = {
     "{\"name\": \"Alice\", \"age\": 31, \"tags\": [], \"note\": \"some free text",
 };
 
+/* A forced tool call (tool_choice), inside a raw string parameter. */
+static const char TOOLS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}},\"required\":[\"city\",\"days\"]}}}]";
+static const char TOOL_PREFIX[] = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar";
+
+static double time_mask(const q35_token_trie *trie, const q35_schema *s, const char *prefix, int reps, uint8_t *live,
+                        int32_t *n_live) {
+    q35_schema_state st;
+    q35_schema_start(s, &st);
+    if (!q35_schema_feed(s, &st, prefix, strlen(prefix))) return -1;
+    double a = q35_now_seconds();
+    for (int r = 0; r < reps; r++) *n_live = q35_token_trie_mask(trie, s, &st, live);
+    return (q35_now_seconds() - a) * 1e3 / reps;
+}
+
 int main(int argc, char **argv) {
     const char *dir = "tests/data/tokenizers-gen/qwen35";
     int reps = 20;
@@ -69,13 +85,9 @@ int main(int argc, char **argv) {
     int n_pre = (int)(sizeof PREFIXES / sizeof *PREFIXES);
     double total = 0, worst = 0;
     for (int p = 0; p < n_pre; p++) {
-        q35_schema_state st;
-        q35_schema_start(s, &st);
-        if (!q35_schema_feed(s, &st, PREFIXES[p], strlen(PREFIXES[p]))) { fprintf(stderr, "bench_schema: prefix %d refused\n", p); return 1; }
         int32_t n_live = 0;
-        double a = q35_now_seconds();
-        for (int r = 0; r < reps; r++) n_live = q35_token_trie_mask(trie, s, &st, live);
-        double ms = (q35_now_seconds() - a) * 1e3 / reps;
+        double ms = time_mask(trie, s, PREFIXES[p], reps, live, &n_live);
+        if (ms < 0) { fprintf(stderr, "bench_schema: prefix %d refused\n", p); return 1; }
         total += ms;
         if (ms > worst) worst = ms;
         printf("  %-70s %7d live  %6.2f ms\n", PREFIXES[p], n_live, ms);
@@ -84,6 +96,19 @@ int main(int argc, char **argv) {
            t_build * 1e3, total / n_pre, worst);
     if (decode_ms > 0) printf("; %.2f%% of a %.0f ms decode step (worst %.2f%%)", 100 * total / n_pre / decode_ms, decode_ms, 100 * worst / decode_ms);
     printf("\n");
+    json_t *tj = json_loads(TOOLS, 0, NULL);
+    q35_schema *ts;
+    int32_t n_live = 0;
+    if (!tj || q35_schema_compile_tool_call(tj, NULL, &ts, where, sizeof where, msg, sizeof msg)) {
+        fprintf(stderr, "bench_schema: tools refused: %s %s\n", where, msg);
+        return 1;
+    }
+    double ms = time_mask(trie, ts, TOOL_PREFIX, reps, live, &n_live);
+    printf("tool-call mask (tool_choice), inside a string parameter: %d live, %.2f ms per row", n_live, ms);
+    if (decode_ms > 0) printf("; %.2f%% of a %.0f ms decode step", 100 * ms / decode_ms, decode_ms);
+    printf("\n");
+    q35_schema_free(ts);
+    json_decref(tj);
     q35_schema_free(s);
     q35_token_trie_free(trie);
     json_decref(j);

@@ -1,8 +1,9 @@
-/* fuzz_schema.c: arbitrary schemas through the JSON Schema compiler, and
- * walks through the recogniser of those it accepts. Input: the schema's
- * JSON text, a NUL byte, then one byte per step choosing among the bytes
- * the recogniser allows. Every state must allow some byte or be a whole
- * document, and every whole document must parse as JSON. */
+/* fuzz_schema.c: arbitrary schemas through the JSON Schema compiler (a
+ * JSON array: a tools list through the tool-call compiler), and walks
+ * through the recogniser of those it accepts. Input: the JSON text, a NUL
+ * byte, then one byte per step choosing among the bytes the recogniser
+ * allows. Every state must allow some byte or be a whole document, and
+ * every whole schema document must parse as JSON. */
 #include "text/schema.h"
 
 #include <jansson.h>
@@ -16,7 +17,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!j) return 0;
     q35_schema *s;
     char where[256], msg[256];
-    if (q35_schema_compile(j, &s, where, sizeof where, msg, sizeof msg)) {
+    bool tools = json_is_array(j);
+    if (tools ? q35_schema_compile_tool_call(j, NULL, &s, where, sizeof where, msg, sizeof msg)
+              : q35_schema_compile(j, &s, where, sizeof where, msg, sizeof msg)) {
         if (!msg[0]) abort(); /* a refusal always says why */
         json_decref(j);
         return 0;
@@ -40,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!q35_schema_byte(s, &st, (unsigned char)c)) abort();
         doc[n++] = (char)c;
     }
-    if (q35_schema_complete(s, &st)) {
+    if (!tools && q35_schema_complete(s, &st)) {
         json_t *d = json_loadb(doc, n, JSON_DECODE_ANY, NULL);
         if (!d) abort();
         json_decref(d);
