@@ -268,3 +268,41 @@ TEST(schema, tool_call_grammar) {
     CHECK_STR_EQ(where, "[0].function.parameters.properties.a.type");
     json_decref(tools);
 }
+
+/* The same inside a tool call's raw string parameter, where plain tokens take the shortcut. */
+TEST(schema, trie_mask_in_a_raw_parameter_equals_feeding_each_token) {
+    static const char *const words[] = {"a", "Pa", "ris", "\"", "\\", "<", "a<", "\n", "\n</", "\n</parameter>\n", "null", "nu",
+                                        "ll", "l", "\xc3", "\xa9", "\xc3\xa9", " x", "\x01", "abcdefgh", "<tool_call>", "\n<"};
+    int32_t V = (int32_t)(sizeof words / sizeof *words);
+    size_t len[32];
+    for (int32_t t = 0; t < V; t++) len[t] = strlen(words[t]);
+    q35_token_trie *trie = q35_token_trie_new(words, len, V);
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+                               "\"city\":{\"type\":\"string\",\"maxLength\":7}},\"required\":[\"city\"]}}}]", 0, NULL);
+    q35_schema *s;
+    char where[256], msg[256];
+    REQUIRE(trie && tools && q35_schema_compile_tool_call(tools, NULL, &s, where, sizeof where, msg, sizeof msg) == 0);
+    static const char *const prefixes[] = {"", "<tool_call>\n<function=get>\n<parameter=city>\n",
+                                           "<tool_call>\n<function=get>\n<parameter=city>\nPa",
+                                           "<tool_call>\n<function=get>\n<parameter=city>\nnul",
+                                           "<tool_call>\n<function=get>\n<parameter=city>\nabcdef",
+                                           "<tool_call>\n<function=get>\n<parameter=city>\n\xc3"};
+    uint8_t live[32];
+    for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {
+        q35_schema_state st;
+        q35_schema_start(s, &st);
+        REQUIRE(q35_schema_feed(s, &st, prefixes[p], strlen(prefixes[p])));
+        int32_t n = q35_token_trie_mask(trie, s, &st, live), want = 0;
+        for (int32_t t = 0; t < V; t++) {
+            q35_schema_state one;
+            q35_schema_copy(&one, &st);
+            bool ok = q35_schema_feed(s, &one, words[t], len[t]);
+            want += ok;
+            CHECK_MSG(live[t] == ok, "after '%s' token '%s': %d", prefixes[p], words[t], live[t]);
+        }
+        CHECK_EQ_INT(n, want);
+    }
+    q35_schema_free(s);
+    json_decref(tools);
+    q35_token_trie_free(trie);
+}

@@ -57,10 +57,11 @@ bool q35_schema_feed(const q35_schema *s, q35_schema_state *st, const char *p, s
 bool q35_schema_complete(const q35_schema *s, const q35_schema_state *st);
 /* no byte can follow (a whole document that nothing may extend) */
 bool q35_schema_closed(const q35_schema *s, const q35_schema_state *st);
-/* When every way of reading the bytes is inside a string (not in an escape
- * or a character), the most characters one of them may still take
- * (INT32_MAX: no limit); -1 otherwise. */
-int32_t q35_schema_string_room(const q35_schema *s, const q35_schema_state *st);
+/* When every way of reading the bytes is inside a JSON string (not in an
+ * escape or a character), or inside a tool call's raw string that is past
+ * any "null", the most characters one of them may still take (INT32_MAX:
+ * no limit), *raw saying which kind; -1 otherwise. */
+int32_t q35_schema_string_room(const q35_schema *s, const q35_schema_state *st, bool *raw);
 /* copies only the used part of src */
 void q35_schema_copy(q35_schema_state *dst, const q35_schema_state *src);
 

@@ -358,14 +358,17 @@ bool q35_schema_closed(const q35_schema *s, const q35_schema_state *st) {
     return st->n > 0;
 }
 
-int32_t q35_schema_string_room(const q35_schema *s, const q35_schema_state *st) {
+int32_t q35_schema_string_room(const q35_schema *s, const q35_schema_state *st, bool *raw) {
     int32_t room = -1;
     for (int i = 0; i < st->n; i++) {
         const q35_schema_thread *th = &st->t[i];
         if (th->done) return -1;
         const q35_schema_frame *f = &th->f[th->depth - 1];
         const q35_schema_node *d = &s->node[f->node];
-        if (d->kind != SK_STRING || f->phase != ST_IN || f->x) return -1;
+        bool is_raw = d->kind == SK_RAW;
+        if (i == 0) *raw = is_raw;
+        if (is_raw != *raw || f->phase == V_START || f->x) return -1;
+        if (is_raw ? f->b != 5 : d->kind != SK_STRING || f->phase != ST_IN) return -1;
         int32_t r = d->hi < 0 ? INT32_MAX : d->hi - f->a;
         if (r > room) room = r;
     }

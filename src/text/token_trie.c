@@ -11,7 +11,9 @@
  * Inside a string nearly every token is live, so that case has a shortcut:
  * a "plain" token (printable ASCII but '"' and '\', and whole UTF-8
  * characters) is live when its characters fit the string's room, and only
- * the other tokens are walked, in a second trie of them alone. */
+ * the other tokens are walked, in a second trie of them alone. The same
+ * for a tool call's raw string parameter, whose plain tokens are printable
+ * ASCII but '<', and whole characters (a third trie). */
 #include "text/schema.h"
 
 #include <stdlib.h>
@@ -36,8 +38,8 @@ typedef struct trie {
 #define NOT_PLAIN 0xFFFF
 
 struct q35_token_trie {
-    trie all, special;   /* every token; the tokens that are not plain */
-    uint16_t *chars;     /* (n_tokens) a plain token's characters, NOT_PLAIN otherwise */
+    trie all, special[2]; /* every token; those that are not plain in a JSON string, in a raw one */
+    uint16_t *chars[2];  /* (n_tokens) a plain token's characters (JSON string, raw), NOT_PLAIN otherwise */
     int32_t n_tokens;
     const char *const *bytes;
     const size_t *len;
@@ -79,13 +81,13 @@ static int build(const q35_token_trie *t, trie *tr, int32_t lo, int32_t hi, size
     return 0;
 }
 
-/* The characters of a plain token, or NOT_PLAIN. */
-static uint16_t plain_chars(const unsigned char *p, size_t n) {
+/* The characters of a plain token (raw: of a raw string), or NOT_PLAIN. */
+static uint16_t plain_chars(const unsigned char *p, size_t n, bool raw) {
     size_t chars = 0;
     for (size_t i = 0; i < n; chars++) {
         unsigned c = p[i];
         if (c < 0x80) {
-            if (c < 0x20 || c == '"' || c == '\\') return NOT_PLAIN;
+            if (c < 0x20 || (raw ? c == '<' : c == '"' || c == '\\')) return NOT_PLAIN;
             i++;
             continue;
         }
@@ -109,11 +111,12 @@ static uint16_t plain_chars(const unsigned char *p, size_t n) {
     return chars < NOT_PLAIN ? (uint16_t)chars : NOT_PLAIN;
 }
 
-static int make_trie(q35_token_trie *t, trie *tr, bool special_only) {
+/* A trie of every token, or (chars) of those not plain there. */
+static int make_trie(q35_token_trie *t, trie *tr, const uint16_t *chars) {
     tr->order = malloc(sizeof *tr->order * (size_t)(t->n_tokens > 0 ? t->n_tokens : 1));
     if (!tr->order) return -1;
     for (int32_t i = 0; i < t->n_tokens; i++)
-        if (t->bytes[i] && t->len[i] && t->len[i] < 65535 && (!special_only || t->chars[i] == NOT_PLAIN))
+        if (t->bytes[i] && t->len[i] && t->len[i] < 65535 && (!chars || chars[i] == NOT_PLAIN))
             tr->order[tr->n_order++] = i;
     qsort_r(tr->order, (size_t)tr->n_order, sizeof *tr->order, by_bytes, t);
     return build(t, tr, 0, tr->n_order, 0);
@@ -125,11 +128,16 @@ q35_token_trie *q35_token_trie_new(const char *const *bytes, const size_t *len, 
     t->bytes = bytes;
     t->len = len;
     t->n_tokens = n_tokens;
-    t->chars = malloc(sizeof *t->chars * (size_t)(n_tokens > 0 ? n_tokens : 1));
-    if (!t->chars) { free(t); return NULL; }
-    for (int32_t i = 0; i < n_tokens; i++)
-        t->chars[i] = bytes[i] && len[i] ? plain_chars((const unsigned char *)bytes[i], len[i]) : NOT_PLAIN;
-    if (make_trie(t, &t->all, false) || make_trie(t, &t->special, true)) { q35_token_trie_free(t); return NULL; }
+    for (int k = 0; k < 2; k++) {
+        t->chars[k] = malloc(sizeof *t->chars[k] * (size_t)(n_tokens > 0 ? n_tokens : 1));
+        if (!t->chars[k]) { q35_token_trie_free(t); return NULL; }
+        for (int32_t i = 0; i < n_tokens; i++)
+            t->chars[k][i] = bytes[i] && len[i] ? plain_chars((const unsigned char *)bytes[i], len[i], k) : NOT_PLAIN;
+    }
+    if (make_trie(t, &t->all, NULL) || make_trie(t, &t->special[0], t->chars[0]) || make_trie(t, &t->special[1], t->chars[1])) {
+        q35_token_trie_free(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -137,9 +145,11 @@ void q35_token_trie_free(q35_token_trie *t) {
     if (!t) return;
     free(t->all.node);
     free(t->all.order);
-    free(t->special.node);
-    free(t->special.order);
-    free(t->chars);
+    for (int k = 0; k < 2; k++) {
+        free(t->special[k].node);
+        free(t->special[k].order);
+        free(t->chars[k]);
+    }
     free(t);
 }
 
@@ -164,10 +174,12 @@ static int32_t walk(const trie *tr, const q35_schema *s, const q35_schema_state 
 
 int32_t q35_token_trie_mask(const q35_token_trie *t, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
     memset(live, 0, (size_t)t->n_tokens);
-    int32_t room = q35_schema_string_room(s, st);
+    bool raw;
+    int32_t room = q35_schema_string_room(s, st, &raw);
     if (room < 0) return walk(&t->all, s, st, live);
+    const uint16_t *chars = t->chars[raw];
     int32_t n_live = 0;
     for (int32_t i = 0; i < t->n_tokens; i++)
-        if (t->chars[i] <= room && t->chars[i] != NOT_PLAIN) { live[i] = 1; n_live++; }
-    return n_live + walk(&t->special, s, st, live);
+        if (chars[i] <= room && chars[i] != NOT_PLAIN) { live[i] = 1; n_live++; }
+    return n_live + walk(&t->special[raw], s, st, live);
 }
