@@ -64,6 +64,10 @@ $(BUILD)/test_runner: $(TEST_OBJ) $(BUILD)/libqwen35.a
 $(BUILD)/bench_vision: bench/bench_vision.c $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
 
+# JSON-schema token masking at the Qwen3.5 vocabulary (ms per masked row).
+$(BUILD)/bench_schema: bench/bench_schema.c $(BUILD)/libqwen35.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
+
 # Kernel microbenchmark (GEMV GB/s, batch cost, prefill GFLOP/s, bfp layouts).
 $(BUILD)/bench_kernels: bench/bench_kernels.c $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)

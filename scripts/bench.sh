@@ -10,7 +10,9 @@
 #    rows), peak RSS. Writes bench.json. Then decode once more with the
 #    weights served from the mapped file instead of huge-page memory
 #    (--mmap): bench-data/speed-mmap.json.
-# 3. Runs the kernel and tokenizer micro-benchmarks where they are built.
+# 3. Runs the kernel and tokenizer micro-benchmarks where they are built, and
+#    the json_schema token mask at the Qwen3.5 vocabulary (bench_schema: ms
+#    per masked row, and its share of the decode step above).
 # Environment: Q35_BENCH_THREADS (default "1,2"), Q35_BENCH_PROMPTS
 # (default "254,512,2048"), Q35_BENCH_POLICY (default "default"),
 # Q35_BENCH_DRAFT_ROWS (default "16384,32768,65536"; 0: none).
@@ -36,3 +38,9 @@ echo "bench: decode with --mmap (weights served from the page cache)"
 
 make -s "$BUILD/bench_kernels" BUILD="$BUILD" && "$BUILD/bench_kernels" --quick --json bench-data/kernels.json
 if [ -x scripts/bench-tokenizer.sh ]; then scripts/bench-tokenizer.sh "$BUILD"; fi
+# grammar-constrained decoding: the json_schema mask of one row at the Qwen3.5
+# vocabulary, and its share of the decode step bench.json measured
+if [ -f tests/data/tokenizers-gen/qwen35/tokenizer.json ]; then
+    STEP_MS=$(python3 -c 'import json; d = json.load(open("bench.json")); print(1000 / max(r["tok_s"] for r in d["decode"]))' 2>/dev/null || echo 0)
+    make -s "$BUILD/bench_schema" BUILD="$BUILD" && "$BUILD/bench_schema" --decode-ms "$STEP_MS"
+fi

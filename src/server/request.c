@@ -5,6 +5,7 @@
 #include "server/request.h"
 
 #include "base/utf8.h"
+#include "text/schema.h"
 
 #include <errno.h>
 #include <math.h>
@@ -125,6 +126,30 @@ static bool in_list(const char *k, const char *const *list) {
     for (; *list; list++)
         if (!strcmp(k, *list)) return true;
     return false;
+}
+
+/* response_format json_schema: {"name", "schema", "strict", "description"} */
+static int parse_json_schema(json_t *js, q35_api_request *r, perr *e) {
+    static const char P[] = "response_format.json_schema";
+    if (!json_is_object(js)) return fail(e, 400, "response_format", "'%s' must be an object with a 'schema'", P);
+    const char *k;
+    json_t *v;
+    json_object_foreach(js, k, v) {
+        if (strcmp(k, "name") && strcmp(k, "schema") && strcmp(k, "strict") && strcmp(k, "description"))
+            return fail(e, 400, P, "%s.%s is not supported", P, k);
+    }
+    json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+    if (name && !json_is_string(name) && !json_is_null(name)) return fail(e, 400, "response_format.json_schema.name", "%s.name must be a string", P);
+    if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+        return fail(e, 400, "response_format.json_schema.strict", "%s.strict must be a boolean", P);
+    json_t *schema = json_object_get(js, "schema");
+    if (!schema || json_is_null(schema)) return fail(e, 400, "response_format.json_schema.schema", "%s.schema is required", P);
+    char where[200], msg[256], param[260];
+    if (q35_schema_compile(schema, &r->schema, where, sizeof where, msg, sizeof msg)) {
+        snprintf(param, sizeof param, "%s.schema%s", P, where);
+        return fail(e, 400, param, "%s: %s", param, msg);
+    }
+    return 0;
 }
 
 static int parse_prompts(json_t *p, const q35_api_limits *lim, q35_api_request *r, perr *e) {
@@ -454,7 +479,21 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
         const char *type = json_string_value(json_object_get(rf, "type"));
         if (!json_is_object(rf) || !type) return fail(e, 400, "response_format", "'response_format' must be an object with a 'type'");
         if (!strcmp(type, "json_object")) r->json_object = true;
-        else if (strcmp(type, "text")) return fail(e, 400, "response_format", "response_format type '%s' is not supported (text or json_object)", type);
+        else if (!strcmp(type, "json_schema")) {
+            if ((rc = parse_json_schema(json_object_get(rf, "json_schema"), r, e))) return rc;
+        } else if (strcmp(type, "text"))
+            return fail(e, 400, "response_format", "response_format type '%s' is not supported (text, json_object or json_schema)", type);
+    }
+    if (r->tool_choice && r->tools && (r->tool_choice_named || !strcmp(r->tool_choice, "required"))) {
+        /* the output is held to one tool call (sched.c masks it like a json_schema) */
+        if (r->schema || r->json_object)
+            return fail(e, 400, "tool_choice", "tool_choice '%s' together with response_format json_object or json_schema is not supported", r->tool_choice);
+        char where[200], msg[256], param[260];
+        if (q35_schema_compile_tool_call(r->tools, r->tool_choice_named ? r->tool_choice : NULL, &r->schema, where, sizeof where,
+                                         msg, sizeof msg)) {
+            snprintf(param, sizeof param, "tools%s", where);
+            return fail(e, 400, param, "%s: %s", param, msg);
+        }
     }
     json_t *user = json_object_get(root, "user");
     if (user && !json_is_string(user) && !json_is_null(user)) return fail(e, 400, "user", "'user' must be a string");
@@ -504,6 +543,7 @@ void q35_api_request_free(q35_api_request *r) {
     free(r->bias_ids);
     free(r->bias);
     free(r->ignored);
+    q35_schema_free(r->schema);
     memset(r, 0, sizeof *r);
 }
 

@@ -55,6 +55,7 @@ typedef struct q35_api_request {
     int32_t n;                 /* choices per prompt */
     int32_t logprobs;          /* -1: none; else the number of top logprobs (0 allowed) */
     bool echo, ignore_eos, stream, include_usage, json_object;
+    struct q35_schema *schema; /* response_format json_schema, compiled; NULL: none */
     bool return_token_ids;
     bool cache_prompt;         /* false: neither read nor fill the prefix cache */
     char *cache_salt;          /* prefix cache partition, NULL for the shared one */

@@ -38,15 +38,10 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
     free(body);
     if (status) { q35_task_release(r); return q35_http_send_error(c, (unsigned)status, msg, param); }
     if (r->api.ignored && srv->cfg.log_debug) fprintf(stderr, "qwen35 serve: debug: ignored request fields: %s\n", r->api.ignored);
-    if (r->api.json_object && !srv->tok) {
+    if ((r->api.json_object || r->api.schema) && !srv->tok) {
         q35_task_release(r);
-        return q35_http_send_error(c, 400, "response_format json_object needs the tokenizer, which this model directory lacks",
+        return q35_http_send_error(c, 400, "response_format json_object and json_schema need the tokenizer, which this model directory lacks",
                                    "response_format");
-    }
-    if (r->api.tool_choice && (r->api.tool_choice_named || !strcmp(r->api.tool_choice, "required"))) {
-        q35_task_release(r);
-        return q35_http_send_error(c, 400, "tool_choice 'required' and named functions need constrained decoding, which this "
-                                           "server does not have; use 'auto' or 'none'", "tool_choice");
     }
     /* tool_choice "none": the tools are neither shown to the model nor parsed */
     if (r->api.tools && !(r->api.tool_choice && !strcmp(r->api.tool_choice, "none")))

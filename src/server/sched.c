@@ -13,8 +13,8 @@
  *   4. runs one q35_generation_batch_step over every decoding sequence
  *      (MTP drafts verified in the same forward pass; each sequence's
  *      sampler, min_tokens, stop ids and EOS handled by its generation;
- *      logit_bias and json_object as its logits hook, the latter without
- *      drafts), so the weights are
+ *      logit_bias, json_object and json_schema as its logits hook,
+ *      json_object without drafts), so the weights are
  *      read once per step for all of them.
  *
  * Prefix reuse, two levels. A slot whose sequence ended keeps its state
@@ -36,6 +36,7 @@
 #include "server/json_prefix.h"
 #include "server/prefix_cache.h"
 #include "server/stop.h"
+#include "text/schema.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -64,6 +65,8 @@ typedef struct seq {
     bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
     bool json_wait;            /* ... once </think> ends the reasoning (thinking on) */
     q35_json_prefix json;
+    const q35_schema *schema;  /* response_format json_schema (the request's); NULL: none */
+    q35_schema_state gs;       /* ... its state after the output so far */
     q35_stop_matcher stop;
     q35_text_decoder *dec;
     double t_last;
@@ -91,6 +94,8 @@ struct q35_sched {
     int32_t think_end;         /* the id of </think>, -1: none */
     int32_t tool_open;         /* the id of <tool_call>, -1: none */
     size_t *tok_len;
+    q35_token_trie *trie;      /* the token strings, for json_schema's mask */
+    uint8_t *live;             /* (V) the mask of one row */
     q35_session **sessions;
     seq **slots;
     warm_slot *warm;           /* (n_slots) */
@@ -192,7 +197,10 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
     /* the counters move token by token, as the request runs */
     q35_metrics_tokens(S->metrics, s->n_gen == 1 && s->choice % r->api.n == 0 ? s->n_prompt : 0, 1);
     if (s->json_wait) s->json_wait = tok != S->think_end;
-    else if (s->json_on && !s->json_done) {
+    else if (s->schema && !s->json_done) {
+        bool ok = S->tok_bytes[tok] && q35_schema_feed(s->schema, &s->gs, S->tok_bytes[tok], S->tok_len[tok]);
+        s->json_done = !ok || q35_schema_complete(s->schema, &s->gs);
+    } else if (s->json_on && !s->json_done) {
         q35_json_prefix_feed(&s->json, S->tok_bytes[tok], S->tok_len[tok]);
         s->json_done = q35_json_prefix_complete(&s->json);
     }
@@ -271,23 +279,52 @@ static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev,
     if (!live) s->json_done = true;
 }
 
+/* json_schema (and a forced tool call, compiled the same way by request.c):
+ * only tokens whose bytes continue a document valid for the
+ * schema (the end of sequence once it is whole), after </think> when the
+ * prompt opened a think block. Draft rows come here too: the state is the
+ * one after s's output, fed the step's earlier drafts (prev[s->n_gen..]),
+ * so a draft outside the grammar cannot be chosen. */
+static void seq_schema_mask(seq *s, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
+    const q35_sched *S = s->sched;
+    q35_schema_state st;
+    q35_schema_copy(&st, &s->gs);
+    bool wait = s->json_wait, ok = true;
+    for (int32_t i = s->n_gen; i < n_prev && ok; i++) {
+        int32_t t = prev[i];
+        if (wait) wait = t != S->think_end;
+        else ok = S->tok_bytes[t] && q35_schema_feed(s->schema, &st, S->tok_bytes[t], S->tok_len[t]);
+    }
+    if (wait) {
+        if (S->tool_open >= 0 && S->tool_open < V) row[S->tool_open] = -INFINITY;
+        return;
+    }
+    bool whole = ok && q35_schema_complete(s->schema, &st);
+    if (ok && !q35_schema_closed(s->schema, &st)) q35_token_trie_mask(S->trie, s->schema, &st, S->live);
+    else memset(S->live, 0, (size_t)S->V);
+    for (int i = 0; whole && i < S->n_eos; i++) S->live[S->eos[i]] = 1;
+    for (int32_t t = 0; t < V; t++)
+        if (t >= S->V || !S->live[t]) row[t] = -INFINITY;
+}
+
 /* s's q35_logits_fn: logit_bias, then json_object's mask. The bias depends
  * on the row alone, so it serves draft rows too. */
 static void seq_logits(void *ctx, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
     seq *s = ctx;
     const q35_api_request *a = &s->req->api;
     for (int32_t i = 0; i < a->n_bias; i++) row[a->bias_ids[i]] += a->bias[i];
-    if (s->json_on) seq_json_mask(ctx, row, V, prev, n_prev);
+    if (s->schema) seq_schema_mask(s, row, V, prev, n_prev);
+    else if (s->json_on) seq_json_mask(ctx, row, V, prev, n_prev);
 }
 
 /* Starts s's generation from its prompt's last logits row. */
 static void seq_begin(q35_sched *S, seq *s, float *row) {
     const q35_api_request *a = &s->req->api;
-    bool hook = s->json_on || a->n_bias;
+    bool hook = s->json_on || s->schema || a->n_bias;
     q35_gen_params gp = {.sampler = s->sampler, .logits_fn = hook ? seq_logits : NULL, .logits_ctx = s,
                          .max_tokens = s->max_tokens, .min_tokens = a->min_tokens, .ignore_eos = a->ignore_eos,
                          .eos_ids = S->eos, .n_eos_ids = S->n_eos, .stop_ids = a->stop_token_ids,
-                         .n_stop_ids = a->n_stop_token_ids, .max_drafts = s->json_on ? -1 : 0};
+                         .n_stop_ids = a->n_stop_token_ids, .max_drafts = s->json_on && !s->schema ? -1 : 0};
     q35_error err;
     q35_gen_out o;
     if (a->logprobs >= 0) memcpy(S->raw, row, sizeof *row * (size_t)S->V);
@@ -438,9 +475,11 @@ static seq *seq_new(q35_sched *S, q35_task *r, int32_t prompt_index, int32_t j) 
     memcpy(s->tokens, s->prompt, sizeof *s->tokens * (size_t)s->n_prompt);
     q35_sampler_set_prompt(s->sampler, s->prompt, s->n_prompt);
     q35_stop_init(&s->stop, r->api.stop, r->api.n_stop);
-    s->json_on = r->api.json_object && S->tok_bytes;
+    s->schema = S->trie ? r->api.schema : NULL;
+    s->json_on = (r->api.json_object && S->tok_bytes) || s->schema;
     s->json_wait = s->json_on && r->think && S->think_end >= 0;
     q35_json_prefix_init(&s->json);
+    if (s->schema) q35_schema_start(s->schema, &s->gs);
     return s;
 }
 
@@ -589,7 +628,9 @@ static int token_bytes_table(q35_sched *S) {
     for (int32_t t = 0; t < S->V; t++)
         if (t < q35_tokenizer_n_ids(S->tok) && !q35_token_is_special(S->tok, t))
             S->tok_bytes[t] = q35_token_bytes(S->tok, t, &S->tok_len[t]);
-    return 0;
+    S->trie = q35_token_trie_new(S->tok_bytes, S->tok_len, S->V);
+    S->live = malloc((size_t)S->V);
+    return S->trie && S->live ? 0 : -1;
 }
 
 /* Frees the sessions, the buffers and the cache (the thread is not running). */
@@ -605,6 +646,8 @@ static void sched_release(q35_sched *S) {
     free(S->batch_gen); S->batch_gen = NULL;
     free(S->batch_out); S->batch_out = NULL;
     free(S->tok_bytes); S->tok_bytes = NULL;
+    q35_token_trie_free(S->trie); S->trie = NULL;
+    free(S->live); S->live = NULL;
     free(S->tok_len); S->tok_len = NULL;
 }
 

@@ -113,7 +113,7 @@ def test_text_completion_stop_string_in_text(client, srv):
     assert "".join(c["choices"][0]["text"] for c in chunks) == full[:cut]
 
 
-def test_tools_auto_and_unsupported_choices(client, srv):
+def test_tools_auto_and_forced_choices(client, srv):
     r = client.chat.completions.create(model=NAME, messages=messages(), tools=TOOLS, tool_choice="auto", max_tokens=8,
                                        temperature=0)
     c = r.choices[0]
@@ -123,10 +123,20 @@ def test_tools_auto_and_unsupported_choices(client, srv):
     with_tools = srv.post("/tokenize", {"messages": messages(), "tools": TOOLS})[1]["count"]
     without = srv.post("/tokenize", {"messages": messages()})[1]["count"]
     assert with_tools > without + 50
+    # required and named: the output is held to one call of the function (more in test_serve_schema.py); the
+    # random model ends a string only when made to, so the city gets a maxLength
+    bounded = json.loads(json.dumps(TOOLS))
+    bounded[0]["function"]["parameters"]["properties"]["city"]["maxLength"] = 8
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        with pytest.raises(openai.BadRequestError) as e:
-            client.chat.completions.create(model=NAME, messages=messages(), tools=TOOLS, tool_choice=choice, max_tokens=4)
-        assert "tool_choice" in str(e.value)
+        r = client.chat.completions.create(model=NAME, messages=messages(), tools=bounded, tool_choice=choice, max_tokens=400,
+                                           temperature=0, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and [t.function.name for t in c.message.tool_calls] == ["get_weather"]
+        assert isinstance(json.loads(c.message.tool_calls[0].function.arguments)["city"], str)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=NAME, messages=messages(), tools=TOOLS, max_tokens=4,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert "tool_choice" in str(e.value)
     # a tool-call history renders and continues
     hist = messages() + [
         {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {

@@ -1,0 +1,185 @@
+/* token_trie.c: a byte trie of a vocabulary's token strings (schema.h),
+ * and the mask of the tokens that can continue a schema's document.
+ *
+ * The nodes are stored in preorder, each with the index just past its
+ * subtree, so the mask is one pass over the array: a node's state is its
+ * parent's (one copy of the small recogniser state per node, kept per
+ * depth) fed the node's byte, and a byte the recogniser refuses skips the
+ * whole subtree: every token with that prefix. The cost is the number of
+ * live prefixes, at most the trie's size.
+ *
+ * Inside a string nearly every token is live, so that case has a shortcut:
+ * a "plain" token (printable ASCII but '"' and '\', and whole UTF-8
+ * characters) is live when its characters fit the string's room, and only
+ * the other tokens are walked, in a second trie of them alone. The same
+ * for a tool call's raw string parameter, whose plain tokens are printable
+ * ASCII but '<', and whole characters (a third trie). */
+#include "text/schema.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct trie_node {
+    uint32_t end;        /* index just past this node's subtree */
+    uint32_t tok_lo;     /* the tokens equal to this prefix: order[tok_lo, tok_hi) */
+    uint32_t tok_hi;
+    uint16_t depth;      /* 1 for a first byte */
+    uint8_t byte;
+} trie_node;
+
+typedef struct trie {
+    trie_node *node;
+    uint32_t n, cap;
+    int32_t *order;      /* its token ids sorted by their bytes */
+    int32_t n_order;
+    uint16_t max_depth;
+} trie;
+
+#define NOT_PLAIN 0xFFFF
+
+struct q35_token_trie {
+    trie all, special[2]; /* every token; those that are not plain in a JSON string, in a raw one */
+    uint16_t *chars[2];  /* (n_tokens) a plain token's characters (JSON string, raw), NOT_PLAIN otherwise */
+    int32_t n_tokens;
+    const char *const *bytes;
+    const size_t *len;
+};
+
+static int by_bytes(const void *pa, const void *pb, void *ctx) {
+    const q35_token_trie *t = ctx;
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    size_t la = t->len[a], lb = t->len[b];
+    int c = memcmp(t->bytes[a], t->bytes[b], la < lb ? la : lb);
+    if (c) return c;
+    return la < lb ? -1 : la > lb ? 1 : (a > b) - (a < b);
+}
+
+/* Adds the nodes under the prefix of length d shared by order[lo, hi)
+ * (those equal to the prefix come first and are skipped). */
+static int build(const q35_token_trie *t, trie *tr, int32_t lo, int32_t hi, size_t d) {
+    while (lo < hi && t->len[tr->order[lo]] == d) lo++;
+    while (lo < hi) {
+        unsigned char b = (unsigned char)t->bytes[tr->order[lo]][d];
+        int32_t e = lo;
+        while (e < hi && (unsigned char)t->bytes[tr->order[e]][d] == b) e++;
+        if (tr->n == tr->cap) {
+            uint32_t cap = tr->cap ? 2 * tr->cap : 1024;
+            trie_node *n = realloc(tr->node, sizeof *n * cap);
+            if (!n) return -1;
+            tr->node = n;
+            tr->cap = cap;
+        }
+        uint32_t me = tr->n++;
+        int32_t eq = lo;
+        while (eq < e && t->len[tr->order[eq]] == d + 1) eq++;
+        tr->node[me] = (trie_node){.tok_lo = (uint32_t)lo, .tok_hi = (uint32_t)eq, .depth = (uint16_t)(d + 1), .byte = b};
+        if (d + 1 > tr->max_depth) tr->max_depth = (uint16_t)(d + 1);
+        if (build(t, tr, lo, e, d + 1)) return -1;
+        tr->node[me].end = tr->n;
+        lo = e;
+    }
+    return 0;
+}
+
+/* The characters of a plain token (raw: of a raw string), or NOT_PLAIN. */
+static uint16_t plain_chars(const unsigned char *p, size_t n, bool raw) {
+    size_t chars = 0;
+    for (size_t i = 0; i < n; chars++) {
+        unsigned c = p[i];
+        if (c < 0x80) {
+            if (c < 0x20 || (raw ? c == '<' : c == '"' || c == '\\')) return NOT_PLAIN;
+            i++;
+            continue;
+        }
+        unsigned lo = 0x80, hi = 0xBF, k;
+        if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c == 0xE0) { k = 2; lo = 0xA0; }
+        else if (c == 0xED) { k = 2; hi = 0x9F; }
+        else if (c >= 0xE1 && c <= 0xEF) k = 2;
+        else if (c == 0xF0) { k = 3; lo = 0x90; }
+        else if (c == 0xF4) { k = 3; hi = 0x8F; }
+        else if (c >= 0xF1 && c <= 0xF3) k = 3;
+        else return NOT_PLAIN;
+        if (i + k >= n) return NOT_PLAIN; /* a character cut at the end */
+        for (unsigned j = 1; j <= k; j++) {
+            if (p[i + j] < lo || p[i + j] > hi) return NOT_PLAIN;
+            lo = 0x80;
+            hi = 0xBF;
+        }
+        i += k + 1;
+    }
+    return chars < NOT_PLAIN ? (uint16_t)chars : NOT_PLAIN;
+}
+
+/* A trie of every token, or (chars) of those not plain there. */
+static int make_trie(q35_token_trie *t, trie *tr, const uint16_t *chars) {
+    tr->order = malloc(sizeof *tr->order * (size_t)(t->n_tokens > 0 ? t->n_tokens : 1));
+    if (!tr->order) return -1;
+    for (int32_t i = 0; i < t->n_tokens; i++)
+        if (t->bytes[i] && t->len[i] && t->len[i] < 65535 && (!chars || chars[i] == NOT_PLAIN))
+            tr->order[tr->n_order++] = i;
+    qsort_r(tr->order, (size_t)tr->n_order, sizeof *tr->order, by_bytes, t);
+    return build(t, tr, 0, tr->n_order, 0);
+}
+
+q35_token_trie *q35_token_trie_new(const char *const *bytes, const size_t *len, int32_t n_tokens) {
+    q35_token_trie *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->bytes = bytes;
+    t->len = len;
+    t->n_tokens = n_tokens;
+    for (int k = 0; k < 2; k++) {
+        t->chars[k] = malloc(sizeof *t->chars[k] * (size_t)(n_tokens > 0 ? n_tokens : 1));
+        if (!t->chars[k]) { q35_token_trie_free(t); return NULL; }
+        for (int32_t i = 0; i < n_tokens; i++)
+            t->chars[k][i] = bytes[i] && len[i] ? plain_chars((const unsigned char *)bytes[i], len[i], k) : NOT_PLAIN;
+    }
+    if (make_trie(t, &t->all, NULL) || make_trie(t, &t->special[0], t->chars[0]) || make_trie(t, &t->special[1], t->chars[1])) {
+        q35_token_trie_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void q35_token_trie_free(q35_token_trie *t) {
+    if (!t) return;
+    free(t->all.node);
+    free(t->all.order);
+    for (int k = 0; k < 2; k++) {
+        free(t->special[k].node);
+        free(t->special[k].order);
+        free(t->chars[k]);
+    }
+    free(t);
+}
+
+/* Marks the live tokens of one trie; returns how many. */
+static int32_t walk(const trie *tr, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
+    q35_schema_state *at = malloc(sizeof *at * ((size_t)tr->max_depth + 1));
+    if (!at) return 0;
+    q35_schema_copy(&at[0], st);
+    int32_t n_live = 0;
+    for (uint32_t i = 0; i < tr->n;) {
+        const trie_node *nd = &tr->node[i];
+        q35_schema_state *cur = &at[nd->depth];
+        q35_schema_copy(cur, &at[nd->depth - 1]);
+        if (!q35_schema_byte(s, cur, nd->byte)) { i = nd->end; continue; }
+        for (uint32_t k = nd->tok_lo; k < nd->tok_hi; k++) live[tr->order[k]] = 1;
+        n_live += (int32_t)(nd->tok_hi - nd->tok_lo);
+        i++;
+    }
+    free(at);
+    return n_live;
+}
+
+int32_t q35_token_trie_mask(const q35_token_trie *t, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
+    memset(live, 0, (size_t)t->n_tokens);
+    bool raw;
+    int32_t room = q35_schema_string_room(s, st, &raw);
+    if (room < 0) return walk(&t->all, s, st, live);
+    const uint16_t *chars = t->chars[raw];
+    int32_t n_live = 0;
+    for (int32_t i = 0; i < t->n_tokens; i++)
+        if (chars[i] <= room && chars[i] != NOT_PLAIN) { live[i] = 1; n_live++; }
+    return n_live + walk(&t->special[raw], s, st, live);
+}
