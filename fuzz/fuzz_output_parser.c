@@ -35,8 +35,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (q35_output_parser_finish(p, &d, &n, &err) != Q35_OK) abort();
     collect(d, n, &content, &reasoning);
-    if (strcmp(content.data ? content.data : "", q35_output_parser_content(p)) ||
-        strcmp(reasoning.data ? reasoning.data : "", q35_output_parser_reasoning(p)))
+    /* the deltas add up to the whole message, NUL bytes included */
+    size_t cl = 0, rl = 0;
+    const char *c = q35_output_parser_content(p, &cl), *r = q35_output_parser_reasoning(p, &rl);
+    if (cl != content.len || rl != reasoning.len || (cl && memcmp(c, content.data, cl)) ||
+        (rl && memcmp(r, reasoning.data, rl)))
         abort();
     free(q35_output_parser_tool_calls_json(p));
     q35_buf_free(&content);

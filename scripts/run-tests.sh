@@ -42,5 +42,14 @@ if [ -x "$NVCC" ] || command -v nvcc >/dev/null 2>&1; then
     else failed=$((failed+1)); r=FAIL; cat "$out"; fi
     echo "$r   cuda.build ($(( $(date +%s) - t )) s)"
 fi
+# The libFuzzer targets build (make fuzz, clang), so an API change cannot
+# leave one behind; one test, pass or fail. Running them is make fuzz's job.
+if command -v clang >/dev/null 2>&1; then
+    echo "== make fuzz (build only)"
+    t=$(date +%s)
+    if make -s fuzz >"$out" 2>&1; then passed=$((passed+1)); r=ok
+    else failed=$((failed+1)); r=FAIL; cat "$out"; fi
+    echo "$r   fuzz.build ($(( $(date +%s) - t )) s)"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
