@@ -275,9 +275,16 @@ def test_sigterm_drains_running_and_queued_requests():
         assert s.proc.wait(timeout=10) == 0
 
 
+# Streams that outlast the drain on any machine: tiny-a decodes ~10k tokens/s here and holds 4,096
+# positions, so its longest stream can end inside a one-second drain; the demo model (a 262,144-token
+# context, ~5k tokens/s) streams LONG tokens for several seconds.
+DEMO = "../../../models/qwen35-demo"
+LONG = 40000
+
+
 def test_drain_timeout_ends_the_rest_with_an_error_and_a_second_signal_exits():
-    with Server("tiny-a", "--parallel", "1", "--drain-timeout", "1") as s:
-        sock = start_stream(s, 4000)
+    with Server(DEMO, "--parallel", "1", "--drain-timeout", "1") as s:
+        sock = start_stream(s, LONG)
         t0 = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
         _, raw = http_body(read_all(sock))
@@ -288,8 +295,8 @@ def test_drain_timeout_ends_the_rest_with_an_error_and_a_second_signal_exits():
         assert events[-1] == "[DONE]"
         err = json.loads(events[-2])["error"]
         assert err["code"] == 503 and "shutting down" in err["message"]
-    with Server("tiny-a", "--parallel", "1", "--drain-timeout", "60") as s:
-        sock = start_stream(s, 4000)
+    with Server(DEMO, "--parallel", "1", "--drain-timeout", "60") as s:
+        sock = start_stream(s, LONG)
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         t0 = time.monotonic()
