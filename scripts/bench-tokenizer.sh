@@ -14,7 +14,11 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 MODEL=${2:-tests/data/tokenizers-gen/qwen35}
 PY=.venv/bin/python
-"$PY" -c "import tokenizers" 2>/dev/null || PY=python3
+# HF's tokenizers library is the side compared against: into the test venv
+# (scripts/install-deps.sh made it) when it is not there yet
+if ! "$PY" -c "import tokenizers" 2>/dev/null; then
+    .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-bench.txt
+fi
 if [ ! -f "$MODEL/tokenizer.json" ]; then
     echo "bench-tokenizer: $MODEL/tokenizer.json missing (run scripts/install-deps.sh)" >&2
     exit 1
