@@ -53,6 +53,8 @@ const int32_t *q35_engine_eos_ids(const q35_engine *e, int32_t *n) {
 
 const float *q35_gen_process(q35_generation *g, const float *row, int32_t n_prev) {
     const int32_t V = g->s->engine->cfg.vocab_size;
+    /* greedy with nothing to change: the argmax reads the row as it is (no copy of V floats) */
+    if (!g->sampler && !g->logits_fn && n_prev >= g->min_tokens) return row;
     memcpy(g->row, row, sizeof(float) * (size_t)V);
     if (g->logits_fn) g->logits_fn(g->logits_ctx, g->row, V, g->toks, n_prev);
     if (n_prev < g->min_tokens)

@@ -99,7 +99,7 @@ static int32_t draft(q35_generation *g, int32_t *drafts) {
     for (int32_t j = 0; j < k; j++) {
         float *dl = s->draft_logits + (size_t)j * V; /* n_head logits: row i is token ids[i] (or i) */
         int32_t d;
-        if (greedy(g) && !g->row) {
+        if (greedy(g) && !g->logits_fn && g->n_gen + j >= g->min_tokens) { /* nothing masks the row: argmax over the head as it is */
             d = q35_argmax(dl, n_head);
             if (ids) d = ids[d];
         } else {
