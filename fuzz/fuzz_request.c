@@ -16,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
     static const q35_api_limits lim = {.served_model_name = "Qwen/Qwen3.5-9B", .max_model_len = 4096,
                                        .vocab_size = 320, .max_n = 16, .max_logprobs = 20, .max_total_tokens = 32768,
-                                       .max_stop = 16, .max_stop_len = 256, .max_prompts = 64};
+                                       .max_stop = 16, .max_stop_len = 256, .max_prompts = 64, .vision = true,
+                                       .max_images = 4};
     q35_api_kind kind = data[0] & 1 ? Q35_API_CHAT : Q35_API_COMPLETION;
     char *body = malloc(size - 1 ? size - 1 : 1);
     memcpy(body, data + 1, size - 1);
@@ -35,6 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         assert(r.n >= 1 && r.n <= lim.max_n);
         assert(r.logprobs <= lim.max_logprobs);
         assert(kind == Q35_API_CHAT ? r.messages != NULL : r.n_prompts >= 1);
+        assert(r.n_images >= 0 && r.n_images <= lim.max_images);
+        for (int32_t i = 0; i < r.n_images; i++) assert(r.images[i].url && r.images[i].url[0]);
         for (int32_t i = 0; i < r.n_bias; i++) assert(r.bias_ids[i] >= 0 && r.bias_ids[i] < lim.vocab_size && fabsf(r.bias[i]) <= 100);
         for (int32_t i = 0; i < r.n_prompts; i++) {
             const q35_api_prompt *p = &r.prompts[i];

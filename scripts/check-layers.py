@@ -28,7 +28,7 @@ ALLOWED = {
     "backend": {"base", "formats", "model"},
     "core": {"base", "formats", "model", "backend"},
     "text": {"base"},
-    "server": {"base", "text"},
+    "server": {"base", "text", "media"},
     "bench": {"base"},
     "media": {"base"},
 }

@@ -6,6 +6,7 @@
 #include "base/util.h"
 #include "golden.h"
 #include "qwen35.h"
+#include "server/prefix_cache.h"
 #include "server/prompt.h"
 #include "server/request.h"
 #include "server/sched.h"
@@ -276,6 +277,62 @@ TEST(sched, prefix_cache_serves_a_repeated_prompt) {
     CHECK(st.cache_entries >= 1 && st.cache_bytes > 0);
     CHECK_EQ_INT(st.cache_hits, (unsigned long long)(f.g.n_prompt - 1));
     CHECK_EQ_INT(st.cache_queries, 3ull * (unsigned long long)f.g.n_prompt);
+    fx_stop(&f);
+}
+
+/* A completion task for token ids `ids` with one image span at [at, at + len)
+ * whose hash is all `h` bytes. */
+static q35_task *image_task(fixture *f, const int32_t *ids, int32_t n, int32_t at, int32_t len, uint8_t h) {
+    char body[8192];
+    int k = snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,\"prompt\":[");
+    for (int32_t i = 0; i < n; i++) k += snprintf(body + k, sizeof body - (size_t)k, "%s%d", i ? "," : "", ids[i]);
+    snprintf(body + k, sizeof body - (size_t)k, "]}");
+    q35_task *t = q35_task_new();
+    char msg[1024], param[128];
+    int status;
+    if (!t || q35_api_parse(body, strlen(body), Q35_API_COMPLETION, &f->lim, &t->api, msg, sizeof msg, param, sizeof param) ||
+        q35_prompt_prepare(NULL, &f->lim, t, msg, sizeof msg, &status) || !(t->api.spans = calloc(1, sizeof *t->api.spans))) {
+        if (t) q35_task_release(t);
+        return NULL;
+    }
+    t->api.n_spans = 1;
+    t->api.spans[0] = (q35_image_span){.pos = at, .len = len};
+    memset(t->api.spans[0].sha256, h, 32);
+    t->t_arrive = q35_now_seconds();
+    return t;
+}
+
+/* A follow-up turn extends what a warm slot holds, token for token, but its
+ * image is another: neither the slot's state nor a cached snapshot past the
+ * image may serve it. The same follow-up with the first image reuses the
+ * first turn's whole state (kept in the cache when the slot was taken). */
+TEST(sched, prefix_reuse_stops_at_an_image_that_differs) {
+    enum { N = 6, AT = 3, LEN = 4 };
+    fixture f;
+    REQUIRE(fx_start(&f, "tiny-c", 1, 8, 64u << 20, 0) == 0);
+    int32_t n0 = f.g.n_prompt;
+    REQUIRE(n0 > AT + LEN + 1);
+    int32_t ids[512], out[3][N], cached[3];
+    memcpy(ids, f.g.prompt_ids, sizeof *ids * (size_t)n0);
+    const q35_event *last;
+    q35_task *t = image_task(&f, ids, n0, AT, LEN, 0xa1);
+    REQUIRE(t && q35_sched_submit(f.s, t) && wait_done(t));
+    REQUIRE(choice_tokens(t, 0, out[0], N, &last) == N);
+    q35_task_release(t);
+    /* the follow-up: the first turn, its answer, two more tokens */
+    int32_t n1 = n0 + N + 2;
+    memcpy(ids + n0, out[0], sizeof *ids * N);
+    ids[n0 + N] = ids[0];
+    ids[n0 + N + 1] = ids[1];
+    static const uint8_t hash_of[2] = {0xb2, 0xa1};
+    for (int i = 0; i < 2; i++) {
+        REQUIRE((t = image_task(&f, ids, n1, AT, LEN, hash_of[i])) && q35_sched_submit(f.s, t) && wait_done(t));
+        CHECK_EQ_INT(choice_tokens(t, 0, out[1 + i], N, &last), N);
+        cached[1 + i] = t->cached_tokens;
+        q35_task_release(t);
+    }
+    CHECK(cached[1] <= AT);          /* another image: nothing after it */
+    CHECK_EQ_INT(cached[2], n0 + N - 1); /* the first image: the first turn's whole state (its last token never went in) */
     fx_stop(&f);
 }
 

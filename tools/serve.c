@@ -43,6 +43,12 @@ static const char serve_usage[] =
     "                           out, e.g. '{\"enable_thinking\": false}'\n"
     "  --allowed-origins LIST   CORS: origins (comma-separated, or '*') browsers may call from\n"
     "                           (default: none)\n"
+    "  --limit-mm-per-prompt JSON  images per prompt, e.g. '{\"image\": 4}' (default 16)\n"
+    "  --allowed-media-domains HOST...  image URLs (http, https) may be fetched from these hosts\n"
+    "                           (exact names, comma- or space-separated; default: none, URLs refused)\n"
+    "  --allowed-local-media-path DIR  file:// image URLs may be read from inside DIR (default: none)\n"
+    "  --max-image-pixels N     the largest declared image size decoded (default 178956970, Pillow's)\n"
+    "  --media-fetch-timeout S  one image URL's fetch, redirects included (default 5)\n"
     "  --log-level LEVEL        info (default) or debug (also the request fields that were ignored)\n"
     "  -t, --threads N          engine threads (default: one per core)\n"
     "  --mmap, --no-mmap        serve the weights from the mapped file, or read them into memory\n"
@@ -78,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
     q35_server_config C;
     q35_server_config_init(&C);
     char keybuf[4096];
+    char domains[4096];
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(serve_usage, stdout); return 0; }
@@ -114,6 +121,24 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--draft-vocab")) C.draft_vocab = v;
         else if (!strcmp(k, "--chat-template-fallback")) C.chat_template_fallback = v;
         else if (!strcmp(k, "--allowed-origins")) C.allowed_origins = v;
+        else if (!strcmp(k, "--allowed-media-domains")) {
+            /* vLLM's form too: the hosts as separate arguments, up to the next option */
+            size_t len = 0;
+            domains[0] = 0;
+            for (; i + 1 < argc && (argv[i + 1] == v || argv[i + 1][0] != '-'); i++) {
+                size_t m = strlen(argv[i + 1]);
+                if (len + m + 2 > sizeof domains) { bad = 1; break; }
+                if (len) domains[len++] = ',';
+                memcpy(domains + len, argv[i + 1], m + 1);
+                len += m;
+            }
+            C.allowed_media_domains = domains;
+            i--; /* the loop's i++ steps past the last host */
+        }
+        else if (!strcmp(k, "--allowed-local-media-path")) C.allowed_local_media_path = v;
+        else if (!strcmp(k, "--limit-mm-per-prompt")) C.limit_mm_per_prompt = v;
+        else if (!strcmp(k, "--max-image-pixels")) bad = parse_bytes(v, &C.max_image_pixels) || C.max_image_pixels < 1;
+        else if (!strcmp(k, "--media-fetch-timeout")) { bad = parse_long(v, 1, 3600, &x); C.media_fetch_timeout_s = (double)x; }
         else if (!strcmp(k, "--log-level")) { bad = strcmp(v, "info") && strcmp(v, "debug") ? -1 : 0; C.log_debug = !strcmp(v, "debug"); }
         else if (!strcmp(k, "--default-chat-template-kwargs")) C.default_chat_template_kwargs = v;
         else if (!strcmp(k, "-t") || !strcmp(k, "--threads")) { bad = parse_long(v, 0, 1024, &x); C.threads = (int)x; }

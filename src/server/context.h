@@ -5,6 +5,7 @@
 #define Q35_SERVER_CONTEXT_H
 
 #include "server/conn.h"
+#include "server/images.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/sched.h"
@@ -20,6 +21,7 @@ typedef struct q35_server {
     const q35_model_info *info;
     q35_tokenizer *tok;        /* NULL: the model directory has none (token ids only) */
     q35_api_limits limits;
+    q35_image_loader images;   /* where a chat's images come from and how they are processed */
     q35_sampler_params gen_defaults; /* generation_config.json's, when limits.defaults points here */
     int chat_variant;          /* the model's chat template, a q35_chat_variant */
     int default_thinking;      /* --default-chat-template-kwargs' enable_thinking: 1, -1 (false) or 0 (none) */

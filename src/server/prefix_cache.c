@@ -8,6 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+int32_t q35_image_spans_before(const q35_image_span *s, int32_t ns, int32_t n) {
+    int32_t k = 0;
+    while (k < ns && s[k].pos < n) k++;
+    return k;
+}
+
+bool q35_image_spans_agree(const q35_image_span *a, int32_t na, const q35_image_span *b, int32_t nb, int32_t n) {
+    int32_t ka = q35_image_spans_before(a, na, n), kb = q35_image_spans_before(b, nb, n);
+    if (ka != kb) return false;
+    for (int32_t k = 0; k < ka; k++)
+        if (a[k].pos != b[k].pos || a[k].len != b[k].len || memcmp(a[k].sha256, b[k].sha256, sizeof a[k].sha256)) return false;
+    return true;
+}
+
 uint64_t q35_salt_hash(const char *s) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a; 0 is the shared partition */
     if (!s) return 0;
@@ -24,6 +38,7 @@ void q35_prefix_cache_init(q35_prefix_cache *c, size_t budget) {
 static void cache_drop(q35_prefix_cache *c, int i) {
     q35_snapshot_free(c->e[i].snap);
     free(c->e[i].tokens);
+    free(c->e[i].spans);
     c->used -= c->e[i].bytes;
     c->e[i] = c->e[--c->n];
 }
@@ -43,17 +58,20 @@ void q35_prefix_cache_usage(q35_prefix_cache *c, q35_prefix_cache_usage_t *u) {
     pthread_mutex_unlock(&c->mu);
 }
 
-void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_t *tokens, int32_t n, uint64_t salt) {
+void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_t *tokens, int32_t n,
+                            const q35_image_span *spans, int32_t n_spans, uint64_t salt) {
     if (n < 1 || !c->budget) return;
+    n_spans = q35_image_spans_before(spans, n_spans, n);
     for (int i = 0; i < c->n; i++)
-        if (c->e[i].n == n && c->e[i].salt == salt && !memcmp(c->e[i].tokens, tokens, sizeof *tokens * (size_t)n)) {
+        if (c->e[i].n == n && c->e[i].salt == salt && !memcmp(c->e[i].tokens, tokens, sizeof *tokens * (size_t)n) &&
+            q35_image_spans_agree(c->e[i].spans, c->e[i].n_spans, spans, n_spans, n)) {
             c->e[i].last_used = ++c->clock;
             return;
         }
     q35_snapshot *snap;
     q35_error err;
     if (q35_snapshot_take(sess, &snap, &err)) return;
-    size_t bytes = q35_snapshot_bytes(snap) + sizeof *tokens * (size_t)n;
+    size_t bytes = q35_snapshot_bytes(snap) + sizeof *tokens * (size_t)n + sizeof *spans * (size_t)n_spans;
     if (bytes > c->budget) { q35_snapshot_free(snap); return; }
     pthread_mutex_lock(&c->mu);
     while (c->n && c->used + bytes > c->budget) {
@@ -71,19 +89,24 @@ void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_
         c->cap = nc;
     }
     int32_t *copy = malloc(sizeof *copy * (size_t)n);
-    if (!copy) { pthread_mutex_unlock(&c->mu); q35_snapshot_free(snap); return; }
+    q35_image_span *sc = n_spans ? malloc(sizeof *sc * (size_t)n_spans) : NULL;
+    if (!copy || (n_spans && !sc)) { pthread_mutex_unlock(&c->mu); free(copy); free(sc); q35_snapshot_free(snap); return; }
     memcpy(copy, tokens, sizeof *copy * (size_t)n);
-    c->e[c->n++] = (q35_cache_entry){copy, n, salt, snap, bytes, ++c->clock};
+    if (n_spans) memcpy(sc, spans, sizeof *sc * (size_t)n_spans);
+    c->e[c->n++] = (q35_cache_entry){copy, n, sc, n_spans, salt, snap, bytes, ++c->clock};
     c->used += bytes;
     pthread_mutex_unlock(&c->mu);
 }
 
-const q35_snapshot *q35_prefix_cache_find(q35_prefix_cache *c, const int32_t *prompt, int32_t n, uint64_t salt) {
+const q35_snapshot *q35_prefix_cache_find(q35_prefix_cache *c, const int32_t *prompt, int32_t n,
+                                          const q35_image_span *spans, int32_t n_spans, uint64_t salt) {
     int best = -1;
     for (int i = 0; i < c->n; i++) {
         q35_cache_entry *e = &c->e[i];
         if (e->salt != salt || e->n >= n || (best >= 0 && e->n <= c->e[best].n)) continue;
-        if (!memcmp(e->tokens, prompt, sizeof *prompt * (size_t)e->n)) best = i;
+        if (!memcmp(e->tokens, prompt, sizeof *prompt * (size_t)e->n) &&
+            q35_image_spans_agree(e->spans, e->n_spans, spans, n_spans, e->n))
+            best = i;
     }
     pthread_mutex_lock(&c->mu);
     if (best < 0) c->misses++;

@@ -2,8 +2,11 @@
  * prompts are ids already or text to tokenize; chat renders its messages
  * (and tools) with the Qwen3.5 template first. Each prompt's max_tokens is
  * resolved against the context, and a chat's turn boundary found for the
- * scheduler's turn snapshot. */
+ * scheduler's turn snapshot. A chat's images (loaded already, images.c)
+ * widen their placeholders to their token counts here. */
 #include "server/prompt.h"
+
+#include "server/images.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -79,7 +82,9 @@ static int32_t turn_boundary(const q35_tokenizer *tok, const q35_task *r) {
     q35_error err;
     static const char opener[] = "<|im_start|>assistant\n";
     int32_t at = 0;
+    char why[256];
     if (!q35_tokenize(tok, text, strlen(text), 1, &ids, &n, &err) &&
+        !q35_api_images_expand(&r->api, q35_image_pad_id(tok), &ids, &n, NULL, why, sizeof why) &&
         !q35_tokenize(tok, opener, sizeof opener - 1, 1, &head, &m, &err)) {
         const int32_t *p = r->prompt_ids[0];
         size_t np = (size_t)r->prompt_len[0];
@@ -118,6 +123,14 @@ int q35_prompt_prepare(const q35_tokenizer *tok, const q35_api_limits *lim, q35_
             q35_status st = q35_tokenize(tok, text, strlen(text), 1, &r->prompt_ids[i], &n, &err);
             if (owned) free(text);
             if (st) { *status = st == Q35_ERR_NOMEM ? 500 : 400; snprintf(msg, msg_size, "%s", err.msg); return -1; }
+            if (r->api.n_images) {
+                int32_t pad = q35_image_pad_id(tok);
+                if (pad < 0) { *status = 400; snprintf(msg, msg_size, "the tokenizer has no <|image_pad|> token, so images cannot be placed"); return -1; }
+                free(r->api.spans);
+                r->api.spans = NULL;
+                if ((*status = q35_api_images_expand(&r->api, pad, &r->prompt_ids[i], &n, &r->api.spans, msg, msg_size))) return -1;
+                r->api.n_spans = r->api.n_images;
+            }
             if (n == 0 || n > INT32_MAX / 2) { *status = 400; snprintf(msg, msg_size, "the prompt is empty after tokenization"); return -1; }
             r->prompt_len[i] = (int32_t)n;
             for (size_t k = 0; k < n; k++)

@@ -5,6 +5,7 @@
 #include "server/request.h"
 
 #include "base/utf8.h"
+#include "server/images.h"
 #include "text/schema.h"
 
 #include <errno.h>
@@ -187,23 +188,31 @@ static int parse_prompts(json_t *p, const q35_api_limits *lim, q35_api_request *
     return 0;
 }
 
-static int parse_content(json_t *c, int i, perr *e) {
+static int parse_content(json_t *c, int i, const q35_api_limits *lim, q35_api_request *r, perr *e) {
     if (json_is_string(c) || json_is_null(c)) return 0;
-    if (!json_is_array(c)) return fail(e, 400, "messages", "messages[%d].content must be a string or a list of text parts", i);
+    if (!json_is_array(c)) return fail(e, 400, "messages", "messages[%d].content must be a string or a list of content parts", i);
     for (size_t j = 0; j < json_array_size(c); j++) {
         json_t *part = json_array_get(c, j);
         const char *type = json_string_value(json_object_get(part, "type"));
+        /* whatever the template renders as an image is one (images.c) */
+        int rc;
+        if (json_is_object(part) && q35_api_is_image_part(part)) {
+            if ((rc = q35_api_image_part(part, (size_t)i, j, lim, r, e->msg, e->msg_size, e->param, e->param_size))) return rc;
+            continue;
+        }
         if (!json_is_object(part) || !type)
             return fail(e, 400, "messages", "messages[%d].content[%zu] must be an object with a 'type'", i, j);
+        if (json_object_get(part, "video") || !strcmp(type, "video") || !strcmp(type, "video_url"))
+            return fail(e, 400, "messages", "messages[%d].content[%zu]: video input is not supported", i, j);
         if (strcmp(type, "text"))
-            return fail(e, 400, "messages", "messages[%d].content[%zu]: content type '%s' is not supported (text only)", i, j, type);
+            return fail(e, 400, "messages", "messages[%d].content[%zu]: content type '%s' is not supported (text, image_url)", i, j, type);
         if (!json_is_string(json_object_get(part, "text")))
             return fail(e, 400, "messages", "messages[%d].content[%zu].text must be a string", i, j);
     }
     return 0;
 }
 
-static int parse_messages(json_t *m, q35_api_request *r, perr *e) {
+static int parse_messages(json_t *m, const q35_api_limits *lim, q35_api_request *r, perr *e) {
     if (!json_is_array(m) || json_array_size(m) == 0) return fail(e, 400, "messages", "'messages' must be a non-empty list");
     for (size_t i = 0; i < json_array_size(m); i++) {
         json_t *msg = json_array_get(m, i);
@@ -218,7 +227,7 @@ static int parse_messages(json_t *m, q35_api_request *r, perr *e) {
             role = "system";
         }
         json_t *content = json_object_get(msg, "content");
-        int rc = parse_content(content, (int)i, e);
+        int rc = parse_content(content, (int)i, lim, r, e);
         if (rc) return rc;
         if (!content && strcmp(role, "assistant"))
             return fail(e, 400, "messages", "messages[%zu].content is required for role '%s'", i, role);
@@ -359,7 +368,7 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
     } else {
         json_t *m = json_object_get(root, "messages");
         if (!m) return fail(e, 400, "messages", "'messages' is required");
-        if ((rc = parse_messages(m, r, e))) return rc;
+        if ((rc = parse_messages(m, lim, r, e))) return rc;
         if ((rc = parse_tools(root, r, e))) return rc;
         if ((rc = parse_prefill(root, r, e))) return rc;
         json_t *ctk = json_object_get(root, "chat_template_kwargs");
@@ -544,6 +553,7 @@ void q35_api_request_free(q35_api_request *r) {
     free(r->bias);
     free(r->ignored);
     q35_schema_free(r->schema);
+    q35_api_images_free(r);
     memset(r, 0, sizeof *r);
 }
 

@@ -24,6 +24,8 @@ typedef struct q35_api_limits {
     int32_t max_stop;          /* stop strings */
     int32_t max_stop_len;      /* bytes per stop string */
     int32_t max_prompts;       /* prompts in one completion request */
+    bool vision;               /* the model has a vision tower: image parts are taken */
+    int32_t max_images;        /* images in one prompt (--limit-mm-per-prompt) */
     /* sampling for fields a request leaves out (the model's
      * generation_config, as vLLM does); NULL: temperature 1, no cuts */
     const q35_sampler_params *defaults;
@@ -67,6 +69,10 @@ typedef struct q35_api_request {
     float *bias;
     int32_t n_bias;
     char *ignored;             /* the top-level fields not known here, comma-separated, or NULL */
+    struct q35_api_image *images; /* chat: the image parts in order (images.h), loaded by q35_api_images_load */
+    int32_t n_images, cap_images;
+    struct q35_image_span *spans; /* the images' places in the tokenized prompt (prefix cache keys), or NULL */
+    int32_t n_spans;
 } q35_api_request;
 
 /* Parses and validates a request body. On success returns 0 and fills req

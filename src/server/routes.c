@@ -54,9 +54,25 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
         clock_gettime(CLOCK_REALTIME, &ts);
         r->api.sampling.seed = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec ^ atomic_fetch_add(&srv->req_counter, 1) << 32;
     }
+    /* the images are fetched, decoded and processed before anything is queued */
+    if (r->api.n_images && (status = q35_api_images_load(&r->api, &srv->images, srv->limits.max_model_len, msg, sizeof msg,
+                                                         param, sizeof param))) {
+        q35_task_release(r);
+        return q35_http_send_error(c, (unsigned)status, msg, param);
+    }
     if (q35_prompt_prepare(srv->tok, &srv->limits, r, msg, sizeof msg, &status)) {
         q35_task_release(r);
         return q35_http_send_error(c, (unsigned)status, msg, NULL);
+    }
+    if (r->api.n_images) {
+        /* what the engine's image input will take: r->api.images (patch rows, grids) and spans */
+        int64_t img_tokens = 0;
+        for (int32_t k = 0; k < r->api.n_images; k++) img_tokens += r->api.images[k].n_tokens;
+        snprintf(msg, sizeof msg, "image input is not available in this build yet: the engine does not run the vision "
+                 "tower (the request's %d image(s) were read and processed: %lld image tokens of a %d-token prompt)",
+                 r->api.n_images, (long long)img_tokens, r->prompt_len[0]);
+        q35_task_release(r);
+        return q35_http_send_error(c, 501, msg, "messages");
     }
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == Q35_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)r->api.sampling.seed ^ (unsigned long long)time(NULL), (unsigned long long)atomic_fetch_add(&srv->req_counter, 1));
@@ -195,6 +211,18 @@ static enum MHD_Result handle_tokenize(q35_server *srv, struct MHD_Connection *c
     size_t n = 0;
     q35_status ts = Q35_OK;
     if (text) ts = q35_tokenize(srv->tok, text, strlen(text), 1, &ids, &n, &err);
+    if (!ts && r.n_images) { /* the images' tokens, counted as a chat request counts them */
+        int ist = q35_api_images_load(&r, &srv->images, srv->limits.max_model_len, msg, sizeof msg, param, sizeof param);
+        if (!ist) ist = q35_api_images_expand(&r, q35_image_pad_id(srv->tok), &ids, &n, NULL, msg, sizeof msg);
+        if (ist) {
+            free(ids);
+            if (owned) free(text);
+            q35_api_request_free(&r);
+            json_decref(tokens);
+            json_decref(strs);
+            return q35_http_send_error(c, (unsigned)ist, msg, param);
+        }
+    }
     else { /* token ids pass through */
         n = (size_t)r.prompts[0].n_ids;
         ids = malloc(sizeof *ids * (n ? n : 1));

@@ -79,6 +79,8 @@ typedef struct warm_slot {
     uint64_t salt;
     bool cacheable;            /* the request allowed caching */
     uint64_t last_used;
+    q35_image_span *spans;     /* the images in what the session holds (prefix_cache.h), owned */
+    int32_t n_spans;
 } warm_slot;
 
 struct q35_sched {
@@ -151,6 +153,16 @@ static void seq_end(q35_sched *S, seq *s, int finish) {
         w->salt = q35_salt_hash(r->api.cache_salt);
         w->cacheable = r->api.cache_prompt; /* an abort leaves a consistent state too */
         w->last_used = ++S->warm_clock;
+        /* the session holds the prompt's images; generated tokens add none */
+        free(w->spans);
+        w->n_spans = 0;
+        w->spans = r->api.n_spans ? malloc(sizeof *w->spans * (size_t)r->api.n_spans) : NULL;
+        if (w->spans) {
+            memcpy(w->spans, r->api.spans, sizeof *w->spans * (size_t)r->api.n_spans);
+            w->n_spans = r->api.n_spans;
+        } else if (r->api.n_spans) {
+            w->held = false; /* without its key the state cannot be told apart */
+        }
     }
     /* the slot is free before the client can see its last event */
     pthread_mutex_lock(&S->mu);
@@ -343,7 +355,8 @@ static void prompt_snapshot(q35_sched *S, seq *s, q35_session *sess) {
     if (s->snap_done) return;
     s->snap_done = true;
     if (!r->api.cache_prompt) return;
-    if (s->n_eval > 0) q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, q35_salt_hash(r->api.cache_salt));
+    if (s->n_eval > 0)
+        q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, r->api.spans, r->api.n_spans, q35_salt_hash(r->api.cache_salt));
     pthread_mutex_lock(&r->mu);
     r->prompt_ready[s->prompt_index] = true;
     pthread_mutex_unlock(&r->mu);
@@ -368,14 +381,20 @@ static void seq_prefill(q35_sched *S, seq *s) {
         uint64_t salt = q35_salt_hash(r->api.cache_salt);
         warm_slot *w = &S->warm[s->slot];
         const int32_t *own = w->held ? q35_session_tokens(sess, &n_own) : NULL;
-        /* the slot's own state is this request's to continue only in its partition */
-        bool own_ok = r->api.cache_prompt && own && w->cacheable && w->salt == salt;
+        /* the slot's own state is this request's to continue only in its
+         * partition, and only with the same images where it holds any: the
+         * library compares token ids, which an image's pad run shares with
+         * every other image's */
+        bool own_ok = r->api.cache_prompt && own && w->cacheable && w->salt == salt &&
+                      q35_image_spans_agree(w->spans, w->n_spans, r->api.spans, r->api.n_spans, n_own);
         bool extends = own_ok && n_own < s->n_prompt && !memcmp(own, s->prompt, sizeof *s->prompt * (size_t)n_own);
-        if (!extends && own && w->cacheable) q35_prefix_cache_store(&S->cache, sess, own, n_own, w->salt); /* keep the old state */
+        if (!extends && own && w->cacheable)
+            q35_prefix_cache_store(&S->cache, sess, own, n_own, w->spans, w->n_spans, w->salt); /* keep the old state */
         if (!own_ok) q35_session_reset(sess);
         /* the library keeps the session's history or restores the cached
          * snapshot, whichever covers more of the prompt */
-        const q35_snapshot *snap = r->api.cache_prompt ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, salt) : NULL;
+        const q35_snapshot *snap =
+            r->api.cache_prompt ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, r->api.spans, r->api.n_spans, salt) : NULL;
         if (q35_session_reuse(sess, s->prompt, s->n_prompt, snap, &hit, &err)) {
             q35_session_reset(sess);
             hit = 0;
@@ -408,7 +427,7 @@ static void seq_prefill(q35_sched *S, seq *s) {
     }
     s->n_eval += n;
     if (s->n_eval == turn && turn < snap_at && r->api.cache_prompt && s->choice % r->api.n == 0)
-        q35_prefix_cache_store(&S->cache, sess, s->prompt, turn, q35_salt_hash(r->api.cache_salt));
+        q35_prefix_cache_store(&S->cache, sess, s->prompt, turn, r->api.spans, r->api.n_spans, q35_salt_hash(r->api.cache_salt));
     if (s->n_eval == snap_at) prompt_snapshot(S, s, sess);
     if (!last) return;
     pthread_mutex_lock(&r->mu);
@@ -529,7 +548,8 @@ static int pick_slot(q35_sched *S, const seq *s) {
         if (!held || !n) { if (empty < 0) empty = i; continue; }
         if (lru < 0 || w->last_used < S->warm[lru].last_used) lru = i;
         if (s->req->api.cache_prompt && w->cacheable && w->salt == salt && n < s->n_prompt && n > best_n &&
-            !memcmp(held, s->prompt, sizeof *s->prompt * (size_t)n)) {
+            !memcmp(held, s->prompt, sizeof *s->prompt * (size_t)n) &&
+            q35_image_spans_agree(w->spans, w->n_spans, s->req->api.spans, s->req->api.n_spans, n)) {
             best = i;
             best_n = n;
         }
@@ -637,6 +657,7 @@ static int token_bytes_table(q35_sched *S) {
 static void sched_release(q35_sched *S) {
     q35_prefix_cache_free(&S->cache);
     for (int i = 0; S->sessions && i < S->n_slots; i++) q35_session_free(S->sessions[i]);
+    for (int i = 0; S->warm && i < S->n_slots; i++) free(S->warm[i].spans);
     free(S->warm); S->warm = NULL;
     free(S->sessions); S->sessions = NULL;
     free(S->slots); S->slots = NULL;

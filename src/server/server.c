@@ -35,6 +35,37 @@ void q35_server_config_init(q35_server_config *c) {
     c->cache_bytes = -1;
     c->prefill_chunk = 512;
     c->spec_k = -1;
+    c->media_fetch_timeout_s = Q35_MEDIA_DEFAULT_TIMEOUT_S;
+}
+
+/* Image input: --limit-mm-per-prompt, the media policy, the model's image
+ * processor; whether the model has a vision tower. The exit status (0: fine). */
+static int media_setup(q35_server *srv, bool *vision, int32_t *max_images) {
+    const q35_server_config *C = &srv->cfg;
+    char msg[1200];
+    *max_images = Q35_DEFAULT_MAX_IMAGES;
+    if (C->limit_mm_per_prompt && q35_parse_mm_limit(C->limit_mm_per_prompt, max_images, msg, sizeof msg)) {
+        fprintf(stderr, "qwen35 serve: %s\n", msg);
+        return 2;
+    }
+    if (C->allowed_local_media_path && *C->allowed_local_media_path && !q35_is_dir(C->allowed_local_media_path)) {
+        fprintf(stderr, "qwen35 serve: --allowed-local-media-path %s does not exist or is not a directory\n",
+                C->allowed_local_media_path);
+        return 2;
+    }
+    q35_media_policy mp = {.allowed_domains = C->allowed_media_domains, .allowed_local_path = C->allowed_local_media_path,
+                           .timeout_s = C->media_fetch_timeout_s, .max_redirects = -1};
+    if (q35_image_loader_init(&srv->images, C->model_path, &mp, C->max_image_pixels, vision, msg, sizeof msg)) {
+        fprintf(stderr, "qwen35 serve: %s\n", msg);
+        return 1;
+    }
+    const q35_vision_proc *p = &srv->images.proc;
+    if (*vision)
+        fprintf(stderr, "qwen35 serve: image input: up to %d per prompt; patch %d, merge %d, %lld to %lld pixels; URLs from %s; "
+                        "files from %s\n", *max_images, p->patch_size, p->merge_size, (long long)p->min_pixels,
+                (long long)p->max_pixels, C->allowed_media_domains && *C->allowed_media_domains ? C->allowed_media_domains : "no domain",
+                C->allowed_local_media_path && *C->allowed_local_media_path ? C->allowed_local_media_path : "nowhere");
+    return 0;
 }
 
 
@@ -172,6 +203,9 @@ static int load_and_start(q35_server *srv) {
     }
     int rc = chat_setup(srv);
     if (rc) return rc;
+    bool vision;
+    int32_t max_images;
+    if ((rc = media_setup(srv, &vision, &max_images))) return rc;
     size_t per_pos = bytes_per_position(srv->engine), avail = mem_available();
     int32_t model_max = info->max_position > 0 ? info->max_position : 262144;
     int32_t len = model_max < 262144 ? model_max : 262144;
@@ -208,7 +242,7 @@ static int load_and_start(q35_server *srv) {
     }
     srv->limits = (q35_api_limits){.served_model_name = C->served_name, .max_model_len = len, .vocab_size = info->vocab_size,
                                    .max_n = 16, .max_logprobs = 20, .max_total_tokens = 8 * (int64_t)len, .max_stop = 16,
-                                   .max_stop_len = 256, .max_prompts = 64};
+                                   .max_stop_len = 256, .max_prompts = 64, .vision = vision, .max_images = max_images};
     q35_sampler_params *gd = &srv->gen_defaults;
     if (read_sampling_defaults(C->model_path, gd)) {
         srv->limits.defaults = gd;

@@ -31,6 +31,11 @@ typedef struct q35_server_config {
     const char *chat_template_fallback; /* an unknown chat template renders as: "qwen3.5-9b" | "qwen3.5-0.8b"; NULL: refused */
     const char *default_chat_template_kwargs; /* JSON object: chat_template_kwargs a request leaves out, or NULL */
     const char *allowed_origins; /* CORS: comma-separated origins, or "*"; NULL: none */
+    const char *allowed_media_domains;    /* hosts image URLs may be fetched from (commas/spaces); NULL: none */
+    const char *allowed_local_media_path; /* the directory file:// images may be read from; NULL: none */
+    const char *limit_mm_per_prompt;      /* JSON {"image": N}; NULL: Q35_DEFAULT_MAX_IMAGES */
+    long long max_image_pixels;           /* a decoded image's declared size limit; 0: Pillow's */
+    double media_fetch_timeout_s;         /* one image URL's fetch, redirects included */
     int log_debug;             /* --log-level debug: also what each request's body had that was ignored */
 } q35_server_config;
 
