@@ -211,6 +211,12 @@ static enum MHD_Result handle_tokenize(q35_server *srv, struct MHD_Connection *c
     size_t n = 0;
     q35_status ts = Q35_OK;
     if (text) ts = q35_tokenize(srv->tok, text, strlen(text), 1, &ids, &n, &err);
+    else { /* token ids pass through */
+        n = (size_t)r.prompts[0].n_ids;
+        ids = malloc(sizeof *ids * (n ? n : 1));
+        if (ids) memcpy(ids, r.prompts[0].ids, sizeof *ids * n);
+        else ts = Q35_ERR_NOMEM;
+    }
     if (!ts && r.n_images) { /* the images' tokens, counted as a chat request counts them */
         int ist = q35_api_images_load(&r, &srv->images, srv->limits.max_model_len, msg, sizeof msg, param, sizeof param);
         if (!ist) ist = q35_api_images_expand(&r, q35_image_pad_id(srv->tok), &ids, &n, NULL, msg, sizeof msg);
@@ -222,12 +228,6 @@ static enum MHD_Result handle_tokenize(q35_server *srv, struct MHD_Connection *c
             json_decref(strs);
             return q35_http_send_error(c, (unsigned)ist, msg, param);
         }
-    }
-    else { /* token ids pass through */
-        n = (size_t)r.prompts[0].n_ids;
-        ids = malloc(sizeof *ids * (n ? n : 1));
-        if (ids) memcpy(ids, r.prompts[0].ids, sizeof *ids * n);
-        else ts = Q35_ERR_NOMEM;
     }
     if (owned) free(text);
     q35_api_request_free(&r);
