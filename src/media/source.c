@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+int q35_media_global_init(void) { return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1; }
+
 static size_t max_of(const q35_media_policy *p) { return p && p->max_bytes ? p->max_bytes : Q35_MEDIA_DEFAULT_MAX_BYTES; }
 
 /* ---- base64 and data: URLs ---------------------------------------------- */

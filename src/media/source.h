@@ -46,6 +46,11 @@ typedef struct q35_media_policy {
 #define Q35_MEDIA_DEFAULT_TIMEOUT_S 5.0 /* vLLM's VLLM_IMAGE_FETCH_TIMEOUT */
 #define Q35_MEDIA_DEFAULT_REDIRECTS 3
 
+/* libcurl's global set-up, once, before threads fetch (a process that
+ * never calls it gets it at its first fetch, which is not thread-safe with
+ * every libcurl build). 0, or -1 when libcurl cannot start. */
+int q35_media_global_init(void);
+
 /* Standard base64 (the rules above) into a new buffer (*out, *n; free it);
  * more than max_bytes decoded bytes is Q35_ERR_ARG. */
 q35_status q35_base64_decode(const char *s, size_t len, size_t max_bytes, uint8_t **out, size_t *n, q35_error *err);

@@ -53,6 +53,10 @@ static int media_setup(q35_server *srv, bool *vision, int32_t *max_images) {
                 C->allowed_local_media_path);
         return 2;
     }
+    if (q35_media_global_init()) {
+        fprintf(stderr, "qwen35 serve: libcurl cannot start, so image URLs cannot be fetched\n");
+        return 1;
+    }
     q35_media_policy mp = {.allowed_domains = C->allowed_media_domains, .allowed_local_path = C->allowed_local_media_path,
                            .timeout_s = C->media_fetch_timeout_s, .max_redirects = -1};
     if (q35_image_loader_init(&srv->images, C->model_path, &mp, C->max_image_pixels, vision, msg, sizeof msg)) {
