@@ -336,6 +336,36 @@ TEST(sched, prefix_reuse_stops_at_an_image_that_differs) {
     fx_stop(&f);
 }
 
+/* Two warm slots hold the same ids with different images: a follow-up goes
+ * to the slot that holds its own image and continues it whole. */
+TEST(sched, a_follow_up_goes_to_the_warm_slot_with_its_image) {
+    enum { N = 6, AT = 3, LEN = 4 };
+    fixture f;
+    REQUIRE(fx_start(&f, "tiny-c", 2, 8, 64u << 20, 0) == 0);
+    int32_t n0 = f.g.n_prompt;
+    REQUIRE(n0 > AT + LEN + 1);
+    int32_t ids[512], out[N];
+    memcpy(ids, f.g.prompt_ids, sizeof *ids * (size_t)n0);
+    const q35_event *last;
+    static const uint8_t hash_of[2] = {0xa1, 0xb2};
+    for (int i = 0; i < 2; i++) { /* one after the other: A fills a slot, B takes the empty one */
+        q35_task *t = image_task(&f, ids, n0, AT, LEN, hash_of[i]);
+        REQUIRE(t && q35_sched_submit(f.s, t) && wait_done(t));
+        REQUIRE(choice_tokens(t, 0, out, N, &last) == N); /* the same for both: the engine reads no pixels */
+        q35_task_release(t);
+    }
+    int32_t n1 = n0 + N + 1;
+    memcpy(ids + n0, out, sizeof *ids * N);
+    ids[n0 + N] = ids[0];
+    for (int i = 1; i >= 0; i--) {
+        q35_task *t = image_task(&f, ids, n1, AT, LEN, hash_of[i]);
+        REQUIRE(t && q35_sched_submit(f.s, t) && wait_done(t));
+        CHECK_MSG(t->cached_tokens == n0 + N - 1, "image %d: %d cached", i, t->cached_tokens);
+        q35_task_release(t);
+    }
+    fx_stop(&f);
+}
+
 TEST(sched, stop_tokens_and_stop_strings_finish_with_stop) {
     enum { N = 16 };
     fixture f;
