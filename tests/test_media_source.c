@@ -114,7 +114,11 @@ TEST(media_source, data_urls_take_image_types_parameters_and_base64_only) {
 }
 
 TEST(media_source, the_domain_list_matches_whole_host_names_only) {
-    q35_media_policy p = {.allowed_domains = "example.com, Images.Example.org,127.0.0.1"};
+    q35_media_policy p = {.allowed_domains = "example.com, Images.Example.org,127.0.0.1 ::1 [fe80::2]"};
+    CHECK(q35_media_domain_allowed(&p, "[::1]")); /* libcurl's host of http://[::1]/ */
+    CHECK(q35_media_domain_allowed(&p, "[fe80::2]"));
+    CHECK(q35_media_domain_allowed(&p, "fe80::2"));
+    CHECK(!q35_media_domain_allowed(&p, "[::2]"));
     CHECK(q35_media_domain_allowed(&p, "example.com"));
     CHECK(q35_media_domain_allowed(&p, "EXAMPLE.com"));
     CHECK(q35_media_domain_allowed(&p, "images.example.org"));
@@ -194,6 +198,16 @@ TEST(media_source, local_files_load_only_strictly_inside_the_allowed_directory) 
     CHECK_EQ_INT(q35_media_load_url(&p, url, &o, &n, &err), Q35_ERR_ARG);
     CHECK(strstr(err.msg, "must be a subpath"));
     CHECK_EQ_INT(q35_media_load_path(&p, sib_file, &o, &n, &err), Q35_ERR_ARG);
+    /* outside, a missing file is refused as an existing one is: no answer about the file system */
+    snprintf(url, sizeof url, "file://%s/../nothing-here.png", root);
+    CHECK_EQ_INT(q35_media_load_url(&p, url, &o, &n, &err), Q35_ERR_ARG);
+    CHECK(strstr(err.msg, "must be a subpath"));
+    CHECK_EQ_INT(q35_media_load_path(&p, "/nonexistent-dir/x.png", &o, &n, &err), Q35_ERR_ARG);
+    CHECK(strstr(err.msg, "must be a subpath"));
+    /* "." and repeated slashes inside are fine */
+    snprintf(url, sizeof url, "%s/./sub/..//in.png", root);
+    CHECK_EQ_INT(q35_media_load_path(&p, url, &o, &n, &err), Q35_OK);
+    free(o);
     CHECK_EQ_INT(q35_media_load_path(&p, root, &o, &n, &err), Q35_ERR_ARG);
     /* percent-encoding is decoded before the check */
     snprintf(url, sizeof url, "file://%s/%%2e%%2e/out.png", root);

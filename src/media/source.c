@@ -141,11 +141,14 @@ q35_status q35_data_url_decode(const char *url, size_t len, size_t max_bytes, ui
 int q35_media_domain_allowed(const q35_media_policy *p, const char *host) {
     if (!p || !p->allowed_domains || !host || !*host) return 0;
     size_t hl = strlen(host);
+    if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') { host++; hl -= 2; } /* an IPv6 literal, as vLLM's hostname gives it */
     for (const char *s = p->allowed_domains; *s;) {
         while (*s == ',' || *s == ' ' || *s == '\t') s++;
         const char *e = s;
         while (*e && *e != ',' && *e != ' ' && *e != '\t') e++;
-        if ((size_t)(e - s) == hl && !strncasecmp(s, host, hl)) return 1;
+        const char *a = s, *b = e;
+        if (b - a > 2 && *a == '[' && b[-1] == ']') { a++; b--; }
+        if ((size_t)(b - a) == hl && !strncasecmp(a, host, hl)) return 1;
         s = e;
     }
     return 0;
@@ -153,20 +156,54 @@ int q35_media_domain_allowed(const q35_media_policy *p, const char *host) {
 
 /* ---- file: and local paths ---------------------------------------------- */
 
+/* An absolute path with "." and ".." and repeated slashes taken out, as
+ * text (no file system access); -1 when it does not fit. */
+static int lexical_normal(const char *path, char *out, size_t cap) {
+    size_t m = 0;
+    out[m++] = '/';
+    for (const char *s = path; *s;) {
+        while (*s == '/') s++;
+        const char *e = s;
+        while (*e && *e != '/') e++;
+        size_t len = (size_t)(e - s);
+        if (len == 2 && s[0] == '.' && s[1] == '.') {
+            while (m > 1 && out[m - 1] != '/') m--; /* drop the last component */
+            if (m > 1) m--;
+        } else if (len && !(len == 1 && s[0] == '.')) {
+            if (m + len + 2 > cap) return -1;
+            if (m > 1) out[m++] = '/';
+            memcpy(out + m, s, len);
+            m += len;
+        }
+        s = e;
+    }
+    out[m] = 0;
+    return 0;
+}
+
+/* Strictly inside root: the directory itself is not a file to read; "/" holds everything. */
+static int path_inside(const char *path, const char *root) {
+    size_t rl = strlen(root);
+    return rl == 1 ? path[1] != 0 : !strncmp(path, root, rl) && path[rl] == '/' && path[rl + 1];
+}
+
 q35_status q35_media_load_path(const q35_media_policy *p, const char *path, uint8_t **out, size_t *n, q35_error *err) {
     *out = NULL;
     *n = 0;
     if (!p || !p->allowed_local_path || !*p->allowed_local_path)
         return q35_fail(err, Q35_ERR_ARG, "cannot load local files without --allowed-local-media-path");
-    char root[PATH_MAX], real[PATH_MAX];
+    char root[PATH_MAX], given[PATH_MAX], lex[PATH_MAX], real[PATH_MAX];
     if (!realpath(p->allowed_local_path, root))
         return q35_fail(err, Q35_ERR_ARG, "--allowed-local-media-path %s: %s", p->allowed_local_path, strerror(errno));
     if (path[0] != '/') return q35_fail(err, Q35_ERR_ARG, "the file path %.200s must be absolute", path);
-    if (!realpath(path, real)) return q35_fail(err, Q35_ERR_IO, "cannot open %.200s: %s", path, strerror(errno));
-    size_t rl = strlen(root);
-    /* strictly inside: the directory itself is not a file to read; "/" holds everything */
-    int inside = rl == 1 ? real[1] != 0 : !strncmp(real, root, rl) && real[rl] == '/' && real[rl + 1];
-    if (!inside)
+    /* first as text, so that a path outside is refused the same whether or
+     * not it exists (no file system answer leaks out); then resolved, so
+     * that no symlink leads out */
+    if (lexical_normal(path, lex, sizeof lex) || lexical_normal(p->allowed_local_path, given, sizeof given) ||
+        !(path_inside(lex, root) || path_inside(lex, given)))
+        return q35_fail(err, Q35_ERR_ARG, "the file path %.200s must be a subpath of --allowed-local-media-path %.200s", path, root);
+    if (!realpath(lex, real)) return q35_fail(err, Q35_ERR_IO, "cannot open %.200s: %s", path, strerror(errno));
+    if (!path_inside(real, root))
         return q35_fail(err, Q35_ERR_ARG, "the file path %.200s must be a subpath of --allowed-local-media-path %.200s", path, root);
     int fd = open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return q35_fail(err, Q35_ERR_IO, "cannot open %.200s: %s", path, strerror(errno));
