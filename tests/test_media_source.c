@@ -219,7 +219,21 @@ TEST(media_source, local_files_load_only_strictly_inside_the_allowed_directory) 
     snprintf(url, sizeof url, "file://%s/missing.png", root);
     CHECK_EQ_INT(q35_media_load_url(&p, url, &o, &n, &err), Q35_ERR_IO);
     CHECK(strstr(err.msg, "No such file"));
+    /* a relative path is the working directory's (the runner's: not the allowed one) */
     CHECK_EQ_INT(q35_media_load_path(&p, "in.png", &o, &n, &err), Q35_ERR_ARG);
+    CHECK(strstr(err.msg, "must be a subpath"));
+    /* the command line's form: a URL or a path */
+    REQUIRE(q35_media_load(&p, inner, &o, &n, &err) == Q35_OK);
+    CHECK(n == 6);
+    free(o);
+    snprintf(url, sizeof url, "file://%s", inner);
+    REQUIRE(q35_media_load(&p, url, &o, &n, &err) == Q35_OK);
+    free(o);
+    REQUIRE(q35_media_load(&p, "data:image/png;base64,Zm9v", &o, &n, &err) == Q35_OK);
+    CHECK(n == 3);
+    free(o);
+    CHECK_EQ_INT(q35_media_load(&p, "http://example.com/a.png", &o, &n, &err), Q35_ERR_ARG);
+    CHECK(strstr(err.msg, "not allowed on this server"));
     q35_media_policy none = {0};
     snprintf(url, sizeof url, "file://%s", inner);
     CHECK_EQ_INT(q35_media_load_url(&none, url, &o, &n, &err), Q35_ERR_ARG);

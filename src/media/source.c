@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -195,7 +196,13 @@ q35_status q35_media_load_path(const q35_media_policy *p, const char *path, uint
     char root[PATH_MAX], given[PATH_MAX], lex[PATH_MAX], real[PATH_MAX];
     if (!realpath(p->allowed_local_path, root))
         return q35_fail(err, Q35_ERR_ARG, "--allowed-local-media-path %s: %s", p->allowed_local_path, strerror(errno));
-    if (path[0] != '/') return q35_fail(err, Q35_ERR_ARG, "the file path %.200s must be absolute", path);
+    char abs[PATH_MAX];
+    if (path[0] != '/') {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd) || (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, path) >= sizeof abs)
+            return q35_fail(err, Q35_ERR_ARG, "the file path %.200s cannot be made absolute", path);
+        path = abs;
+    }
     /* first as text, so that a path outside is refused the same whether or
      * not it exists (no file system answer leaks out); then resolved, so
      * that no symlink leads out */
@@ -368,6 +375,13 @@ static q35_status fetch_http(const q35_media_policy *p, const char *url0, uint8_
     *out = f.data;
     *n = f.len;
     return Q35_OK;
+}
+
+q35_status q35_media_load(const q35_media_policy *p, const char *s, uint8_t **out, size_t *n, q35_error *err) {
+    const char *c = s;
+    while (isalpha((unsigned char)*c) || (c > s && (isdigit((unsigned char)*c) || *c == '+' || *c == '-' || *c == '.'))) c++;
+    bool url = !strncasecmp(s, "data:", 5) || (c > s && !strncmp(c, "://", 3));
+    return url ? q35_media_load_url(p, s, out, n, err) : q35_media_load_path(p, s, out, n, err);
 }
 
 q35_status q35_media_load_url(const q35_media_policy *p, const char *url, uint8_t **out, size_t *n, q35_error *err) {

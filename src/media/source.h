@@ -66,7 +66,13 @@ int q35_media_domain_allowed(const q35_media_policy *p, const char *host);
 q35_status q35_media_load_url(const q35_media_policy *p, const char *url, uint8_t **out, size_t *n, q35_error *err);
 
 /* A local path (the command line's form; no scheme) under the policy's
- * directory, as a file:// URL's path is. */
+ * directory, as a file:// URL's path is; a relative one is taken from the
+ * working directory. */
 q35_status q35_media_load_path(const q35_media_policy *p, const char *path, uint8_t **out, size_t *n, q35_error *err);
+
+/* What a command line or a request file names an image with: a URL (it has
+ * a scheme: "data:", or letters then "://") through q35_media_load_url,
+ * anything else as a local path through q35_media_load_path. */
+q35_status q35_media_load(const q35_media_policy *p, const char *url_or_path, uint8_t **out, size_t *n, q35_error *err);
 
 #endif
