@@ -212,6 +212,42 @@ TEST(mm, split_prompt_and_snapshot_keep_the_rotary_offset) {
     case_free(&c);
 }
 
+/* Decode steps of sessions holding images, batched together and with a
+ * text-only session, give each session's logits bit for bit as alone:
+ * every row carries its own session's rotary offset. */
+TEST(mm, batched_decode_after_images_equals_each_session_alone) {
+    vl_case c[2];
+    REQUIRE(case_load("vl-a.one", &c[0]) == 0 && case_load("vl-a.two", &c[1]) == 0);
+    q35_engine *e = NULL;
+    q35_error err = {0};
+    REQUIRE(q35_engine_load(c[0].model_dir, NULL, &e, &err) == Q35_OK);
+    const size_t V = (size_t)c[0].vocab;
+    q35_image_embeds *im[2][4] = {{0}};
+    int32_t *ids[2] = {0}, n[2] = {0};
+    q35_session *a[3] = {0}, *b[3] = {0}; /* a: batched, b: alone; [2] text only */
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) ok = !encode_and_expand(e, &c[i], im[i], &ids[i], &n[i]);
+    for (int i = 0; i < 3 && ok; i++) ok = !q35_session_new(e, 0, &a[i], &err) && !q35_session_new(e, 0, &b[i], &err);
+    for (int i = 0; i < 2 && ok; i++)
+        ok = !q35_session_eval_images(a[i], ids[i], n[i], im[i], c[i].n_images, NULL, 0, &err) &&
+             !q35_session_eval_images(b[i], ids[i], n[i], im[i], c[i].n_images, NULL, 0, &err);
+    ok = ok && !q35_session_eval(a[2], c[0].prompt_ids, 9, NULL, 0, &err) && !q35_session_eval(b[2], c[0].prompt_ids, 9, NULL, 0, &err);
+    REQUIRE_MSG(ok, "setup: %s", err.msg);
+    float *batch = malloc(sizeof(float) * 3 * V), *alone = malloc(sizeof(float) * V);
+    for (int step = 0; step < 4; step++) {
+        int32_t toks[3] = {c[0].greedy[step], c[1].greedy[step], c[0].greedy[step]};
+        CHECK(q35_batch_decode(a, toks, 3, batch, &err) == Q35_OK);
+        for (int i = 0; i < 3; i++) {
+            CHECK(q35_session_eval(b[i], &toks[i], 1, alone, 0, &err) == Q35_OK);
+            CHECK_MSG(!memcmp(alone, batch + i * V, sizeof(float) * V), "step %d, session %d: batched row differs", step, i);
+        }
+    }
+    free(batch), free(alone);
+    for (int i = 0; i < 3; i++) q35_session_free(a[i]), q35_session_free(b[i]);
+    for (int i = 0; i < 2; i++) free(ids[i]), free_embeds(im[i], c[i].n_images), case_free(&c[i]);
+    q35_engine_free(e);
+}
+
 TEST(mm, bad_image_input_is_refused_with_a_message_naming_it) {
     vl_case a, b;
     REQUIRE(case_load("vl-a.one", &a) == 0 && case_load("vl-b.one", &b) == 0);
