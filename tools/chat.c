@@ -41,14 +41,49 @@ static void emit(reply *r, int32_t t, int32_t stop) {
     }
 }
 
+static int has_user(json_t *messages) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) if (!strcmp(json_string_value(json_object_get(m, "role")), "user")) return 1;
+    return 0;
+}
+
+/* q35_session_sync for a conversation whose first user message holds the
+ * images of im: the prompt is expanded with them; the session's own history
+ * (image rows recorded as negative ids) is kept when it is a proper prefix,
+ * else the whole prompt is evaluated with its images. */
+static q35_status sync_images(const q35_engine *e, q35_session *s, const cli_mm_prompt *im, const int32_t *ids, int32_t n,
+                              float *logits, q35_error *err) {
+    int32_t *x = NULL, nx = 0, n_held = 0;
+    q35_status st = q35_engine_expand_images(e, ids, n, im->images, im->n_images, &x, &nx, err);
+    if (st) return st;
+    const int32_t pad = q35_engine_image_token(e);
+    const int32_t *held = q35_session_tokens(s, &n_held);
+    int keep = held && n_held > 0 && n_held < nx;
+    for (int32_t i = 0; keep && i < n_held; i++) keep = (held[i] < 0 ? pad : held[i]) == x[i];
+    if (nx > q35_session_ctx(s)) {
+        err->status = st = Q35_ERR_CONTEXT;
+        snprintf(err->msg, sizeof err->msg, "the conversation with its images is %d tokens, more than the %d-token context",
+                 nx, q35_session_ctx(s));
+    } else if (keep) st = q35_session_eval(s, x + n_held, nx - n_held, logits, 0, err);
+    else {
+        q35_session_reset(s);
+        st = q35_session_eval_images(s, x, nx, im->images, im->n_images, logits, 0, err);
+    }
+    free(x);
+    return st;
+}
+
 static const char usage[] =
     "usage: qwen35 chat [-m MODEL] [--system TEXT] [--think] [-n MAX_TOKENS] [--temp T] [--seed N]\n"
-    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap]\n"
+    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap] [--image FILE]...\n"
     "  Chat on the terminal. Without -m it uses the embedded demo model.\n"
+    "  --image FILE (repeatable) goes with the first user message, before its text.\n"
     "  Lines starting with /reset clear the conversation; /quit or end of input leaves.\n";
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system_msg = NULL;
+    const char *model = NULL, *system_msg = NULL, *images[16];
+    int n_images = 0;
     int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0, weights = Q35_WEIGHTS_AUTO;
     float temp = 0.0f;
     uint64_t seed = 0;
@@ -63,6 +98,7 @@ int cmd_chat(int argc, char **argv) {
         char *end = NULL;
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--system")) system_msg = v;
+        else if (!strcmp(k, "--image")) { if (n_images == 16) goto bad; images[n_images++] = v; }
         else if (!strcmp(k, "-n")) { max_tokens = (int)strtol(v, &end, 10); if (*end || max_tokens < 1) goto bad; }
         else if (!strcmp(k, "--ctx")) { ctx = (int)strtol(v, &end, 10); if (*end || ctx < 16) goto bad; }
         else if (!strcmp(k, "--temp")) { temp = strtof(v, &end); if (*end || !(temp >= 0) || temp > 10) goto bad; }
@@ -108,6 +144,9 @@ int cmd_chat(int argc, char **argv) {
         if (q35_sampler_new(&sp, info->vocab_size, &sampler, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
     }
     q35_gen_params gp = {.sampler = sampler, .max_tokens = max_tokens, .eos_ids = ends, .n_eos_ids = n_ends};
+    /* the images are encoded once; each turn expands its prompt with them */
+    cli_mm_prompt im = {0};
+    if (n_images && cli_mm_encode(e, model, images, n_images, NULL, &im, "qwen35 chat")) goto done;
 
     json_t *messages = json_array();
     if (system_msg) json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
@@ -127,7 +166,13 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         if (!line[0]) continue;
-        json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "user", "content", line));
+        json_t *content = json_string(line);
+        if (n_images && !has_user(messages)) {
+            content = json_array();
+            for (int i = 0; i < n_images; i++) json_array_append_new(content, json_pack("{s:s}", "type", "image"));
+            json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", line));
+        }
+        json_array_append_new(messages, json_pack("{s:s,s:o}", "role", "user", "content", content));
         char *msgs = json_dumps(messages, JSON_COMPACT), *text = NULL;
         q35_chat_options co = {.add_generation_prompt = 1, .enable_thinking = think ? 1 : -1, .variant = variant};
         int32_t *ids = NULL;
@@ -150,7 +195,9 @@ int cmd_chat(int argc, char **argv) {
         /* evaluate only what the session has not seen (it starts over if the render diverged) */
         double t0 = cli_now();
         q35_generation *gen = NULL;
-        if (q35_session_sync(s, ids, (int32_t)n_ids, NULL, logits, NULL, &err) || q35_generation_new(s, &gp, &gen, &err)) {
+        q35_status st0 = n_images ? sync_images(e, s, &im, ids, (int32_t)n_ids, logits, &err)
+                                  : q35_session_sync(s, ids, (int32_t)n_ids, NULL, logits, NULL, &err);
+        if (st0 || q35_generation_new(s, &gp, &gen, &err)) {
             fprintf(stderr, "qwen35 chat: %s\n", err.msg);
             free(ids);
             break;
@@ -186,6 +233,7 @@ int cmd_chat(int argc, char **argv) {
     free(logits);
     rc = 0;
 done:
+    cli_mm_prompt_free(&im);
     q35_sampler_free(sampler);
     q35_detokenizer_free(dt);
     q35_session_free(s);
