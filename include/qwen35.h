@@ -578,12 +578,29 @@ q35_status q35_engine_expand_images(const q35_engine *engine, const int32_t *ids
  * Q35_EVAL_RECURRENT (not REWINDABLE). Works at any position (after text
  * or an earlier image). The history (q35_session_tokens) records an image
  * row as -1 - (its image's hash & 0x3fffffff), so q35_session_sync never
- * takes a session holding an image for a prefix of a text prompt; a
+ * takes a session holding an image for a prefix of a text prompt
+ * (q35_session_sync_images does, for the same images); a
  * snapshot restores the rotary offset with the rest. On error the session
  * is left as it was (an error of the pass itself: reset). */
 q35_status q35_session_eval_images(q35_session *session, const int32_t *ids, int32_t n,
                                    q35_image_embeds *const *images, int32_t n_images, float *logits, int flags,
                                    q35_error *err);
+/* ids (expanded) as a session's history records them (q35_session_tokens,
+ * q35_snapshot_tokens): each image row as -1 - (its image's hash &
+ * 0x3fffffff), the other ids as they are; out has room for n. The key for
+ * prefix caches holding sessions with images. Checks the image_pad runs as
+ * q35_session_eval_images does. */
+q35_status q35_engine_tag_images(const q35_engine *engine, const int32_t *ids, int32_t n,
+                                 q35_image_embeds *const *images, int32_t n_images, int32_t *out, q35_error *err);
+/* q35_session_sync for a prompt holding images (expanded ids, the images in
+ * order): the session's own history or snap (the longer) is kept when it
+ * is a proper prefix of the prompt's tagged form (q35_engine_tag_images)
+ * and does not end inside an image; the rest is evaluated with the images
+ * it holds; otherwise the session starts over. The last row's logits go to
+ * logits; *n_reused (may be NULL) receives the tokens kept. */
+q35_status q35_session_sync_images(q35_session *session, const int32_t *ids, int32_t n,
+                                   q35_image_embeds *const *images, int32_t n_images, const q35_snapshot *snap,
+                                   float *logits, int32_t *n_reused, q35_error *err);
 /* The session's multimodal rotary offset (0 until an image is evaluated). */
 int32_t q35_session_rope_delta(const q35_session *session);
 

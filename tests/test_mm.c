@@ -98,6 +98,14 @@ static void free_embeds(q35_image_embeds **im, int32_t n) {
     for (int32_t i = 0; i < n; i++) q35_image_embeds_free(im[i]);
 }
 
+/* The end of a test over one case: its expanded ids, embeddings, engine. */
+static void case_done(vl_case *c, int32_t *ids, q35_image_embeds **im, q35_engine *e) {
+    free(ids);
+    free_embeds(im, c->n_images);
+    q35_engine_free(e);
+    case_free(c);
+}
+
 TEST(mm, image_prompt_logits_match_transformers_at_every_position) {
     for (int k = 0; k < N_VL; k++) {
         vl_case c;
@@ -206,10 +214,7 @@ TEST(mm, split_prompt_and_snapshot_keep_the_rotary_offset) {
         q35_session_free(s);
         q35_session_free(t);
     }
-    free(ids);
-    free_embeds(im, c.n_images);
-    q35_engine_free(e);
-    case_free(&c);
+    case_done(&c, ids, im, e);
 }
 
 /* Decode steps of sessions holding images, batched together and with a
@@ -246,6 +251,69 @@ TEST(mm, batched_decode_after_images_equals_each_session_alone) {
     for (int i = 0; i < 3; i++) q35_session_free(a[i]), q35_session_free(b[i]);
     for (int i = 0; i < 2; i++) free(ids[i]), free_embeds(im[i], c[i].n_images), case_free(&c[i]);
     q35_engine_free(e);
+}
+
+/* Prefix reuse with images: a session (or a snapshot) holding the first
+ * turn's image is kept for a prompt that extends it with the same image,
+ * and never for one whose image differs (same ids, other pixels). */
+TEST(mm, sync_with_images_reuses_a_prefix_only_for_the_same_images) {
+    vl_case c;
+    REQUIRE(case_load("vl-a.two", &c) == 0);
+    q35_engine *e = NULL;
+    q35_image_embeds *im[4] = {0}, *other[2] = {0};
+    int32_t *ids = NULL, n = 0;
+    q35_error err = {0};
+    REQUIRE(q35_engine_load(c.model_dir, NULL, &e, &err) == Q35_OK);
+    if (!encode_and_expand(e, &c, im, &ids, &n)) {
+        const int32_t pad = q35_engine_image_token(e);
+        int32_t cut = 0; /* just after the first image's rows */
+        while (ids[cut] != pad) cut++;
+        while (ids[cut] == pad) cut++;
+        cut += 2;
+        q35_image_pixels changed = c.px[0];
+        changed.pixel_values = malloc(sizeof(float) * (size_t)(changed.n_patches * changed.patch_dim));
+        memcpy(changed.pixel_values, c.px[0].pixel_values, sizeof(float) * (size_t)(changed.n_patches * changed.patch_dim));
+        changed.pixel_values[5] += 0.5f;
+        REQUIRE(q35_engine_encode_images(e, &changed, 1, other, &err) == Q35_OK);
+        CHECK(q35_image_embeds_hash(other[0]) != q35_image_embeds_hash(im[0]));
+        other[1] = im[1];
+        q35_session *s = NULL, *t = NULL;
+        REQUIRE(q35_session_new(e, 0, &s, &err) == Q35_OK && q35_session_new(e, 0, &t, &err) == Q35_OK);
+        float *lg = malloc(sizeof(float) * (size_t)c.vocab);
+        int32_t reused = -1;
+        CHECK(q35_session_sync_images(s, ids, cut, im, 1, NULL, lg, &reused, &err) == Q35_OK);
+        CHECK_EQ_INT(reused, 0);
+        q35_snapshot *snap = NULL;
+        CHECK(q35_snapshot_take(s, &snap, &err) == Q35_OK);
+        /* the tagged form is what the history holds */
+        int32_t *tagged = malloc(sizeof(int32_t) * (size_t)n), n_hist = 0;
+        CHECK(q35_engine_tag_images(e, ids, n, im, 2, tagged, &err) == Q35_OK);
+        const int32_t *hist = q35_session_tokens(s, &n_hist);
+        CHECK(hist && n_hist == cut && !memcmp(hist, tagged, sizeof(int32_t) * (size_t)cut));
+        CHECK(q35_session_sync_images(s, ids, n, im, 2, NULL, lg, &reused, &err) == Q35_OK);
+        CHECK_EQ_INT(reused, cut);
+        double d = rel_max_diff(lg, c.logits + (size_t)(n - 1) * c.vocab, (size_t)c.vocab);
+        CHECK_MSG(d <= LOGIT_TOL, "own prefix kept: last row differs by %.3g", d);
+        CHECK(q35_session_sync_images(t, ids, n, im, 2, snap, lg, &reused, &err) == Q35_OK);
+        CHECK_EQ_INT(reused, cut);
+        d = rel_max_diff(lg, c.logits + (size_t)(n - 1) * c.vocab, (size_t)c.vocab);
+        CHECK_MSG(d <= LOGIT_TOL, "snapshot kept: last row differs by %.3g", d);
+        /* the same ids with another first image: nothing is reused */
+        CHECK(q35_session_sync_images(t, ids, n, other, 2, snap, lg, &reused, &err) == Q35_OK);
+        CHECK_EQ_INT(reused, 0);
+        CHECK(rel_max_diff(lg, c.logits + (size_t)(n - 1) * c.vocab, (size_t)c.vocab) > 0);
+        /* an image's run cut short is refused, so no state ends inside an image */
+        q35_session_reset(s);
+        CHECK(q35_session_eval_images(s, ids, cut - 5, im, 1, NULL, 0, &err) == Q35_ERR_ARG);
+        free(tagged);
+        free(lg);
+        free(changed.pixel_values);
+        q35_image_embeds_free(other[0]);
+        q35_snapshot_free(snap);
+        q35_session_free(s);
+        q35_session_free(t);
+    }
+    case_done(&c, ids, im, e);
 }
 
 TEST(mm, bad_image_input_is_refused_with_a_message_naming_it) {

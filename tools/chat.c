@@ -48,32 +48,6 @@ static int has_user(json_t *messages) {
     return 0;
 }
 
-/* q35_session_sync for a conversation whose first user message holds the
- * images of im: the prompt is expanded with them; the session's own history
- * (image rows recorded as negative ids) is kept when it is a proper prefix,
- * else the whole prompt is evaluated with its images. */
-static q35_status sync_images(const q35_engine *e, q35_session *s, const cli_mm_prompt *im, const int32_t *ids, int32_t n,
-                              float *logits, q35_error *err) {
-    int32_t *x = NULL, nx = 0, n_held = 0;
-    q35_status st = q35_engine_expand_images(e, ids, n, im->images, im->n_images, &x, &nx, err);
-    if (st) return st;
-    const int32_t pad = q35_engine_image_token(e);
-    const int32_t *held = q35_session_tokens(s, &n_held);
-    int keep = held && n_held > 0 && n_held < nx;
-    for (int32_t i = 0; keep && i < n_held; i++) keep = (held[i] < 0 ? pad : held[i]) == x[i];
-    if (nx > q35_session_ctx(s)) {
-        err->status = st = Q35_ERR_CONTEXT;
-        snprintf(err->msg, sizeof err->msg, "the conversation with its images is %d tokens, more than the %d-token context",
-                 nx, q35_session_ctx(s));
-    } else if (keep) st = q35_session_eval(s, x + n_held, nx - n_held, logits, 0, err);
-    else {
-        q35_session_reset(s);
-        st = q35_session_eval_images(s, x, nx, im->images, im->n_images, logits, 0, err);
-    }
-    free(x);
-    return st;
-}
-
 static const char usage[] =
     "usage: qwen35 chat [-m MODEL] [--system TEXT] [--think] [-n MAX_TOKENS] [--temp T] [--seed N]\n"
     "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap] [--image FILE]...\n"
@@ -195,8 +169,13 @@ int cmd_chat(int argc, char **argv) {
         /* evaluate only what the session has not seen (it starts over if the render diverged) */
         double t0 = cli_now();
         q35_generation *gen = NULL;
-        q35_status st0 = n_images ? sync_images(e, s, &im, ids, (int32_t)n_ids, logits, &err)
-                                  : q35_session_sync(s, ids, (int32_t)n_ids, NULL, logits, NULL, &err);
+        /* with images: the prompt expanded by them, and the same prefix reuse */
+        int32_t *x = NULL, nx = 0;
+        q35_status st0 = !n_images ? q35_session_sync(s, ids, (int32_t)n_ids, NULL, logits, NULL, &err)
+                         : q35_engine_expand_images(e, ids, (int32_t)n_ids, im.images, im.n_images, &x, &nx, &err)
+                             ? err.status
+                             : q35_session_sync_images(s, x, nx, im.images, im.n_images, NULL, logits, NULL, &err);
+        free(x);
         if (st0 || q35_generation_new(s, &gp, &gen, &err)) {
             fprintf(stderr, "qwen35 chat: %s\n", err.msg);
             free(ids);

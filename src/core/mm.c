@@ -163,16 +163,16 @@ q35_status q35_engine_expand_images(const q35_engine *e, const int32_t *ids, int
 /* The rows' positions (pos3, 3 per row), input embeddings (embed, NULL for
  * a text row) and history ids; *p_end: the next text position. Checks that
  * the runs of image_pad match the images. */
-static q35_status lay_out(const q35_session *s, const int32_t *ids, int32_t n, q35_image_embeds *const *images,
+static q35_status lay_out(const q35_engine *e, int32_t p, const int32_t *ids, int32_t n, q35_image_embeds *const *images,
                           int32_t n_images, int32_t *pos3, const float **embed, int32_t *hist, int32_t *p_end,
                           q35_error *err) {
-    const q35_engine *e = s->engine;
     const int32_t pad = e->cfg.image_token_id, m = e->cfg.vision.merge_size;
-    int32_t p = s->pos + s->rope_delta, k = 0;
+    int32_t k = 0;
     for (int32_t i = 0; i < n;) {
         if (ids[i] != pad) {
-            pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = p++;
-            embed[i] = NULL;
+            if (pos3) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = p;
+            if (embed) embed[i] = NULL;
+            p++;
             hist[i] = ids[i];
             i++;
             continue;
@@ -192,9 +192,11 @@ static q35_status lay_out(const q35_session *s, const int32_t *ids, int32_t n, q
         for (int32_t ti = 0; ti < gt; ti++)
             for (int32_t hi = 0; hi < gh; hi++)
                 for (int32_t wi = 0; wi < gw; wi++, r++) {
-                    int32_t *q = pos3 + (size_t)3 * (i + r);
-                    q[0] = p + ti, q[1] = p + hi, q[2] = p + wi;
-                    embed[i + r] = im->rows + (size_t)r * im->width;
+                    if (pos3) {
+                        int32_t *q = pos3 + (size_t)3 * (i + r);
+                        q[0] = p + ti, q[1] = p + hi, q[2] = p + wi;
+                    }
+                    if (embed) embed[i + r] = im->rows + (size_t)r * im->width;
                     hist[i + r] = tag;
                 }
         p += gh > gw ? gh : gw;
@@ -227,12 +229,55 @@ q35_status q35_session_eval_images(q35_session *s, const int32_t *ids, int32_t n
     const float **embed = malloc(sizeof(float *) * (size_t)n);
     int32_t p_end = 0;
     if (!pos3 || !hist || !embed) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory for a %d-token prompt", n);
-    if (!st) st = lay_out(s, ids, n, images, n_images, pos3, embed, hist, &p_end, err);
+    if (!st) st = lay_out(e, s->pos + s->rope_delta, ids, n, images, n_images, pos3, embed, hist, &p_end, err);
     if (!st) {
         st = q35_eval_rows(s, ids, n, logits, flags, pos3, (const float *const *)embed, hist, err);
         if (!st) s->rope_delta = p_end - s->pos;
         else q35_session_reset(s); /* the pass itself failed (a device fault) */
     }
     free(pos3), free(hist), free(embed);
+    return st;
+}
+
+q35_status q35_engine_tag_images(const q35_engine *e, const int32_t *ids, int32_t n, q35_image_embeds *const *images,
+                                 int32_t n_images, int32_t *out, q35_error *err) {
+    if (n <= 0 || !ids || !out || n_images < 0 || (n_images && !images))
+        return q35_fail(err, Q35_ERR_ARG, "tag_images: bad arguments");
+    q35_status st = n_images ? check_vision(e, err) : Q35_OK;
+    int32_t p_end = 0;
+    return st ? st : lay_out(e, 0, ids, n, images, n_images, NULL, NULL, out, &p_end, err);
+}
+
+/* Is a[0..m) a proper, non-empty prefix of b[0..n)? */
+static int proper_prefix(const int32_t *a, int32_t m, const int32_t *b, int32_t n) {
+    return a && m > 0 && m < n && !memcmp(a, b, sizeof(int32_t) * (size_t)m);
+}
+
+q35_status q35_session_sync_images(q35_session *s, const int32_t *ids, int32_t n, q35_image_embeds *const *images,
+                                   int32_t n_images, const q35_snapshot *snap, float *logits, int32_t *n_reused,
+                                   q35_error *err) {
+    if (n_reused) *n_reused = 0;
+    if (n <= 0 || !ids) return q35_fail(err, Q35_ERR_ARG, "no prompt tokens to evaluate");
+    if (n > s->n_ctx)
+        return q35_fail(err, Q35_ERR_CONTEXT, "a prompt of %d tokens (images included) does not fit a %d-token context", n,
+                        s->n_ctx);
+    int32_t *tagged = malloc(sizeof(int32_t) * (size_t)n);
+    if (!tagged) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    q35_status st = q35_engine_tag_images(s->engine, ids, n, images, n_images, tagged, err);
+    int32_t n_own = 0, n_snap = 0, keep = 0;
+    const int32_t *own = q35_session_tokens(s, &n_own), *snap_ids = snap ? q35_snapshot_tokens(snap, &n_snap) : NULL;
+    int use_own = !st && proper_prefix(own, n_own, tagged, n);
+    int use_snap = !st && proper_prefix(snap_ids, n_snap, tagged, n) && (!use_own || n_snap > n_own);
+    keep = use_snap ? n_snap : use_own ? n_own : 0;
+    if (keep && tagged[keep] < 0 && tagged[keep - 1] == tagged[keep]) keep = 0, use_snap = 0; /* inside an image */
+    if (!st && use_snap) st = q35_snapshot_restore(s, snap, err);
+    else if (!st && !keep) q35_session_reset(s);
+    /* the images whose rows are all before keep are in the state already */
+    int32_t k_done = 0;
+    for (int32_t i = 0; !st && i < keep; i++)
+        if (tagged[i] < 0 && (i == 0 || tagged[i - 1] != tagged[i])) k_done++;
+    if (!st) st = q35_session_eval_images(s, ids + keep, n - keep, images + k_done, n_images - k_done, logits, 0, err);
+    if (!st && n_reused) *n_reused = keep;
+    free(tagged);
     return st;
 }
