@@ -536,8 +536,9 @@ typedef struct q35_image_pixels {
 void q35_image_pixels_free(q35_image_pixels *px); /* frees pixel_values; px itself is the caller's */
 
 /* A model directory's image processor: preprocessor_config.json when there
- * is one, else Qwen3.5's published values (patch 16, merge 2, temporal patch
- * 2, 65536..16777216 pixels, mean and std 0.5). Thread-safe once loaded. */
+ * is one, over config.json's vision_config sizes, else Qwen3.5's published
+ * values (patch 16, merge 2, temporal patch 2, 65536..16777216 pixels, mean
+ * and std 0.5). Thread-safe once loaded. */
 typedef struct q35_image_processor q35_image_processor;
 q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, q35_error *err);
 void q35_image_processor_free(q35_image_processor *p);
@@ -548,6 +549,12 @@ void q35_image_processor_free(q35_image_processor *p);
 #define Q35_IMAGE_MAX_DECODED_PIXELS ((int64_t)1 << 28)
 q35_status q35_image_process(const q35_image_processor *p, const void *data, size_t len, q35_image_pixels *out,
                              q35_error *err);
+/* Lowers the decoded size q35_image_process takes (a server's
+ * --max-image-pixels); call before the processor is shared. */
+void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_decoded_pixels);
+/* The <|image_pad|> tokens an image of px takes once encoded (merged
+ * patches: n_patches / merge_size^2), known before the tower runs. */
+int32_t q35_image_processor_tokens(const q35_image_processor *p, const q35_image_pixels *px);
 
 /* One encoded image: its rows in the language model's width. */
 typedef struct q35_image_embeds q35_image_embeds;

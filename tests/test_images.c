@@ -116,12 +116,12 @@ static char *data_url_of(const char *rel, const char *type, uint8_t **bytes, siz
     return u;
 }
 
+/* The tiny VL model's processor (patch 4, merge 2, 256..1024 pixels). */
 static void small_loader(q35_image_loader *L) {
     memset(L, 0, sizeof *L);
-    q35_vision_proc_defaults(&L->proc);
-    L->proc.patch_size = 4; /* the tiny models' tower */
-    L->proc.min_pixels = 16 * 16;
-    L->proc.max_pixels = 64 * 64;
+    q35_error err;
+    if (q35_image_processor_load(q35_test_path("models/vl-a"), &L->proc, &err))
+        q35_test_fail(__FILE__, __LINE__, "%s", err.msg);
 }
 
 /* A request with one image part per url. */
@@ -157,19 +157,16 @@ TEST(images, load_hashes_the_bytes_and_gives_the_processors_patches) {
         uint8_t want[32];
         SHA256(bytes[k], lens[k], want);
         CHECK(!memcmp(r.images[k].sha256, want, 32));
-        /* the same as the media layer's decoder and processor on the file's bytes */
-        q35_image img;
-        q35_vision_input vi;
+        /* the same as the model's processor on the file's bytes */
+        q35_image_pixels vi;
         q35_error err;
-        REQUIRE(q35_image_decode(bytes[k], lens[k], 0, &img, &err) == Q35_OK);
-        REQUIRE(q35_vision_preprocess(&L.proc, &img, &vi, &err) == Q35_OK);
-        const q35_vision_input *got = &r.images[k].pixels;
-        CHECK(got->grid_t == vi.grid_t && got->grid_h == vi.grid_h && got->grid_w == vi.grid_w);
-        CHECK(got->n_patches == vi.n_patches && got->patch_dim == vi.patch_dim);
+        REQUIRE(q35_image_process(L.proc, bytes[k], lens[k], &vi, &err) == Q35_OK);
+        const q35_image_pixels *got = &r.images[k].pixels;
+        CHECK(!memcmp(got->grid_thw, vi.grid_thw, sizeof vi.grid_thw));
+        CHECK(got->n_patches == vi.n_patches && got->patch_dim == vi.patch_dim && vi.patch_dim == 3 * 2 * 4 * 4);
         CHECK(!memcmp(got->pixel_values, vi.pixel_values, sizeof(float) * (size_t)(vi.n_patches * vi.patch_dim)));
         CHECK_EQ_INT(r.images[k].n_tokens, vi.n_patches / 4);
-        q35_vision_input_free(&vi);
-        q35_image_free(&img);
+        q35_image_pixels_free(&vi);
     }
     /* the images alone past the context are refused at the image that passes it */
     q35_api_request r2;
@@ -180,6 +177,7 @@ TEST(images, load_hashes_the_bytes_and_gives_the_processors_patches) {
     CHECK(strstr(msg, "maximum context length is"));
     q35_api_request_free(&r2);
     q35_api_request_free(&r);
+    q35_image_loader_free(&L);
     free(u1); free(u2); free(b1); free(b2);
 }
 
@@ -205,7 +203,7 @@ TEST(images, load_refusals_name_the_part_and_the_cause) {
     };
     q35_image_loader L;
     small_loader(&L);
-    L.max_pixels = 1 << 24;
+    q35_image_processor_set_max_pixels(L.proc, 1 << 24);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *urls[] = {ok, cases[i].url};
         q35_api_request r;
@@ -216,6 +214,7 @@ TEST(images, load_refusals_name_the_part_and_the_cause) {
         CHECK_MSG(!strncmp(msg, "messages[0].content[1].image_url: ", 34) && strstr(msg, cases[i].msg), "case %zu: got '%s'", i, msg);
         q35_api_request_free(&r);
     }
+    q35_image_loader_free(&L);
     free(ok); free(bomb_url); free(half); free(jpg); free(bomb);
 }
 

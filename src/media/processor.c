@@ -1,10 +1,12 @@
 /* processor.c: the public image processor (qwen35.h "Images"): a model
- * directory's preprocessor_config.json over Qwen3.5's defaults, and the
- * whole road from encoded bytes to pixel_values (image.c decodes,
+ * directory's preprocessor_config.json over its config.json's vision_config
+ * sizes over Qwen3.5's defaults, and the one road from encoded bytes to
+ * pixel_values that the programs and the server take (image.c decodes,
  * vision_proc.c resizes, normalises and lays out the patches). */
 #include "media/vision_proc.h"
 #include "base/util.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +14,31 @@
 
 struct q35_image_processor {
     q35_vision_proc p;
+    int64_t max_decoded;       /* the decoder's limit on a declared size */
 };
+
+/* config.json's vision_config sizes (the tower's own), for a checkpoint
+ * without a preprocessor_config.json; none there: the defaults stay. */
+static void tower_sizes(const char *dir, q35_vision_proc *p) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    json_t *vc = json_object_get(cfg, "vision_config"), *x;
+    if ((x = json_object_get(vc, "patch_size")) && json_integer_value(x) > 0) p->patch_size = (int32_t)json_integer_value(x);
+    if ((x = json_object_get(vc, "temporal_patch_size")) && json_integer_value(x) > 0)
+        p->temporal_patch_size = (int32_t)json_integer_value(x);
+    if ((x = json_object_get(vc, "spatial_merge_size")) && json_integer_value(x) > 0)
+        p->merge_size = (int32_t)json_integer_value(x);
+    json_decref(cfg);
+}
 
 q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, q35_error *err) {
     *out = NULL;
     q35_image_processor *ip = calloc(1, sizeof *ip);
     if (!ip) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     q35_vision_proc_defaults(&ip->p);
+    ip->max_decoded = Q35_IMAGE_MAX_DECODED_PIXELS;
+    if (dir) tower_sizes(dir, &ip->p);
     char path[4096];
     struct stat sb;
     snprintf(path, sizeof path, "%s/preprocessor_config.json", dir ? dir : ".");
@@ -39,12 +59,21 @@ q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, 
 
 void q35_image_processor_free(q35_image_processor *p) { free(p); }
 
+void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_decoded_pixels) {
+    p->max_decoded = max_decoded_pixels > 0 && max_decoded_pixels < Q35_IMAGE_MAX_DECODED_PIXELS ? max_decoded_pixels
+                                                                                                  : Q35_IMAGE_MAX_DECODED_PIXELS;
+}
+
+int32_t q35_image_processor_tokens(const q35_image_processor *p, const q35_image_pixels *px) {
+    return (int32_t)(px->n_patches / ((int64_t)p->p.merge_size * p->p.merge_size));
+}
+
 q35_status q35_image_process(const q35_image_processor *p, const void *data, size_t len, q35_image_pixels *out,
                              q35_error *err) {
     memset(out, 0, sizeof *out);
     if (!data || !len) return q35_fail(err, Q35_ERR_FORMAT, "image: no bytes");
     q35_image img = {0};
-    q35_status st = q35_image_decode(data, len, Q35_IMAGE_MAX_DECODED_PIXELS, &img, err);
+    q35_status st = q35_image_decode(data, len, p->max_decoded, &img, err);
     if (st) return st;
     q35_vision_input in = {0};
     st = q35_vision_preprocess(&p->p, &img, &in, err);

@@ -94,15 +94,10 @@ static int load_one(q35_api_image *im, const q35_image_loader *L, q35_error *err
     q35_status st = q35_media_load_url(&L->policy, im->url, &bytes, &n, err);
     if (st) return st;
     SHA256(bytes, n, im->sha256);
-    q35_image img;
-    st = q35_image_decode(bytes, n, L->max_pixels, &img, err);
+    st = q35_image_process(L->proc, bytes, n, &im->pixels, err);
     free(bytes);
     if (st) return st;
-    st = q35_vision_preprocess(&L->proc, &img, &im->pixels, err);
-    q35_image_free(&img);
-    if (st) return st;
-    int64_t merge = (int64_t)L->proc.merge_size * L->proc.merge_size;
-    im->n_tokens = (int32_t)(im->pixels.n_patches / merge);
+    im->n_tokens = q35_image_processor_tokens(L->proc, &im->pixels);
     return Q35_OK;
 }
 
@@ -179,7 +174,7 @@ int32_t q35_image_pad_id(const q35_tokenizer *tok) {
 void q35_api_images_free(q35_api_request *r) {
     for (int32_t k = 0; k < r->n_images; k++) {
         free(r->images[k].url);
-        q35_vision_input_free(&r->images[k].pixels);
+        q35_image_pixels_free(&r->images[k].pixels);
     }
     free(r->images);
     free(r->spans);
@@ -206,39 +201,24 @@ int q35_image_loader_init(q35_image_loader *L, const char *model_dir, const q35_
                           bool *vision, char *msg, size_t msg_size) {
     memset(L, 0, sizeof *L);
     L->policy = *policy;
-    L->max_pixels = max_pixels;
-    q35_vision_proc_defaults(&L->proc);
     *vision = false;
     json_t *cfg;
     if (read_json(model_dir, "config.json", &cfg, msg, msg_size)) return -1;
-    json_t *vc = json_object_get(cfg, "vision_config");
-    if (json_is_object(vc)) {
-        *vision = true;
-        /* the tower's own sizes, for a checkpoint without a preprocessor_config.json */
-        json_t *x;
-        if (json_is_integer(x = json_object_get(vc, "patch_size"))) L->proc.patch_size = (int32_t)json_integer_value(x);
-        if (json_is_integer(x = json_object_get(vc, "temporal_patch_size"))) L->proc.temporal_patch_size = (int32_t)json_integer_value(x);
-        if (json_is_integer(x = json_object_get(vc, "spatial_merge_size"))) L->proc.merge_size = (int32_t)json_integer_value(x);
-    }
+    *vision = json_is_object(json_object_get(cfg, "vision_config"));
     json_decref(cfg);
-    char *path = q35_path_join(model_dir, "preprocessor_config.json");
-    char *text = NULL;
-    size_t len = 0;
+    if (!*vision) return 0;
     q35_error err = {0};
-    int rc = 0;
-    if (path && q35_file_exists(path)) {
-        if (q35_read_file(path, &text, &len, &err) || q35_vision_proc_parse(text, len, path, &L->proc, &err)) {
-            snprintf(msg, msg_size, "%s", err.msg);
-            rc = -1;
-        }
+    if (q35_image_processor_load(model_dir, &L->proc, &err)) {
+        snprintf(msg, msg_size, "%s", err.msg);
+        return -1;
     }
-    free(text);
-    free(path);
-    if (!rc && (L->proc.patch_size < 1 || L->proc.merge_size < 1 || L->proc.temporal_patch_size < 1)) {
-        snprintf(msg, msg_size, "%s: the image processor's patch, merge and temporal patch sizes must be positive", model_dir);
-        rc = -1;
-    }
-    return rc;
+    q35_image_processor_set_max_pixels(L->proc, max_pixels);
+    return 0;
+}
+
+void q35_image_loader_free(q35_image_loader *L) {
+    q35_image_processor_free(L->proc);
+    L->proc = NULL;
 }
 
 int q35_parse_mm_limit(const char *text, int32_t *max_images, char *msg, size_t msg_size) {

@@ -1,10 +1,11 @@
 /* images.h: the images of a chat request (images.c), from the content
  * parts of its messages to what the engine reads: each part's URL resolved
  * to bytes under the server's media policy (src/media/source.h), the bytes'
- * SHA-256, the decoded image (src/media/image.h) through the model's image
- * processor (src/media/vision_proc.h) into patch rows and a grid, and the
- * number of merged patches, which is how many <|image_pad|> tokens stand for
- * it in the prompt.
+ * SHA-256, the bytes through the model's image processor (qwen35.h's
+ * q35_image_process: decoded and preprocessed) into patch rows and a grid,
+ * and the number of merged patches, which is how many <|image_pad|> tokens
+ * stand for it in the prompt. The scheduler encodes the pixels with the
+ * vision tower (sched_images.c).
  *
  * Three steps, at three moments of a request:
  *   1. q35_api_image_part, from the request parser (request.c, no I/O):
@@ -19,7 +20,6 @@
 #define Q35_SERVER_IMAGES_H
 
 #include "media/source.h"
-#include "media/vision_proc.h"
 #include "qwen35.h"
 
 #include <jansson.h>
@@ -37,15 +37,14 @@ typedef struct q35_api_image {
     char *url;                 /* the part's URL (owned) */
     const char *field;         /* "image_url" or "image": the part's key, for messages */
     uint8_t sha256[32];        /* of the bytes as they came (before decoding) */
-    q35_vision_input pixels;   /* pixel_values (n_patches, patch_dim) and image_grid_thw */
+    q35_image_pixels pixels;   /* pixel_values (n_patches, patch_dim) and image_grid_thw */
     int32_t n_tokens;          /* merged patches: grid_t * grid_h * grid_w / merge^2 */
 } q35_api_image;
 
 /* Where the server's images come from and how they are processed. */
 typedef struct q35_image_loader {
     q35_media_policy policy;
-    q35_vision_proc proc;      /* preprocessor_config.json over the vision_config's patch sizes */
-    int64_t max_pixels;        /* the decoder's limit on a declared size (decompression bombs) */
+    q35_image_processor *proc; /* the model's (owned), its decoder limited to --max-image-pixels */
 } q35_image_loader;
 
 /* The default of --limit-mm-per-prompt's image count. */
@@ -85,12 +84,12 @@ int32_t q35_image_pad_id(const q35_tokenizer *tok);
 /* Frees r's images and spans (q35_api_request_free calls it). */
 void q35_api_images_free(struct q35_api_request *r);
 
-/* The loader for a model directory: the operator's policy and limits, the
- * processor from config.json's vision_config (patch, temporal patch and
- * merge sizes) and preprocessor_config.json when there is one. *vision is
- * whether config.json has a vision tower. 0, or -1 with msg. */
+/* The loader for a model directory: the operator's policy and limits, and
+ * the model's image processor (q35_image_processor_load) when config.json
+ * has a vision tower (*vision), NULL otherwise. 0, or -1 with msg. */
 int q35_image_loader_init(q35_image_loader *L, const char *model_dir, const q35_media_policy *policy,
                           int64_t max_pixels, bool *vision, char *msg, size_t msg_size);
+void q35_image_loader_free(q35_image_loader *L);
 
 /* --limit-mm-per-prompt's JSON ({"image": N}, or {"image": {"count": N}}
  * as vLLM's newer form; "video" and "audio" counts are accepted, as vLLM

@@ -63,11 +63,9 @@ static int media_setup(q35_server *srv, bool *vision, int32_t *max_images) {
         fprintf(stderr, "qwen35 serve: %s\n", msg);
         return 1;
     }
-    const q35_vision_proc *p = &srv->images.proc;
     if (*vision)
-        fprintf(stderr, "qwen35 serve: image input: up to %d per prompt; patch %d, merge %d, %lld to %lld pixels; URLs from %s; "
-                        "files from %s\n", *max_images, p->patch_size, p->merge_size, (long long)p->min_pixels,
-                (long long)p->max_pixels, C->allowed_media_domains && *C->allowed_media_domains ? C->allowed_media_domains : "no domain",
+        fprintf(stderr, "qwen35 serve: image input: up to %d per prompt, at most %lld decoded pixels each; URLs from %s; "
+                        "files from %s\n", *max_images, (long long)C->max_image_pixels, C->allowed_media_domains && *C->allowed_media_domains ? C->allowed_media_domains : "no domain",
                 C->allowed_local_media_path && *C->allowed_local_media_path ? C->allowed_local_media_path : "nowhere");
     return 0;
 }
@@ -284,6 +282,7 @@ static void server_free(q35_server *srv) {
     q35_sched_free(srv->sched);
     q35_engine_free(srv->engine);
     q35_tokenizer_free(srv->tok);
+    q35_image_loader_free(&srv->images);
     q35_metrics_destroy(&srv->metrics);
     q35_conns_destroy(&srv->conns);
 }
