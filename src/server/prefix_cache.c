@@ -22,6 +22,18 @@ bool q35_image_spans_agree(const q35_image_span *a, int32_t na, const q35_image_
     return true;
 }
 
+bool q35_prefix_agrees(const int32_t *held, int32_t n, const q35_image_span *held_spans, int32_t n_held,
+                       const int32_t *prompt, const q35_image_span *spans, int32_t n_spans) {
+    if (!q35_image_spans_agree(held_spans, n_held, spans, n_spans, n)) return false;
+    int32_t at = 0, k_end = q35_image_spans_before(spans, n_spans, n);
+    for (int32_t k = 0; k <= k_end; k++) {
+        int32_t stop = k < k_end ? spans[k].pos : n; /* the text before image k, or the tail */
+        if (stop > at && memcmp(held + at, prompt + at, sizeof *held * (size_t)(stop - at))) return false;
+        if (k < k_end) at = spans[k].pos + spans[k].len < n ? spans[k].pos + spans[k].len : n;
+    }
+    return true;
+}
+
 uint64_t q35_salt_hash(const char *s) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a; 0 is the shared partition */
     if (!s) return 0;
@@ -63,8 +75,8 @@ void q35_prefix_cache_store(q35_prefix_cache *c, q35_session *sess, const int32_
     if (n < 1 || !c->budget) return;
     n_spans = q35_image_spans_before(spans, n_spans, n);
     for (int i = 0; i < c->n; i++)
-        if (c->e[i].n == n && c->e[i].salt == salt && !memcmp(c->e[i].tokens, tokens, sizeof *tokens * (size_t)n) &&
-            q35_image_spans_agree(c->e[i].spans, c->e[i].n_spans, spans, n_spans, n)) {
+        if (c->e[i].n == n && c->e[i].salt == salt &&
+            q35_prefix_agrees(c->e[i].tokens, n, c->e[i].spans, c->e[i].n_spans, tokens, spans, n_spans)) {
             c->e[i].last_used = ++c->clock;
             return;
         }
@@ -104,8 +116,7 @@ const q35_snapshot *q35_prefix_cache_find(q35_prefix_cache *c, const int32_t *pr
     for (int i = 0; i < c->n; i++) {
         q35_cache_entry *e = &c->e[i];
         if (e->salt != salt || e->n >= n || (best >= 0 && e->n <= c->e[best].n)) continue;
-        if (!memcmp(e->tokens, prompt, sizeof *prompt * (size_t)e->n) &&
-            q35_image_spans_agree(e->spans, e->n_spans, spans, n_spans, e->n))
+        if (q35_prefix_agrees(e->tokens, e->n, e->spans, e->n_spans, prompt, spans, n_spans))
             best = i;
     }
     pthread_mutex_lock(&c->mu);

@@ -32,6 +32,13 @@ typedef struct q35_image_span {
 bool q35_image_spans_agree(const q35_image_span *a, int32_t na, const q35_image_span *b, int32_t nb, int32_t n);
 /* The number of spans that start before n (spans in prompt order). */
 int32_t q35_image_spans_before(const q35_image_span *s, int32_t ns, int32_t n);
+/* Whether held[0..n) with its images held_spans (a session's history, a
+ * cache key) is the start of prompt with its images spans: the images that
+ * start before n agree and every other id is equal. The rows of an agreeing
+ * image are not compared: a session's history records them as the engine's
+ * image tags (q35_session_eval_images), a prompt as <|image_pad|> ids. */
+bool q35_prefix_agrees(const int32_t *held, int32_t n, const q35_image_span *held_spans, int32_t n_held,
+                       const int32_t *prompt, const q35_image_span *spans, int32_t n_spans);
 
 typedef struct q35_cache_entry {
     int32_t *tokens;

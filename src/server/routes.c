@@ -64,16 +64,6 @@ static enum MHD_Result handle_generate(q35_server *srv, struct MHD_Connection *c
         q35_task_release(r);
         return q35_http_send_error(c, (unsigned)status, msg, NULL);
     }
-    if (r->api.n_images) {
-        /* what the engine's image input will take: r->api.images (patch rows, grids) and spans */
-        int64_t img_tokens = 0;
-        for (int32_t k = 0; k < r->api.n_images; k++) img_tokens += r->api.images[k].n_tokens;
-        snprintf(msg, sizeof msg, "image input is not available in this build yet: the engine does not run the vision "
-                 "tower (the request's %d image(s) were read and processed: %lld image tokens of a %d-token prompt)",
-                 r->api.n_images, (long long)img_tokens, r->prompt_len[0]);
-        q35_task_release(r);
-        return q35_http_send_error(c, 501, msg, "messages");
-    }
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == Q35_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)r->api.sampling.seed ^ (unsigned long long)time(NULL), (unsigned long long)atomic_fetch_add(&srv->req_counter, 1));
     r->created = (long long)time(NULL);

@@ -9,7 +9,7 @@
  *   2. drops sequences whose client went away;
  *   3. evaluates one chunk of each admitted prompt (so a long prompt delays
  *      the others' next token by one chunk at most), first restoring the
- *      longest cached prefix;
+ *      longest cached prefix (sched_prefill.c, images included);
  *   4. runs one q35_generation_batch_step over every decoding sequence
  *      (MTP drafts verified in the same forward pass; each sequence's
  *      sampler, min_tokens, stop ids and EOS handled by its generation;
@@ -31,12 +31,7 @@
  * evaluate, for the logits). Entries are evicted least recently used first
  * when their bytes pass the budget. Choices 2..n of a request wait for the
  * first one's prompt snapshot instead of evaluating the same prompt again. */
-#include "server/sched.h"
-#include "server/decoder.h"
-#include "server/json_prefix.h"
-#include "server/prefix_cache.h"
-#include "server/stop.h"
-#include "text/schema.h"
+#include "server/sched_int.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -44,86 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE };
-
-typedef struct q35_sched q35_sched;
-
-typedef struct seq {
-    q35_sched *sched;
-    q35_task *req;
-    int32_t choice, prompt_index;
-    const int32_t *prompt;
-    int32_t n_prompt, max_tokens;
-    int slot, state;
-    int32_t n_eval;            /* prompt tokens in the session */
-    int32_t *tokens;           /* (n_prompt + max_tokens) prompt then generated ids */
-    int32_t n_gen, last;
-    bool looked_up;            /* the prefix cache was consulted */
-    bool snap_done;            /* the prompt snapshot was taken */
-    q35_sampler *sampler;
-    q35_generation *gen;       /* from the end of the prompt on */
-    bool json_on, json_done;   /* response_format json_object: output is held to one JSON object */
-    bool json_wait;            /* ... once </think> ends the reasoning (thinking on) */
-    q35_json_prefix json;
-    const q35_schema *schema;  /* response_format json_schema (the request's); NULL: none */
-    q35_schema_state gs;       /* ... its state after the output so far */
-    q35_stop_matcher stop;
-    q35_text_decoder *dec;
-    double t_last;
-    struct seq *next;
-} seq;
-
-/* What a free slot's session still holds. */
-typedef struct warm_slot {
-    bool held;                 /* the session's state (q35_session_tokens) may be reused */
-    uint64_t salt;
-    bool cacheable;            /* the request allowed caching */
-    uint64_t last_used;
-    q35_image_span *spans;     /* the images in what the session holds (prefix_cache.h), owned */
-    int32_t n_spans;
-} warm_slot;
-
-struct q35_sched {
-    q35_engine *engine;
-    const q35_tokenizer *tok;
-    q35_metrics *metrics;
-    int32_t V, n_ctx;
-    int max_queue;
-    int32_t prefill_chunk;
-    int32_t eos[8];
-    int n_eos;
-    const char **tok_bytes;    /* (V) each token's bytes, for json_object; NULL without a tokenizer */
-    int32_t think_end;         /* the id of </think>, -1: none */
-    int32_t tool_open;         /* the id of <tool_call>, -1: none */
-    size_t *tok_len;
-    q35_token_trie *trie;      /* the token strings, for json_schema's mask */
-    uint8_t *live;             /* (V) the mask of one row */
-    q35_session **sessions;
-    seq **slots;
-    warm_slot *warm;           /* (n_slots) */
-    int n_slots;
-    uint64_t warm_clock;
-    float *logits;             /* (n_slots, V) */
-    float *raw;                /* (V) logits before sampling, for logprobs */
-    seq **batch_seq;           /* (n_slots) the sequences of this step */
-    q35_generation **batch_gen; /* (n_slots) their generations */
-    q35_gen_out *batch_out;    /* (n_slots) what each yielded */
-
-    pthread_mutex_t mu;        /* guards the wait list, counts and stats below */
-    pthread_cond_t cv;
-    seq *wait_head, *wait_tail;
-    int n_waiting_req;         /* requests with a choice not yet admitted */
-    int n_running;
-    bool stop;
-    pthread_t thread;
-    bool started;
-
-    q35_prefix_cache cache;
-    unsigned long long cache_queries, cache_hits;
-    int32_t spec_k;            /* draft tokens per step, 0: off */
-    unsigned long long spec_steps, spec_drafts, spec_accepted;
-    unsigned long long spec_accepted_at[Q35_SPEC_K_MAX];
-};
 
 /* ---- sequences ---- */
 
@@ -181,7 +96,7 @@ static void seq_end(q35_sched *S, seq *s, int finish) {
     seq_free(s);
 }
 
-static void seq_fail(q35_sched *S, seq *s, const char *msg) {
+void q35_seq_fail(q35_sched *S, seq *s, const char *msg) {
     q35_task *r = s->req;
     pthread_mutex_lock(&r->mu);
     if (!r->error) r->error = strdup(msg);
@@ -330,7 +245,7 @@ static void seq_logits(void *ctx, float *row, int32_t V, const int32_t *prev, in
 }
 
 /* Starts s's generation from its prompt's last logits row. */
-static void seq_begin(q35_sched *S, seq *s, float *row) {
+void q35_seq_begin(q35_sched *S, seq *s, float *row) {
     const q35_api_request *a = &s->req->api;
     bool hook = s->json_on || s->schema || a->n_bias;
     q35_gen_params gp = {.sampler = s->sampler, .logits_fn = hook ? seq_logits : NULL, .logits_ctx = s,
@@ -341,101 +256,13 @@ static void seq_begin(q35_sched *S, seq *s, float *row) {
     q35_gen_out o;
     if (a->logprobs >= 0) memcpy(S->raw, row, sizeof *row * (size_t)S->V);
     if (q35_generation_new(S->sessions[s->slot], &gp, &s->gen, &err) || q35_generation_begin(s->gen, row, &o, &err)) {
-        seq_fail(S, s, err.msg);
+        q35_seq_fail(S, s, err.msg);
         return;
     }
     s->last = o.tokens[0];
     seq_take_token(S, s, o.tokens[0], o.stop);
 }
 
-/* The session holds all of s's prompt but its last token: cache that state
- * (once) and let the request's other choices of this prompt go on. */
-static void prompt_snapshot(q35_sched *S, seq *s, q35_session *sess) {
-    q35_task *r = s->req;
-    if (s->snap_done) return;
-    s->snap_done = true;
-    if (!r->api.cache_prompt) return;
-    if (s->n_eval > 0)
-        q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, r->api.spans, r->api.n_spans, q35_salt_hash(r->api.cache_salt));
-    pthread_mutex_lock(&r->mu);
-    r->prompt_ready[s->prompt_index] = true;
-    pthread_mutex_unlock(&r->mu);
-}
-
-/* Evaluates the next chunk of s's prompt; on the last one samples. */
-static void seq_prefill(q35_sched *S, seq *s) {
-    q35_task *r = s->req;
-    q35_session *sess = S->sessions[s->slot];
-    q35_error err;
-    if (!s->looked_up) {
-        int32_t j = s->choice % r->api.n;
-        if (j > 0 && r->api.cache_prompt && !atomic_load(&r->cancelled)) {
-            /* wait for choice 0's snapshot of the same prompt */
-            pthread_mutex_lock(&r->mu);
-            bool ready = r->prompt_ready[s->prompt_index] || r->error;
-            pthread_mutex_unlock(&r->mu);
-            if (!ready) return;
-        }
-        s->looked_up = true;
-        int32_t hit = 0, n_own = 0;
-        uint64_t salt = q35_salt_hash(r->api.cache_salt);
-        warm_slot *w = &S->warm[s->slot];
-        const int32_t *own = w->held ? q35_session_tokens(sess, &n_own) : NULL;
-        /* the slot's own state is this request's to continue only in its
-         * partition, and only with the same images where it holds any: the
-         * library compares token ids, which an image's pad run shares with
-         * every other image's */
-        bool own_ok = r->api.cache_prompt && own && w->cacheable && w->salt == salt &&
-                      q35_image_spans_agree(w->spans, w->n_spans, r->api.spans, r->api.n_spans, n_own);
-        bool extends = own_ok && n_own < s->n_prompt && !memcmp(own, s->prompt, sizeof *s->prompt * (size_t)n_own);
-        if (!extends && own && w->cacheable)
-            q35_prefix_cache_store(&S->cache, sess, own, n_own, w->spans, w->n_spans, w->salt); /* keep the old state */
-        if (!own_ok) q35_session_reset(sess);
-        /* the library keeps the session's history or restores the cached
-         * snapshot, whichever covers more of the prompt */
-        const q35_snapshot *snap =
-            r->api.cache_prompt ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, r->api.spans, r->api.n_spans, salt) : NULL;
-        if (q35_session_reuse(sess, s->prompt, s->n_prompt, snap, &hit, &err)) {
-            q35_session_reset(sess);
-            hit = 0;
-        }
-        w->held = false;
-        pthread_mutex_lock(&S->mu);
-        S->cache_queries += (unsigned long long)s->n_prompt;
-        S->cache_hits += (unsigned long long)hit;
-        pthread_mutex_unlock(&S->mu);
-        if (s->choice % r->api.n == 0) {
-            pthread_mutex_lock(&r->mu);
-            r->cached_tokens += hit;
-            pthread_mutex_unlock(&r->mu);
-        }
-        s->n_eval = hit;
-    }
-    /* the snapshot falls one token before the end: the last token is fed
-     * alone, so a repeat of this prompt can restore it and still get logits */
-    int32_t snap_at = s->n_prompt - 1, turn = r->turn_snap;
-    if (s->n_eval == snap_at) prompt_snapshot(S, s, sess);
-    int32_t end = s->n_eval < snap_at ? snap_at : s->n_prompt;
-    if (turn > s->n_eval && turn < snap_at) end = turn; /* stop there for the turn snapshot */
-    int32_t n = end - s->n_eval;
-    if (n > S->prefill_chunk) n = S->prefill_chunk;
-    bool last = s->n_eval + n == s->n_prompt;
-    float *row = S->logits;
-    if (n > 0 && q35_session_eval(sess, s->prompt + s->n_eval, n, last ? row : NULL, 0, &err)) {
-        seq_fail(S, s, err.msg);
-        return;
-    }
-    s->n_eval += n;
-    if (s->n_eval == turn && turn < snap_at && r->api.cache_prompt && s->choice % r->api.n == 0)
-        q35_prefix_cache_store(&S->cache, sess, s->prompt, turn, r->api.spans, r->api.n_spans, q35_salt_hash(r->api.cache_salt));
-    if (s->n_eval == snap_at) prompt_snapshot(S, s, sess);
-    if (!last) return;
-    pthread_mutex_lock(&r->mu);
-    r->n_started++;
-    pthread_mutex_unlock(&r->mu);
-    s->state = SEQ_DECODE;
-    seq_begin(S, s, row);
-}
 
 /* One step for every decoding sequence in one batch (the weights are read
  * once for all their rows); each yields 1..k+1 tokens, sent in order. */
@@ -449,7 +276,7 @@ static void decode_step(q35_sched *S, seq **list, int n) {
     }
     q35_error err;
     if (q35_generation_batch_step(S->batch_gen, n, S->batch_out, &err)) {
-        for (int i = 0; i < n; i++) seq_fail(S, list[i], err.msg);
+        for (int i = 0; i < n; i++) q35_seq_fail(S, list[i], err.msg);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -534,28 +361,6 @@ bool q35_sched_submit(q35_sched *S, q35_task *r) {
     return true;
 }
 
-/* The free slot for s: the one whose warm history s extends the furthest,
- * else an empty one, else the least recently used; -1 when none is free. */
-static int pick_slot(q35_sched *S, const seq *s) {
-    int best = -1, empty = -1, lru = -1;
-    int32_t best_n = 0;
-    uint64_t salt = q35_salt_hash(s->req->api.cache_salt);
-    for (int i = 0; i < S->n_slots; i++) {
-        if (S->slots[i]) continue;
-        const warm_slot *w = &S->warm[i];
-        int32_t n = 0;
-        const int32_t *held = w->held ? q35_session_tokens(S->sessions[i], &n) : NULL;
-        if (!held || !n) { if (empty < 0) empty = i; continue; }
-        if (lru < 0 || w->last_used < S->warm[lru].last_used) lru = i;
-        if (s->req->api.cache_prompt && w->cacheable && w->salt == salt && n < s->n_prompt && n > best_n &&
-            !memcmp(held, s->prompt, sizeof *s->prompt * (size_t)n) &&
-            q35_image_spans_agree(w->spans, w->n_spans, s->req->api.spans, s->req->api.n_spans, n)) {
-            best = i;
-            best_n = n;
-        }
-    }
-    return best >= 0 ? best : empty >= 0 ? empty : lru;
-}
 
 /* Under S->mu: is any later waiting sequence from the same request? */
 static bool more_waiting_of(q35_sched *S, const q35_task *r) {
@@ -576,7 +381,7 @@ static void *sched_main(void *arg) {
             pthread_cond_wait(&S->cv, &S->mu);
         }
         for (int k = 0; k < S->n_slots && S->wait_head; k++) {
-            int i = pick_slot(S, S->wait_head);
+            int i = q35_sched_pick_slot(S, S->wait_head);
             if (i < 0) break;
             seq *s = S->wait_head;
             S->wait_head = s->next;
@@ -626,7 +431,7 @@ static void *sched_main(void *arg) {
         }
 
         for (int i = 0; i < S->n_slots; i++)
-            if (S->slots[i] && S->slots[i]->state == SEQ_PREFILL) seq_prefill(S, S->slots[i]);
+            if (S->slots[i] && S->slots[i]->state == SEQ_PREFILL) q35_seq_prefill(S, S->slots[i]);
 
         int nb = 0;
         for (int i = 0; i < S->n_slots; i++)

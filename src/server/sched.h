@@ -49,6 +49,7 @@ typedef struct q35_task {
     int32_t **prompt_ids;      /* (api.n_prompts) tokenized prompts */
     int32_t *prompt_len;
     int32_t *max_tokens;       /* per prompt, resolved */
+    q35_image_embeds **embeds; /* (api.n_images) the images encoded by the scheduler when the first choice starts; NULL before */
     int32_t n_choices;         /* n_prompts * n */
     q35_event *ev;             /* appended by the scheduler */
     size_t n_ev, cap_ev;

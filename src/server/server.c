@@ -11,6 +11,7 @@
  * Everything lives in one q35_server on its stack. */
 #include "server/context.h"
 #include "server/http.h"
+#include "media/image.h"
 #include "base/util.h"
 
 #include <signal.h>
@@ -59,13 +60,20 @@ static int media_setup(q35_server *srv, bool *vision, int32_t *max_images) {
     }
     q35_media_policy mp = {.allowed_domains = C->allowed_media_domains, .allowed_local_path = C->allowed_local_media_path,
                            .timeout_s = C->media_fetch_timeout_s, .max_redirects = -1};
-    if (q35_image_loader_init(&srv->images, C->model_path, &mp, C->max_image_pixels, vision, msg, sizeof msg)) {
+    int64_t max_pixels = C->max_image_pixels > 0 ? C->max_image_pixels : Q35_IMAGE_DEFAULT_MAX_PIXELS;
+    if (q35_image_loader_init(&srv->images, C->model_path, &mp, max_pixels, vision, msg, sizeof msg)) {
         fprintf(stderr, "qwen35 serve: %s\n", msg);
         return 1;
     }
+    int32_t pad = q35_image_pad_id(srv->tok), image_id = q35_engine_image_token(srv->engine);
+    if (*vision && (pad < 0 || pad != image_id)) { /* the prompt's placeholder must be the id the engine places images at */
+        fprintf(stderr, "qwen35 serve: image input is off: config.json's image_token_id (%d) is not the tokenizer's "
+                        "<|image_pad|> (%d)\n", image_id, pad);
+        *vision = false;
+    }
     if (*vision)
         fprintf(stderr, "qwen35 serve: image input: up to %d per prompt, at most %lld decoded pixels each; URLs from %s; "
-                        "files from %s\n", *max_images, (long long)C->max_image_pixels, C->allowed_media_domains && *C->allowed_media_domains ? C->allowed_media_domains : "no domain",
+                        "files from %s\n", *max_images, (long long)max_pixels, C->allowed_media_domains && *C->allowed_media_domains ? C->allowed_media_domains : "no domain",
                 C->allowed_local_media_path && *C->allowed_local_media_path ? C->allowed_local_media_path : "nowhere");
     return 0;
 }

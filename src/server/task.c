@@ -35,6 +35,8 @@ void q35_task_release(q35_task *t) {
     free(t->ev);
     for (int32_t i = 0; t->prompt_ids && i < t->api.n_prompts; i++) free(t->prompt_ids[i]);
     free(t->prompt_ids);
+    for (int32_t k = 0; t->embeds && k < t->api.n_images; k++) q35_image_embeds_free(t->embeds[k]);
+    free(t->embeds);
     free(t->prompt_len);
     free(t->max_tokens);
     free(t->prompt_ready);

@@ -4,10 +4,11 @@ server on loopback (allowed and refused domains, redirects, failures,
 time-outs, sizes), file:// URLs inside and outside --allowed-local-media-path,
 --limit-mm-per-prompt, and every refusal with its 400 naming the part.
 
-The engine does not run the vision tower yet, so a valid image request is
-answered 501 after its images were fetched, decoded and processed; /tokenize
-shows what the prompt then holds: each image's placeholder widened to its
-merged patch count. The model is the tiny random one with a byte-level
+A valid image request is answered (its images fetched, decoded, processed,
+then encoded by the tiny model's vision tower; what the answers hold is
+checked against transformers in test_serve_vision.py); /tokenize and usage
+show what the prompt holds: each image's placeholder widened to its merged
+patch count. The model is the tiny random one with a byte-level
 tokenizer (serve_util.make_text_model) and a preprocessor_config.json that
 keeps the images small (256 to 4096 pixels, patch 4, merge 2: 64 pixels a
 token)."""
@@ -134,6 +135,11 @@ def origin():
 def model(tmp_path_factory):
     d = make_text_model(tmp_path_factory.mktemp("vision"))
     (d / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR))
+    # the tower places images at the tokenizer's <|image_pad|> (the checkpoint's id is the real vocabulary's)
+    added = json.loads((d / "tokenizer.json").read_text())["added_tokens"]
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["image_token_id"] = next(t["id"] for t in added if t["content"] == "<|image_pad|>")
+    (d / "config.json").write_text(json.dumps(cfg))
     return d
 
 
@@ -172,11 +178,17 @@ def refused(client, messages, status=400, **kw):
     return err.get("message", ""), err.get("param")
 
 
-def not_available(client, messages, **kw):
-    """A valid image request: 501 after its images were read and processed."""
-    msg, param = refused(client, messages, status=501, **kw)
-    assert "image input is not available in this build yet" in msg, msg
-    return msg
+def answered(client, messages, **kw):
+    """A valid image request: answered; its usage (the last chunk's, streamed)."""
+    if kw.get("stream"):
+        kw["stream_options"] = {"include_usage": True}
+    r = client.chat.completions.create(model="Qwen/Qwen3.5-9B", messages=messages, max_tokens=4, **kw)
+    if not kw.get("stream"):
+        assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens >= 1, r
+        return r.usage
+    chunks = list(r)
+    assert any(c.choices and c.choices[0].finish_reason in ("stop", "length") for c in chunks), chunks
+    return chunks[-1].usage
 
 
 def count(srv, messages):
@@ -191,15 +203,13 @@ def test_a_data_url_image_is_processed_and_counted_as_its_merged_patches(srv, cl
     n = image_tokens(53, 37)
     # the template's <|vision_start|><|image_pad|><|vision_end|>, the pad widened to n
     assert count(srv, one) == text_only + 2 + n
-    msg = not_available(client, one)
-    assert f"{n} image tokens" in msg, msg
+    assert answered(client, one).prompt_tokens == text_only + 2 + n
     # the bare-string form and detail, and two images in one message
     two = user({"type": "image_url", "image_url": data_url(PNG, "image/png")},
                {"type": "image_url", "image_url": {"url": data_url(JPEG), "detail": "high"}})
     assert count(srv, two) == text_only + 4 + image_tokens(40, 64) + n
-    not_available(client, two)
-    # streaming gets the same answer before any chunk
-    not_available(client, one, stream=True)
+    assert answered(client, two).prompt_tokens == text_only + 4 + image_tokens(40, 64) + n
+    assert answered(client, one, stream=True).prompt_tokens == text_only + 2 + n
 
 
 def test_line_wrapped_and_unpadded_base64_is_taken(srv):
@@ -246,7 +256,7 @@ def test_malformed_parts_too_many_images_and_video_are_refused(client):
 def test_an_image_url_on_an_allowed_domain_is_fetched(srv, client, origin):
     fetched = user(image_part(origin + "/img.jpg"))
     assert count(srv, fetched) == count(srv, user(image_part(data_url(JPEG))))
-    not_available(client, fetched)
+    answered(client, fetched)
     # a redirect that stays on an allowed domain is followed
     assert count(srv, user(image_part(origin + "/redirect-ok"))) == count(srv, fetched)
 
@@ -279,7 +289,7 @@ def test_a_fetch_that_outlasts_the_timeout_is_refused(client, origin):
 def test_file_urls_only_inside_the_allowed_path(srv, client, media):
     inside = user(image_part("file://" + str(media / "in.jpg")))
     assert count(srv, inside) == count(srv, user(image_part(data_url(JPEG))))
-    not_available(client, inside)
+    answered(client, inside)
     for path in (media.parent / "out.jpg", media / "escape.jpg", media / ".." / "out.jpg"):
         msg, _ = refused(client, user(image_part("file://" + str(path))))
         assert "must be a subpath of --allowed-local-media-path" in msg, (path, msg)
@@ -295,14 +305,14 @@ def test_without_the_flags_urls_and_files_are_refused(model, media, origin):
         msg, _ = refused(c, user(image_part("file://" + str(media / "in.jpg"))))
         assert "cannot load local files without --allowed-local-media-path" in msg
         # the default limit (16) takes three images
-        not_available(c, user(*[image_part(data_url(JPEG))] * 3))
+        answered(c, user(*[image_part(data_url(JPEG))] * 3))
 
 
 def test_vllm_style_domain_list_and_bad_limits_at_start_up(model, origin):
     # the hosts as separate arguments, as vLLM's command line writes them
     with Server(model, "--allowed-media-domains", "example.com", "127.0.0.1", "--limit-mm-per-prompt", '{"image": 1}') as s:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-        not_available(c, user(image_part(origin + "/img.jpg")))
+        answered(c, user(image_part(origin + "/img.jpg")))
         msg, _ = refused(c, user(image_part(origin + "/img.jpg"), image_part(data_url(JPEG))))
         assert "at most 1 image(s)" in msg
     for bad in ('{"image": -1}', '[1]', '{"picture": 1}', '{"image": "2"}'):
