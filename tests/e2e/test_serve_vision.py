@@ -172,3 +172,40 @@ def test_the_same_text_with_another_image_reuses_nothing_past_the_image(srv, cli
         c = client_of(cold)
         assert ids(chat(c, ask("exif3_40x24.jpg")).choices[0]) == ids(b.choices[0])
         assert ids(chat(c, ask("exif2_40x24.jpg")).choices[0]) == ids(a.choices[0])
+
+
+def copy_model(src, dst):
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).symlink_to(f)
+    return dst
+
+
+def test_a_checkpoint_whose_pieces_disagree_is_refused_with_the_reason(tmp_path):
+    src = MODELS / "vl-a"
+    # config.json's image_token_id is not the tokenizer's <|image_pad|>: image input is off
+    d = copy_model(src, tmp_path / "ids")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["image_token_id"] = 7
+    (d / "config.json").unlink()
+    (d / "config.json").write_text(json.dumps(cfg))
+    _, messages = golden("vl-a.one")
+    with Server(d) as s:
+        assert any("image input is off: config.json's image_token_id (7) is not the tokenizer's <|image_pad|> (299)" in l
+                   for l in s.log), s.log
+        with pytest.raises(openai.BadRequestError) as e:
+            chat(client_of(s), messages)
+        assert "takes no image input" in str(e.value)
+    # a processor whose patches are not the tower's: the request fails with the tower's reason, the server goes on
+    d = copy_model(src, tmp_path / "patch")
+    pre = json.loads((src / "preprocessor_config.json").read_text())
+    pre["patch_size"] = 8
+    (d / "preprocessor_config.json").unlink()
+    (d / "preprocessor_config.json").write_text(json.dumps(pre))
+    with Server(d) as s:
+        c = client_of(s)
+        with pytest.raises(openai.InternalServerError) as e:
+            chat(c, messages)
+        assert "the images could not be encoded" in str(e.value), str(e.value)
+        r = chat(c, [{"role": "user", "content": "hi"}], max_tokens=2)
+        assert r.usage.completion_tokens == 2
