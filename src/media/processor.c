@@ -12,13 +12,19 @@
 
 struct q35_image_processor {
     q35_vision_proc p;
+    int64_t max_pixels; /* decoded width * height */
 };
+
+void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_pixels) {
+    p->max_pixels = max_pixels > 0 ? max_pixels : Q35_IMAGE_MAX_DECODED_PIXELS;
+}
 
 q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, q35_error *err) {
     *out = NULL;
     q35_image_processor *ip = calloc(1, sizeof *ip);
     if (!ip) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     q35_vision_proc_defaults(&ip->p);
+    ip->max_pixels = Q35_IMAGE_MAX_DECODED_PIXELS;
     char path[4096];
     struct stat sb;
     snprintf(path, sizeof path, "%s/preprocessor_config.json", dir ? dir : ".");
@@ -44,7 +50,7 @@ q35_status q35_image_process(const q35_image_processor *p, const void *data, siz
     memset(out, 0, sizeof *out);
     if (!data || !len) return q35_fail(err, Q35_ERR_FORMAT, "image: no bytes");
     q35_image img = {0};
-    q35_status st = q35_image_decode(data, len, Q35_IMAGE_MAX_DECODED_PIXELS, &img, err);
+    q35_status st = q35_image_decode(data, len, p->max_pixels, &img, err);
     if (st) return st;
     q35_vision_input in = {0};
     st = q35_vision_preprocess(&p->p, &img, &in, err);
