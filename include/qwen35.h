@@ -542,16 +542,16 @@ void q35_image_pixels_free(q35_image_pixels *px); /* frees pixel_values; px itse
 typedef struct q35_image_processor q35_image_processor;
 q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, q35_error *err);
 void q35_image_processor_free(q35_image_processor *p);
-/* Decodes len bytes (sniffed; images over Q35_IMAGE_MAX_DECODED_PIXELS are
- * refused before their pixels are allocated) and preprocesses them as
- * transformers' Qwen2VLImageProcessor does (EXIF orientation, smart resize,
- * bicubic, normalisation). */
-#define Q35_IMAGE_MAX_DECODED_PIXELS ((int64_t)1 << 28)
+/* Decodes len bytes (sniffed; an image declaring more pixels than the
+ * processor's limit is refused before its pixels are allocated) and
+ * preprocesses them as transformers' Qwen2VLImageProcessor does (EXIF
+ * orientation, smart resize, bicubic, normalisation). */
+#define Q35_IMAGE_MAX_DECODED_PIXELS ((int64_t)1 << 26) /* the default limit: 8192 x 8192 */
+/* The decoded-pixel limit (width * height) of later q35_image_process calls
+ * (not concurrent with them); <= 0 restores the default. */
+void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_pixels);
 q35_status q35_image_process(const q35_image_processor *p, const void *data, size_t len, q35_image_pixels *out,
                              q35_error *err);
-/* Lowers the decoded size q35_image_process takes (a server's
- * --max-image-pixels); call before the processor is shared. */
-void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_decoded_pixels);
 /* The <|image_pad|> tokens an image of px takes once encoded (merged
  * patches: n_patches / merge_size^2), known before the tower runs. */
 int32_t q35_image_processor_tokens(const q35_image_processor *p, const q35_image_pixels *px);

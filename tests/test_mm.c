@@ -384,6 +384,17 @@ TEST(mm, processor_refuses_bytes_that_are_not_an_image) {
     CHECK(q35_image_process(p, "not an image", 12, &px, &err) != Q35_OK);
     CHECK(px.pixel_values == NULL);
     CHECK(q35_image_process(p, "", 0, &px, &err) == Q35_ERR_FORMAT);
+    /* the decoded-pixel limit: a 37x53 image passes 1961 pixels, not 1960 */
+    size_t len = 0;
+    char *jpg = test_slurp(q35_test_path("images/rgb_37x53.jpg"), &len);
+    REQUIRE(jpg);
+    q35_image_processor_set_max_pixels(p, 37 * 53);
+    CHECK(q35_image_process(p, jpg, len, &px, &err) == Q35_OK);
+    q35_image_pixels_free(&px);
+    q35_image_processor_set_max_pixels(p, 37 * 53 - 1);
+    CHECK(q35_image_process(p, jpg, len, &px, &err) != Q35_OK);
+    CHECK(px.pixel_values == NULL);
+    free(jpg);
     q35_image_processor_free(p);
     /* a broken preprocessor_config.json names its file */
     const char *dir = q35_test_tmpdir();

@@ -14,8 +14,12 @@
 
 struct q35_image_processor {
     q35_vision_proc p;
-    int64_t max_decoded;       /* the decoder's limit on a declared size */
+    int64_t max_pixels; /* decoded width * height */
 };
+
+void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_pixels) {
+    p->max_pixels = max_pixels > 0 ? max_pixels : Q35_IMAGE_MAX_DECODED_PIXELS;
+}
 
 /* config.json's vision_config sizes (the tower's own), for a checkpoint
  * without a preprocessor_config.json; none there: the defaults stay. */
@@ -37,7 +41,7 @@ q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, 
     q35_image_processor *ip = calloc(1, sizeof *ip);
     if (!ip) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     q35_vision_proc_defaults(&ip->p);
-    ip->max_decoded = Q35_IMAGE_MAX_DECODED_PIXELS;
+    ip->max_pixels = Q35_IMAGE_MAX_DECODED_PIXELS;
     if (dir) tower_sizes(dir, &ip->p);
     char path[4096];
     struct stat sb;
@@ -59,11 +63,6 @@ q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, 
 
 void q35_image_processor_free(q35_image_processor *p) { free(p); }
 
-void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_decoded_pixels) {
-    p->max_decoded = max_decoded_pixels > 0 && max_decoded_pixels < Q35_IMAGE_MAX_DECODED_PIXELS ? max_decoded_pixels
-                                                                                                  : Q35_IMAGE_MAX_DECODED_PIXELS;
-}
-
 int32_t q35_image_processor_tokens(const q35_image_processor *p, const q35_image_pixels *px) {
     return (int32_t)(px->n_patches / ((int64_t)p->p.merge_size * p->p.merge_size));
 }
@@ -73,7 +72,7 @@ q35_status q35_image_process(const q35_image_processor *p, const void *data, siz
     memset(out, 0, sizeof *out);
     if (!data || !len) return q35_fail(err, Q35_ERR_FORMAT, "image: no bytes");
     q35_image img = {0};
-    q35_status st = q35_image_decode(data, len, p->max_decoded, &img, err);
+    q35_status st = q35_image_decode(data, len, p->max_pixels, &img, err);
     if (st) return st;
     q35_vision_input in = {0};
     st = q35_vision_preprocess(&p->p, &img, &in, err);
