@@ -265,6 +265,33 @@ TEST(prefix_cache, image_spans_agree_only_for_the_same_images_at_the_same_places
     CHECK_EQ_INT(q35_image_spans_before(a, 2, 99), 2);
 }
 
+/* A session's history holds image rows as the engine's tags, a prompt as
+ * pads: agreeing images' rows are not compared, every other id is. */
+TEST(prefix_cache, a_history_agrees_with_a_prompt_across_its_images_only) {
+    enum { P = 9 };
+    const int32_t prompt[] = {1, 2, P, P, P, 3, P, P, 4, 5};
+    int32_t held[] = {1, 2, -7, -7, -7, 3, -8, -8, 4, 5};
+    q35_image_span sp[2] = {{.pos = 2, .len = 3}, {.pos = 6, .len = 2}};
+    memset(sp[0].sha256, 1, 32);
+    memset(sp[1].sha256, 2, 32);
+    CHECK(q35_prefix_agrees(held, 10, sp, 2, prompt, sp, 2));
+    CHECK(q35_prefix_agrees(held, 6, sp, 1, prompt, sp, 2)); /* before the second image: only the first is held */
+    CHECK(q35_prefix_agrees(prompt, 10, sp, 2, prompt, sp, 2));
+    held[5] = 33; /* text between the images differs */
+    CHECK(!q35_prefix_agrees(held, 10, sp, 2, prompt, sp, 2));
+    CHECK(q35_prefix_agrees(held, 5, sp, 1, prompt, sp, 2));
+    held[5] = 3;
+    held[9] = 6; /* the tail differs */
+    CHECK(!q35_prefix_agrees(held, 10, sp, 2, prompt, sp, 2));
+    CHECK(q35_prefix_agrees(held, 9, sp, 2, prompt, sp, 2));
+    q35_image_span other[2];
+    memcpy(other, sp, sizeof sp);
+    other[1].sha256[0] ^= 1; /* the second image is another */
+    CHECK(!q35_prefix_agrees(held, 9, other, 2, prompt, sp, 2));
+    CHECK(q35_prefix_agrees(held, 6, other, 2, prompt, sp, 2));
+    CHECK(!q35_prefix_agrees(held, 9, NULL, 0, prompt, sp, 2)); /* a text history never stands for images */
+}
+
 TEST(prefix_cache, a_state_after_an_image_is_found_only_for_the_same_image) {
     golden g;
     q35_engine *e = golden_engine("tiny-c", &g);
