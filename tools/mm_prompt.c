@@ -1,15 +1,16 @@
 /* mm_prompt.c: image prompts for the programs (cli.h cli_mm_prompt): a chat
  * request's image parts or --image files, through the public image API
- * (qwen35.h "Images"): bytes -> q35_image_process -> one
+ * (qwen35.h "Images"): bytes (src/media's q35_media_load) -> q35_image_process -> one
  * q35_engine_encode_images call -> q35_engine_expand_images. */
 #include "cli.h"
+#include "media/source.h"
 #include "qwen35.h"
 
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void cli_mm_prompt_free(cli_mm_prompt *p) {
     for (int32_t i = 0; i < p->n_images; i++) q35_image_embeds_free(p->images[i]);
@@ -18,56 +19,28 @@ void cli_mm_prompt_free(cli_mm_prompt *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* "data:[mime][;base64],PAYLOAD" -> bytes (malloc'd) */
-static char *data_url(const char *url, size_t *len, const char *prog) {
-    const char *comma = strchr(url, ',');
-    if (!comma || !strstr(url, ";base64") || strstr(url, ";base64") > comma) {
-        fprintf(stderr, "%s: a data: URL must be base64 (data:image/...;base64,...)\n", prog);
-        return NULL;
-    }
-    const char *b64 = comma + 1;
-    size_t n = strlen(b64);
-    if (n == 0 || n % 4 || n > ((size_t)1 << 30)) {
-        fprintf(stderr, "%s: the data: URL's base64 payload is empty or not a multiple of 4 characters\n", prog);
-        return NULL;
-    }
-    unsigned char *out = malloc(n / 4 * 3 + 1);
-    int got = out ? EVP_DecodeBlock(out, (const unsigned char *)b64, (int)n) : -1;
-    if (got < 0) {
-        fprintf(stderr, "%s: the data: URL's payload is not valid base64\n", prog);
-        free(out);
-        return NULL;
-    }
-    size_t pad = (b64[n - 1] == '=') + (b64[n - 2] == '=');
-    *len = (size_t)got - pad;
-    return (char *)out;
-}
-
-/* An image source's bytes: a data: URL, file://PATH, or a path (relative
- * paths against base_dir when it is given). */
+/* An image source's bytes (malloc'd) through the media layer's
+ * q35_media_load, the server's road: a data: URL (its strict base64 form),
+ * file://PATH, or a path (relative paths against base_dir when it is
+ * given), anywhere the user can read; http(s) is not fetched here. */
 static char *source_bytes(const char *src, const char *base_dir, size_t *len, const char *prog) {
-    if (!strncmp(src, "data:", 5)) return data_url(src, len, prog);
-    if (!strncmp(src, "http://", 7) || !strncmp(src, "https://", 8)) {
+    if (!strncasecmp(src, "http://", 7) || !strncasecmp(src, "https://", 8)) {
         fprintf(stderr, "%s: image URL '%.80s' is not fetched here: give a data: URL or a file path\n", prog, src);
         return NULL;
     }
-    if (!strncmp(src, "file://", 7)) src += 7;
     char path[4096];
-    if (src[0] != '/' && base_dir && *base_dir) snprintf(path, sizeof path, "%s/%s", base_dir, src);
-    else snprintf(path, sizeof path, "%s", src);
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n = -1;
-    if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) && (buf = malloc((size_t)n + 1)) &&
-        fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        fclose(f);
-        *len = (size_t)n;
-        return buf;
+    if (strncasecmp(src, "data:", 5) && !strstr(src, "://") && src[0] != '/' && base_dir && *base_dir) {
+        snprintf(path, sizeof path, "%s/%s", base_dir, src);
+        src = path;
     }
-    fprintf(stderr, "%s: cannot read image '%s'\n", prog, path);
-    if (f) fclose(f);
-    free(buf);
-    return NULL;
+    const q35_media_policy everywhere = {.allowed_local_path = "/", .max_redirects = -1};
+    uint8_t *bytes = NULL;
+    q35_error err = {0};
+    if (q35_media_load(&everywhere, src, &bytes, len, &err)) {
+        fprintf(stderr, "%s: cannot read image '%.80s': %s\n", prog, src, err.msg);
+        return NULL;
+    }
+    return (char *)bytes;
 }
 
 int cli_mm_encode(q35_engine *e, const char *model_dir, const char *const *sources, int32_t n_sources,

@@ -117,8 +117,8 @@ def test_bad_image_input_fails_with_a_message_naming_it(tmp_path):
         return p.stderr.decode()
 
     assert "no vision tower" in logits_with(str(IMAGES / "rgb_37x53.jpg"), text_only_model(tmp_path))
-    assert "not valid base64" in logits_with("data:image/png;base64,@@@@")
-    assert "must be base64" in logits_with("data:image/png,abc")
+    assert "bad base64 in the data: URL: invalid base64 character '@'" in logits_with("data:image/png;base64,@@@@")
+    assert "only base64 data: URLs are supported" in logits_with("data:image/png,abc")
     assert "cannot read image" in logits_with("no-such-file.png")
     assert "not fetched here" in logits_with("https://example.com/a.png")
     (tmp_path / "junk.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
