@@ -140,8 +140,10 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         if (!line[0]) continue;
-        json_t *content = json_string(line);
-        if (n_images && !has_user(messages)) {
+        json_t *content;
+        if (!n_images || has_user(messages)) {
+            content = json_string(line);
+        } else {
             content = json_array();
             for (int i = 0; i < n_images; i++) json_array_append_new(content, json_pack("{s:s}", "type", "image"));
             json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", line));
