@@ -58,6 +58,39 @@ def test_k8s_manifests_parse_and_agree():
     assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
 
 
+def containerfile_stages():
+    """The Debian packages each stage of the Containerfile installs."""
+    stages = []
+    for chunk in (ROOT / "Containerfile").read_text().split("\nFROM ")[1:]:
+        pkgs = set()
+        for cmd in re.findall(r"apt-get install ([^&]*)", chunk.replace("\\\n", " ")):
+            pkgs |= {w for w in cmd.split() if not w.startswith("-")}
+        stages.append(pkgs)
+    return stages
+
+
+def test_containerfile_installs_what_the_build_links():
+    """The build stage has every -dev package scripts/install-deps.sh names
+    (the link line needs them), and the runtime stage the package of each
+    library the Makefile links, found as dpkg owns the .so the -dev package
+    points to (so a library added to LDLIBS cannot be forgotten there)."""
+    build, runtime = containerfile_stages()
+    deps = re.search(r"APT_PKGS=\(([^)]*)\)", (ROOT / "scripts" / "install-deps.sh").read_text()).group(1).split()
+    assert {"build-essential", "pkg-config"} <= build
+    assert {p for p in deps if p.endswith("-dev")} <= build, {p for p in deps if p.endswith("-dev")} - build
+    ldlibs = re.search(r"^LDLIBS\s*\+?=(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    libs = [f[2:] for f in ldlibs if f.startswith("-l") and f not in ("-lpthread", "-lm")]
+    if shutil.which("dpkg") is None:
+        pytest.skip("no dpkg here to map libraries to packages")
+    for lib in libs:
+        so = pathlib.Path(f"/usr/lib/x86_64-linux-gnu/lib{lib}.so")
+        if not so.exists():
+            pytest.skip(f"{so} missing (scripts/install-deps.sh)")
+        owner = subprocess.run(["dpkg", "-S", str(so.resolve())], capture_output=True, text=True, check=True)
+        pkg = owner.stdout.split(":")[0]
+        assert pkg in runtime, f"-l{lib} is {pkg}, which the Containerfile's runtime stage lacks"
+
+
 def ask(port, session, prompt, timeout=30, **extra):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     body = {"prompt": prompt, "max_tokens": 2, "temperature": 0, **extra}
