@@ -105,6 +105,7 @@ void q35_http_wait(q35_task *t) {
 }
 
 static bool answer_raw(q35_server *srv, int fd, int status, const char *msg);
+static const char head_too_large[] = "the request head (request line and headers) is over this server's limit of %d bytes";
 
 static enum MHD_Result add_size(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     (void)kind;
@@ -112,10 +113,11 @@ static enum MHD_Result add_size(void *cls, enum MHD_ValueKind kind, const char *
     return MHD_YES;
 }
 
-/* The request head's size, as sent less any spaces the library dropped. */
+/* The request head's size, as sent less any spaces the library dropped
+ * (the query's arguments counted like headers). */
 static size_t head_size(struct MHD_Connection *c, const char *url, const char *method) {
     size_t n = strlen(method) + strlen(url) + 12; /* two spaces, "HTTP/1.1", CRLF */
-    MHD_get_connection_values(c, MHD_HEADER_KIND, add_size, &n);
+    MHD_get_connection_values(c, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND, add_size, &n);
     return n + 2;
 }
 
@@ -132,8 +134,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (head_size(c, url, method) > Q35_HEAD_LIMIT) {
             /* the library's memory left after such a head may not hold its answer's headers: written here */
             char msg[200];
-            snprintf(msg, sizeof msg, "the request head (request line and headers) is over this server's limit of %d bytes",
-                     Q35_HEAD_LIMIT);
+            snprintf(msg, sizeof msg, head_too_large, Q35_HEAD_LIMIT);
             answer_raw(srv, q35_http_fd(c), 431, msg);
             return MHD_NO;
         }
@@ -195,8 +196,7 @@ static void protocol_error_message(int status, const char *page, char *msg, size
         break;
     case 414:
     case 431:
-        snprintf(msg, cap, "the request head (request line and headers) is over this server's limit of %d bytes",
-                 Q35_HEAD_LIMIT);
+        snprintf(msg, cap, head_too_large, Q35_HEAD_LIMIT);
         break;
     case 505: snprintf(msg, cap, "HTTP version not supported (use HTTP/1.1 or HTTP/1.0)"); break;
     default: snprintf(msg, cap, "the server could not read the request"); break;

@@ -110,6 +110,11 @@ def test_a_long_target_on_a_kept_alive_connection_is_414_json(srv):
     assert "request head" in check_json_error(raw, 414)
 
 
+def test_a_long_query_on_a_kept_alive_connection_counts_towards_the_head(srv):
+    raw = exchange(srv, b"GET /health?x=" + b"a" * (HEAD_LIMIT + 100) + b" HTTP/1.1\r\nHost: x\r\n\r\n", first=GOOD)
+    assert "request head" in check_json_error(raw, 431)
+
+
 def test_a_line_without_a_space_on_a_kept_alive_connection_is_closed_unanswered(srv):
     """The one case left (docs/serving.md): libmicrohttpd 0.9.75 closes the
     connection there without a page and without telling the server, so
