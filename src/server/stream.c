@@ -83,7 +83,12 @@ static void stream_event(stream_state *st, const q35_event *e) {
             ch = json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", c, "delta", "role", "assistant", "content", "", "logprobs", "finish_reason");
         else if (r->api.echo) {
             char *t = q35_echo_text(r, c / r->api.n);
-            ch = json_pack("{s:i, s:s, s:n, s:n}", "index", c, "text", t ? t : "", "logprobs", "finish_reason");
+            json_t *lp = json_null();
+            if (r->api.logprobs >= 0 && r->prompt_lp) {
+                lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+                q35_prompt_logprobs_add(st->srv->tok, lp, r, c / r->api.n);
+            }
+            ch = json_pack("{s:i, s:s, s:o, s:n}", "index", c, "text", t ? t : "", "logprobs", lp, "finish_reason");
             st->text_off[c] += t ? strlen(t) : 0;
             free(t);
         }
