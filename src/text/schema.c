@@ -545,10 +545,12 @@ static bool raw_ok(const char *v) {
  * written raw, as the tool-call parser reads it back by the schema's type. */
 static int param_value(cctx *c, const json_t *ps, const char *path) {
     char p[512];
-    const char *type = json_string_value(json_object_get(ps, "type"));
+    /* a $ref (a nested model's $defs) counts by its target's type, as the tool-call parser reads it */
+    const json_t *res = q35_schema_resolve(c->root, ps);
+    const char *type = json_string_value(json_object_get(res, "type"));
     sub(p, sizeof p, path, ".type");
     if (!type) return fail(c, p, "a forced tool call needs each required parameter's 'type', one name");
-    int id = compile(c, ps, path);
+    int id = compile(c, strcmp(type, "string") ? ps : res, path); /* a string's node becomes raw: one of its own */
     if (id == IMPOSSIBLE) return fail(c, path, "the parameter has no value within %d levels of nesting", Q35_SCHEMA_DEPTH - 1);
     if (id < 0 || strcmp(type, "string")) return id;
     q35_schema_node *d = &c->s->node[id];

@@ -280,6 +280,14 @@ TOOLS = [
         {"query": s(6, lo=1), "filters": obj({"lang": {"enum": ["en", "fr"]}, "max": INT}), "tags": arr(s(3), hi=2),
          "score": NUM, "opt": {"type": "string"}}, req=["query", "filters", "tags", "score"])}},
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+    # pydantic's shape for nested models: $defs and $refs, and bounds
+    {"type": "function", "function": {"name": "book", "parameters": {
+        "$defs": {"Addr": obj({"city": s(6), "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}),
+                  "Unit": {"type": "string", "enum": ["room", "suite"]}},
+        "type": "object", "properties": {"to": {"$ref": "#/$defs/Addr"}, "unit": {"$ref": "#/$defs/Unit"},
+                                         "nights": {"type": "integer", "minimum": 1, "maximum": 14},
+                                         "when": {"type": "string", "maxLength": 10}},
+        "required": ["to", "unit", "nights", "when"]}}},
 ]
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
@@ -290,7 +298,7 @@ def forced(client, choice, **kw):
     return r.choices[0]
 
 
-@pytest.mark.parametrize("name", [None, "get_weather", "search", "now"])
+@pytest.mark.parametrize("name", [None, "get_weather", "search", "now", "book"])
 def test_tool_choice_forces_a_valid_tool_call(client, name):
     choice = "required" if name is None else {"type": "function", "function": {"name": name}}
     for kw in ({"temperature": 0}, {"temperature": 1, "seed": 5}, {"temperature": 1, "seed": 6}):
