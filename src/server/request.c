@@ -376,7 +376,8 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
 
     long long x = -1;
     /* with both, max_completion_tokens wins (as vLLM) */
-    if ((rc = get_int(root, "max_tokens", 1, INT32_MAX, &x, e))) return rc;
+    /* completions: 0 with echo scores the prompt alone (vLLM's echo without generation), checked below */
+    if ((rc = get_int(root, "max_tokens", kind == Q35_API_COMPLETION ? 0 : 1, INT32_MAX, &x, e))) return rc;
     if ((rc = get_int(root, "max_completion_tokens", 1, INT32_MAX, &x, e))) return rc;
     r->max_tokens = (int32_t)x;
     if ((rc = parse_logit_bias(json_object_get(root, "logit_bias"), lim, r, e))) return rc;
@@ -432,6 +433,8 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
         if ((rc = get_int(root, "logprobs", 0, lim->max_logprobs, &x, e))) return rc;
         r->logprobs = (int32_t)x;
         if ((rc = get_bool(root, "echo", &r->echo, e))) return rc;
+        if (r->max_tokens == 0 && !r->echo) return fail(e, 400, "max_tokens", "'max_tokens' must be at least 1 (0 only with 'echo')");
+        if (r->max_tokens == 0) { r->echo_only = true; r->max_tokens = 1; } /* one token is generated, none shown */
         x = r->echo ? r->logprobs : -1; /* vLLM: echo with logprobs returns the prompt's too */
         if ((rc = get_int(root, "prompt_logprobs", 0, lim->max_logprobs, &x, e))) return rc;
         r->prompt_logprobs = (int32_t)x;

@@ -4,6 +4,7 @@
  * envelopes, logprobs, usage, finish and stop reasons, chat deltas. Chat text
  * goes through the output parser into content, reasoning and tool calls. */
 #include "server/response.h"
+#include "server/decoder.h"
 #include "base/utf8.h"
 
 #include <stdio.h>
@@ -146,15 +147,30 @@ json_t *q35_stop_reason_json(const q35_event *e) {
     return json_null();
 }
 
-char *q35_echo_text(const q35_task *r, int32_t prompt_index) {
+char *q35_echo_text(const q35_tokenizer *tok, const q35_task *r, int32_t prompt_index) {
     q35_api_prompt *p = &r->api.prompts[prompt_index];
     if (p->text) return strdup(p->text);
-    size_t cap = (size_t)r->prompt_len[prompt_index] * 14 + 1, n = 0;
+    const int32_t *ids = r->prompt_ids[prompt_index];
+    int32_t n_ids = r->prompt_len[prompt_index];
+    q35_text_decoder *dec = tok ? q35_text_decoder_new(tok) : NULL;
+    size_t cap = (size_t)n_ids * 14 + 1, n = 0;
     char *s = malloc(cap);
-    if (!s) return NULL;
-    s[0] = 0;
-    for (int32_t i = 0; i < r->prompt_len[prompt_index]; i++)
-        n += (size_t)snprintf(s + n, cap - n, "<%d>", (int)r->prompt_ids[prompt_index][i]);
+    for (int32_t i = 0; s && i <= n_ids; i++) {
+        size_t k = 0;
+        const char *piece = NULL;
+        char b[16];
+        if (dec) piece = i < n_ids ? q35_text_decoder_feed(dec, ids[i], &k) : q35_text_decoder_flush(dec, &k);
+        else if (i < n_ids) k = (size_t)snprintf(b, sizeof b, "<%d>", (int)ids[i]), piece = b;
+        if (n + k + 1 > cap) {
+            char *ns = realloc(s, cap = 2 * (n + k + 1));
+            if (!ns) { free(s); s = NULL; break; }
+            s = ns;
+        }
+        if (k) memcpy(s + n, piece, k);
+        n += k;
+        s[n] = 0;
+    }
+    q35_text_decoder_free(dec);
     return s;
 }
 
@@ -217,7 +233,7 @@ json_t *q35_full_response(const q35_tokenizer *tok, const char *model, const q35
         char *text = NULL;
         size_t len = 0, cap = 0;
         if (r->api.echo) {
-            char *e = q35_echo_text(r, c / r->api.n);
+            char *e = q35_echo_text(tok, r, c / r->api.n);
             if (e) { len = strlen(e); cap = len + 1; text = e; }
         }
         json_t *lp = NULL, *ids = json_array();
@@ -229,6 +245,8 @@ json_t *q35_full_response(const q35_tokenizer *tok, const char *model, const q35
         for (size_t i = 0; i < r->n_ev; i++) {
             const q35_event *e = &r->ev[i];
             if (e->choice != c) continue;
+            if (e->finish) last = e;
+            if (r->api.echo_only) continue; /* the prompt alone is answered */
             if (e->token >= 0) {
                 json_array_append_new(ids, json_integer(e->token));
                 if (lp && chat) json_array_append_new(json_object_get(lp, "content"), q35_chat_logprob_entry(tok, e));
@@ -245,7 +263,6 @@ json_t *q35_full_response(const q35_tokenizer *tok, const char *model, const q35
                 len += e->len;
                 text[len] = 0;
             }
-            if (e->finish) last = e;
         }
         int fin = last ? last->finish : Q35_FIN_ERROR;
         json_t *ch;

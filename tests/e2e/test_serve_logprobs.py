@@ -183,3 +183,22 @@ def test_prompt_logprobs_without_echo_and_bad_values(srv, ref):
     status, r = srv.post("/v1/completions", {"model": NAME, "prompt": ids[:1], "max_tokens": 1, "echo": True, "logprobs": 1})
     assert status == 200 and r["choices"][0]["logprobs"]["token_logprobs"][0] is None
     assert r["choices"][0]["prompt_logprobs"] == [None]
+
+
+def test_max_tokens_zero_with_echo_scores_the_prompt_alone(client, srv, ref):
+    # lm-eval-harness's loglikelihood request: echo, logprobs, max_tokens 0 (vLLM's echo without generation)
+    ids, rows = ref
+    r = client.completions.create(model=NAME, prompt=TEXT, max_tokens=0, temperature=0, echo=True, logprobs=1)
+    c = r.choices[0]
+    lp = c.logprobs.model_dump()
+    assert c.text == TEXT and len(lp["tokens"]) == len(ids)
+    check_prompt_rows(srv, lp, ids, rows, 1)
+    body = {"model": NAME, "prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1, "stream": True}
+    status, _, raw = srv.request("POST", "/v1/completions", body)
+    assert status == 200
+    chunks = [json.loads(e) for e in sse_events(raw) if e != "[DONE]"]
+    assert "".join(ch["choices"][0]["text"] for ch in chunks) == TEXT
+    assert [t for ch in chunks for t in (ch["choices"][0]["logprobs"] or {}).get("tokens", [])] == lp["tokens"]
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop")
+    status, r = srv.post("/v1/completions", {"model": NAME, "prompt": ids, "max_tokens": 0})
+    assert status == 400 and r["error"]["param"] == "max_tokens", r
