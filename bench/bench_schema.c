@@ -46,8 +46,9 @@ static const char KW_SCHEMA[] =
     "\"when\":{\"type\":\"string\",\"format\":\"date-time\"},"
     "\"mail\":{\"type\":\"string\",\"format\":\"email\"},"
     "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120},"
-    "\"p\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1}},"
-    "\"required\":[\"code\",\"note\",\"when\",\"mail\",\"age\",\"p\"]}";
+    "\"p\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},"
+    "\"free\":{\"type\":\"string\",\"pattern\":\"end$\"}},"
+    "\"required\":[\"code\",\"note\",\"when\",\"mail\",\"age\",\"p\",\"free\"]}";
 static const char *const KW_PREFIXES[] = {
     "{\"code\": \"AB",
     "{\"code\": \"ABC-123\", \"note\": \"free text inside an unanchored pattern",
@@ -55,6 +56,9 @@ static const char *const KW_PREFIXES[] = {
     "{\"code\": \"ABC-123\", \"note\": \"ok\", \"when\": \"2024-05-01T12:30:00Z\", \"mail\": \"alice.b",
     "{\"code\": \"ABC-123\", \"note\": \"ok\", \"when\": \"2024-05-01T12:30:00Z\", \"mail\": \"a@b.org\", \"age\": 1",
     "{\"code\": \"ABC-123\", \"note\": \"ok\", \"when\": \"2024-05-01T12:30:00Z\", \"mail\": \"a@b.org\", \"age\": 12, \"p\": 0.",
+    /* no maxLength: the state comes back token after token, its mask from the schema's cache after the first */
+    "{\"code\": \"ABC-123\", \"note\": \"ok\", \"when\": \"2024-05-01T12:30:00Z\", \"mail\": \"a@b.org\", \"age\": 12, \"p\": 0.5, "
+    "\"free\": \"some text",
 };
 
 /* Each prefix's mask, timed; prints them and returns the mean (worst in *worst), -1 on a refused prefix. */

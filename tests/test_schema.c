@@ -251,10 +251,15 @@ TEST(schema, trie_mask_in_a_pattern_string_equals_feeding_each_token) {
     static const char *const words[] = {"a", "ab", "abc", "abca", "b", "c", "x", "xa", "\xc3\xa9", "a\xc3\xa9", "\xc3", "\xa9", "\"",
                                         "a\"", "\\", "\",\"", "\", \"u\":\"", "zab", "z", "\xe6\x97\xa5", "b\"}", " ", "}", "\x01"};
     q35_schema *s = compile("{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"string\",\"pattern\":\"^[a-c]+.?$\","
-                            "\"maxLength\":4},\"u\":{\"type\":\"string\",\"pattern\":\"ab\",\"maxLength\":6}},\"required\":[\"c\",\"u\"]}");
+                            "\"maxLength\":4},\"u\":{\"type\":\"string\",\"pattern\":\"ab\",\"maxLength\":6},\"w\":{\"type\":\"string\",\"pattern\":\"b\"}},"
+                            "\"required\":[\"c\",\"u\",\"w\"]}");
     REQUIRE(s);
     static const char *const prefixes[] = {"{\"c\":\"", "{\"c\":\"a", "{\"c\":\"abc", "{\"c\":\"ab\xc3\xa9", "{\"c\":\"a\",\"u\":\"",
-                                           "{\"c\":\"a\",\"u\":\"za", "{\"c\":\"a\",\"u\":\"zzzza", "{\"c\":\"a\",\"u\":\"ab"};
+                                           "{\"c\":\"a\",\"u\":\"za", "{\"c\":\"a\",\"u\":\"zzzza", "{\"c\":\"a\",\"u\":\"ab",
+                                           /* no maxLength: the mask of a state that comes back is the schema's cached one */
+                                           "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"", "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"zz",
+                                           "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"zzz\xc3\xa9", "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"ab",
+                                           "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"abab"};
     check_masks(s, words, (int32_t)(sizeof words / sizeof *words), prefixes, sizeof prefixes / sizeof *prefixes);
     q35_schema_free(s);
 }

@@ -24,7 +24,23 @@ typedef struct q35_schema_dfa {
     uint16_t (*next)[Q35_SYM_WIDE + 1]; /* (n, 129) the next state, Q35_DFA_DEAD: refused */
     uint8_t *accept;    /* (n) */
     uint16_t *dist;     /* (n) the fewest characters to an accepting state */
+    int32_t max_dist;   /* the largest of dist */
 } q35_schema_dfa;
+
+/* token_trie.c's masks of the plain tokens from a DFA state where
+ * maxLength cannot cut them: the same each time the state comes back
+ * (free text before an unanchored pattern has matched), so kept, a few per
+ * schema. Used by the one thread that masks the schema's rows. */
+#define Q35_MASK_CACHE 8
+typedef struct q35_mask_cache {
+    struct {
+        const void *trie;
+        int32_t dfa, q;     /* q -1: empty */
+        uint8_t *bits;      /* (n_tokens / 8 rounded up) the live plain tokens */
+        int32_t n_live;
+    } e[Q35_MASK_CACHE];
+    int next;           /* the entry to replace */
+} q35_mask_cache;
 
 typedef struct q35_schema_node {
     int kind;
@@ -45,6 +61,7 @@ struct q35_schema {
     q35_schema_dfa *dfa;
     int32_t n_dfa;
     int64_t regex_work;  /* schema_regex.c's budget, spent */
+    q35_mask_cache *cache; /* NULL: none (out of memory at compile) */
 };
 
 /* Compiles a pattern (the subset schema_regex.c describes) into a DFA of

@@ -435,11 +435,16 @@ static int build_dfa(rx *r, q35_schema *s, int32_t start, int32_t accept) {
         rx_fail(r, "the pattern matches no string that can be written without escapes");
         goto out;
     }
+    if (!s->cache && (s->cache = calloc(1, sizeof *s->cache)))
+        for (int i = 0; i < Q35_MASK_CACHE; i++) s->cache->e[i].q = -1;
     q35_schema_dfa *grown = realloc(s->dfa, sizeof *grown * (size_t)(s->n_dfa + 1));
     if (!grown) { free(dist); free(acc); rx_fail(r, "out of memory"); goto out; }
     s->dfa = grown;
     void *tab = realloc(next, sizeof *next * (size_t)n);
-    s->dfa[s->n_dfa] = (q35_schema_dfa){.n = n, .next = tab ? tab : next, .accept = acc, .dist = dist};
+    int32_t max_dist = 0;
+    for (int d = 0; d < n; d++)
+        if (dist[d] > max_dist) max_dist = dist[d];
+    s->dfa[s->n_dfa] = (q35_schema_dfa){.n = n, .next = tab ? tab : next, .accept = acc, .dist = dist, .max_dist = max_dist};
     next = NULL;
     rc = s->n_dfa++;
 out:
@@ -471,6 +476,8 @@ int q35_schema_regex(q35_schema *s, const char *pattern, char *msg, size_t msg_s
 }
 
 void q35_schema_dfa_free(q35_schema *s) {
+    for (int i = 0; s->cache && i < Q35_MASK_CACHE; i++) free(s->cache->e[i].bits);
+    free(s->cache);
     for (int32_t i = 0; i < s->n_dfa; i++) {
         free(s->dfa[i].next);
         free(s->dfa[i].accept);

@@ -45,6 +45,7 @@ typedef struct trie {
 struct q35_token_trie {
     trie all, special[2]; /* every token; those that are not plain in a JSON string, in a raw one */
     trie plain;          /* those plain in a JSON string */
+    int32_t plain_max_chars; /* the most characters of one of them */
     uint16_t *chars[2];  /* (n_tokens) a plain token's characters (JSON string, raw), NOT_PLAIN otherwise */
     int32_t n_tokens;
     const char *const *bytes;
@@ -140,6 +141,8 @@ q35_token_trie *q35_token_trie_new(const char *const *bytes, const size_t *len, 
         for (int32_t i = 0; i < n_tokens; i++)
             t->chars[k][i] = bytes[i] && len[i] ? plain_chars((const unsigned char *)bytes[i], len[i], k) : NOT_PLAIN;
     }
+    for (int32_t i = 0; i < n_tokens; i++)
+        if (t->chars[0][i] != NOT_PLAIN && t->chars[0][i] > t->plain_max_chars) t->plain_max_chars = t->chars[0][i];
     if (make_trie(t, &t->all, NULL, false) || make_trie(t, &t->special[0], t->chars[0], false) ||
         make_trie(t, &t->special[1], t->chars[1], false) || make_trie(t, &t->plain, t->chars[0], true)) {
         q35_token_trie_free(t);
@@ -209,12 +212,43 @@ static int32_t walk_dfa(const trie *tr, const q35_schema_dfa *D, uint16_t q0, in
     return n_live;
 }
 
+#define CACHE_MIN_LIVE 16384
+
+/* walk_dfa, through the schema's cache when maxLength cannot cut any plain token there. */
+static int32_t walk_plain_dfa(const q35_token_trie *t, const q35_schema *s, const q35_schema_dfa *D, uint16_t q, int32_t room,
+                              uint8_t *live) {
+    q35_mask_cache *c = s->cache;
+    if (!c || (room != INT32_MAX && room < t->plain_max_chars + D->max_dist)) return walk_dfa(&t->plain, D, q, room, live);
+    int32_t dfa = (int32_t)(D - s->dfa);
+    size_t n_bytes = ((size_t)t->n_tokens + 7) / 8;
+    for (int i = 0; i < Q35_MASK_CACHE; i++) {
+        if (c->e[i].trie != t || c->e[i].dfa != dfa || c->e[i].q != q) continue;
+        const uint8_t *bits = c->e[i].bits;
+        for (int32_t k = 0; k < t->n_tokens; k++) live[k] = bits[k >> 3] >> (k & 7) & 1;
+        return c->e[i].n_live;
+    }
+    int32_t n_live = walk_dfa(&t->plain, D, q, room, live);
+    if (n_live < CACHE_MIN_LIVE) return n_live; /* a walk of few live prefixes costs less than reading a mask back */
+    int i = c->next;
+    uint8_t *bits = c->e[i].trie == t && c->e[i].bits ? c->e[i].bits : realloc(c->e[i].bits, n_bytes);
+    if (!bits) return n_live;
+    memset(bits, 0, n_bytes);
+    for (int32_t k = 0; k < t->n_tokens; k++) bits[k >> 3] |= (uint8_t)(live[k] << (k & 7));
+    c->e[i].bits = bits;
+    c->e[i].trie = t;
+    c->e[i].dfa = dfa;
+    c->e[i].q = q;
+    c->e[i].n_live = n_live;
+    c->next = (i + 1) % Q35_MASK_CACHE;
+    return n_live;
+}
+
 int32_t q35_token_trie_mask(const q35_token_trie *t, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
     memset(live, 0, (size_t)t->n_tokens);
     const q35_schema_dfa *D;
     uint16_t q;
     int32_t left;
-    if (q35_schema_dfa_string(s, st, &D, &q, &left)) return walk_dfa(&t->plain, D, q, left, live) + walk(&t->special[0], s, st, live);
+    if (q35_schema_dfa_string(s, st, &D, &q, &left)) return walk_plain_dfa(t, s, D, q, left, live) + walk(&t->special[0], s, st, live);
     bool raw;
     int32_t room = q35_schema_string_room(s, st, &raw);
     if (room < 0) return walk(&t->all, s, st, live);
