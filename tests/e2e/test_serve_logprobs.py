@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not (DEMO_DIR / "model.safetensors").exists(), r
 
 NAME = "Qwen/Qwen3.5-9B"
 TEXT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n"
-TOL = 2e-4  # the server's prompt chunks against one evaluation of the whole prompt
+TOL = 1e-5  # the server's prompt chunks of 5 rows against one evaluation of the whole prompt (1.3e-6 measured)
 
 
 @pytest.fixture(scope="module")
