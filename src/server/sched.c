@@ -14,7 +14,7 @@
  *      (MTP drafts verified in the same forward pass; each sequence's
  *      sampler, min_tokens, stop ids and EOS handled by its generation;
  *      logit_bias, json_object and json_schema as its logits hook,
- *      json_object without drafts), so the weights are
+ *      which masks draft rows too), so the weights are
  *      read once per step for all of them.
  *
  * Prefix reuse, two levels. A slot whose sequence ended keeps its state
@@ -30,7 +30,10 @@
  * that is a proper prefix of the new prompt (at least one token is left to
  * evaluate, for the logits). Entries are evicted least recently used first
  * when their bytes pass the budget. Choices 2..n of a request wait for the
- * first one's prompt snapshot instead of evaluating the same prompt again. */
+ * first one's prompt snapshot instead of evaluating the same prompt again.
+ * A request for its prompt's logprobs (echo with logprobs, prompt_logprobs)
+ * skips both levels on choice 0, whose chunks then write every row's
+ * logits (rows_cap rows at a time) for q35_prompt_lp_fill. */
 #include "server/sched.h"
 #include "server/decoder.h"
 #include "server/json_prefix.h"
@@ -103,6 +106,8 @@ struct q35_sched {
     uint64_t warm_clock;
     float *logits;             /* (n_slots, V) */
     float *raw;                /* (V) logits before sampling, for logprobs */
+    float *rows;               /* (rows_cap, V) every row of a prompt chunk, for prompt logprobs */
+    int32_t rows_cap;
     seq **batch_seq;           /* (n_slots) the sequences of this step */
     q35_generation **batch_gen; /* (n_slots) their generations */
     q35_gen_out *batch_out;    /* (n_slots) what each yielded */
@@ -259,24 +264,30 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
 }
 
 /* json_object: only tokens whose bytes continue a JSON object, after
- * </think> when the prompt opened a think block. Such sequences do not
- * draft, so the row is always the one after s's output and s->json the
- * state after it. */
-static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
-    seq *s = ctx;
+ * </think> when the prompt opened a think block (the end of sequence once
+ * the object is whole). Draft rows come here too, as for json_schema
+ * below: the state is s->json fed the step's earlier drafts. */
+static void seq_json_mask(seq *s, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
     const q35_sched *S = s->sched;
-    (void)prev; (void)n_prev;
-    if (s->json_wait) { /* the reasoning is free, but ends with </think>, not a tool call */
+    q35_json_prefix js = s->json;
+    bool wait = s->json_wait, ok = true;
+    for (int32_t i = s->n_gen; i < n_prev && ok; i++) {
+        int32_t t = prev[i];
+        if (wait) wait = t != S->think_end;
+        else ok = t < S->V && S->tok_bytes[t] && q35_json_prefix_feed(&js, S->tok_bytes[t], S->tok_len[t]);
+    }
+    if (wait) { /* the reasoning is free, but ends with </think>, not a tool call */
         if (S->tool_open >= 0 && S->tool_open < V) row[S->tool_open] = -INFINITY;
         return;
     }
-    int32_t live = 0;
+    bool whole = !ok || q35_json_prefix_complete(&js); /* a whole object (or none possible) ends: EOS alone */
     for (int32_t t = 0; t < V; t++) {
-        q35_json_prefix trial = s->json;
-        if (S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t])) live++;
-        else row[t] = -INFINITY;
+        q35_json_prefix trial = js;
+        bool live = false;
+        for (int i = 0; whole && i < S->n_eos && !live; i++) live = S->eos[i] == t;
+        if (!whole) live = t < S->V && S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t]);
+        if (!live) row[t] = -INFINITY;
     }
-    if (!live) s->json_done = true;
 }
 
 /* json_schema (and a forced tool call, compiled the same way by request.c):
@@ -314,7 +325,7 @@ static void seq_logits(void *ctx, float *row, int32_t V, const int32_t *prev, in
     const q35_api_request *a = &s->req->api;
     for (int32_t i = 0; i < a->n_bias; i++) row[a->bias_ids[i]] += a->bias[i];
     if (s->schema) seq_schema_mask(s, row, V, prev, n_prev);
-    else if (s->json_on) seq_json_mask(ctx, row, V, prev, n_prev);
+    else if (s->json_on) seq_json_mask(s, row, V, prev, n_prev);
 }
 
 /* Starts s's generation from its prompt's last logits row. */
@@ -324,7 +335,7 @@ static void seq_begin(q35_sched *S, seq *s, float *row) {
     q35_gen_params gp = {.sampler = s->sampler, .logits_fn = hook ? seq_logits : NULL, .logits_ctx = s,
                          .max_tokens = s->max_tokens, .min_tokens = a->min_tokens, .ignore_eos = a->ignore_eos,
                          .eos_ids = S->eos, .n_eos_ids = S->n_eos, .stop_ids = a->stop_token_ids,
-                         .n_stop_ids = a->n_stop_token_ids, .max_drafts = s->json_on && !s->schema ? -1 : 0};
+                         .n_stop_ids = a->n_stop_token_ids};
     q35_error err;
     q35_gen_out o;
     if (a->logprobs >= 0) memcpy(S->raw, row, sizeof *row * (size_t)S->V);
@@ -342,8 +353,8 @@ static void prompt_snapshot(q35_sched *S, seq *s, q35_session *sess) {
     q35_task *r = s->req;
     if (s->snap_done) return;
     s->snap_done = true;
-    if (!r->api.cache_prompt) return;
-    if (s->n_eval > 0) q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, q35_salt_hash(r->api.cache_salt));
+    if (!r->api.cache_prompt && !r->prompt_lp) return;
+    if (s->n_eval > 0 && r->api.cache_prompt) q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, q35_salt_hash(r->api.cache_salt));
     pthread_mutex_lock(&r->mu);
     r->prompt_ready[s->prompt_index] = true;
     pthread_mutex_unlock(&r->mu);
@@ -354,10 +365,13 @@ static void seq_prefill(q35_sched *S, seq *s) {
     q35_task *r = s->req;
     q35_session *sess = S->sessions[s->slot];
     q35_error err;
+    /* prompt logprobs: choice 0 of each prompt evaluates all of it (a
+     * cached prefix has no logits), a chunk of rows_cap rows at a time */
+    bool plp = r->prompt_lp && s->choice % r->api.n == 0;
     if (!s->looked_up) {
         int32_t j = s->choice % r->api.n;
-        if (j > 0 && r->api.cache_prompt && !atomic_load(&r->cancelled)) {
-            /* wait for choice 0's snapshot of the same prompt */
+        if (j > 0 && (r->api.cache_prompt || r->prompt_lp) && !atomic_load(&r->cancelled)) {
+            /* wait for choice 0's snapshot of the same prompt (and its logprobs) */
             pthread_mutex_lock(&r->mu);
             bool ready = r->prompt_ready[s->prompt_index] || r->error;
             pthread_mutex_unlock(&r->mu);
@@ -369,13 +383,13 @@ static void seq_prefill(q35_sched *S, seq *s) {
         warm_slot *w = &S->warm[s->slot];
         const int32_t *own = w->held ? q35_session_tokens(sess, &n_own) : NULL;
         /* the slot's own state is this request's to continue only in its partition */
-        bool own_ok = r->api.cache_prompt && own && w->cacheable && w->salt == salt;
+        bool own_ok = r->api.cache_prompt && !plp && own && w->cacheable && w->salt == salt;
         bool extends = own_ok && n_own < s->n_prompt && !memcmp(own, s->prompt, sizeof *s->prompt * (size_t)n_own);
         if (!extends && own && w->cacheable) q35_prefix_cache_store(&S->cache, sess, own, n_own, w->salt); /* keep the old state */
         if (!own_ok) q35_session_reset(sess);
         /* the library keeps the session's history or restores the cached
          * snapshot, whichever covers more of the prompt */
-        const q35_snapshot *snap = r->api.cache_prompt ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, salt) : NULL;
+        const q35_snapshot *snap = r->api.cache_prompt && !plp ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, salt) : NULL;
         if (q35_session_reuse(sess, s->prompt, s->n_prompt, snap, &hit, &err)) {
             q35_session_reset(sess);
             hit = 0;
@@ -400,12 +414,15 @@ static void seq_prefill(q35_sched *S, seq *s) {
     if (turn > s->n_eval && turn < snap_at) end = turn; /* stop there for the turn snapshot */
     int32_t n = end - s->n_eval;
     if (n > S->prefill_chunk) n = S->prefill_chunk;
-    bool last = s->n_eval + n == s->n_prompt;
+    bool last = s->n_eval + n == s->n_prompt, rows = plp && !last; /* the last chunk is the last token alone */
+    if (rows && n > S->rows_cap) n = S->rows_cap;
     float *row = S->logits;
-    if (n > 0 && q35_session_eval(sess, s->prompt + s->n_eval, n, last ? row : NULL, 0, &err)) {
+    if (n > 0 && q35_session_eval(sess, s->prompt + s->n_eval, n, last ? row : rows ? S->rows : NULL,
+                                  rows ? Q35_EVAL_ALL_LOGITS : 0, &err)) {
         seq_fail(S, s, err.msg);
         return;
     }
+    if (rows && n > 0) q35_prompt_lp_fill(&r->prompt_lp[s->prompt_index], S->rows, S->V, s->n_eval, n, s->prompt);
     s->n_eval += n;
     if (s->n_eval == turn && turn < snap_at && r->api.cache_prompt && s->choice % r->api.n == 0)
         q35_prefix_cache_store(&S->cache, sess, s->prompt, turn, q35_salt_hash(r->api.cache_salt));
@@ -642,6 +659,7 @@ static void sched_release(q35_sched *S) {
     free(S->slots); S->slots = NULL;
     free(S->logits); S->logits = NULL;
     free(S->raw); S->raw = NULL;
+    free(S->rows); S->rows = NULL;
     free(S->batch_seq); S->batch_seq = NULL;
     free(S->batch_gen); S->batch_gen = NULL;
     free(S->batch_out); S->batch_out = NULL;
@@ -670,10 +688,15 @@ static int sched_init(q35_sched *S, const q35_sched_config *cfg, char *msg, size
     S->warm = calloc(ns, sizeof *S->warm);
     S->logits = malloc(sizeof *S->logits * ns * (size_t)S->V);
     S->raw = malloc(sizeof *S->raw * (size_t)S->V);
+    /* prompt logprobs: 64 MiB of rows (64 at Qwen3.5's vocabulary), touched only when used */
+    S->rows_cap = (int32_t)((64u << 20) / (sizeof *S->rows * (size_t)S->V));
+    if (S->rows_cap > S->prefill_chunk) S->rows_cap = S->prefill_chunk;
+    if (S->rows_cap < 1) S->rows_cap = 1;
+    S->rows = malloc(sizeof *S->rows * (size_t)S->rows_cap * (size_t)S->V);
     S->batch_seq = calloc(ns, sizeof *S->batch_seq);
     S->batch_gen = calloc(ns, sizeof *S->batch_gen);
     S->batch_out = calloc(ns, sizeof *S->batch_out);
-    if (!S->sessions || !S->slots || !S->warm || !S->logits || !S->raw || !S->batch_seq || !S->batch_gen || !S->batch_out ||
+    if (!S->sessions || !S->slots || !S->warm || !S->logits || !S->raw || !S->rows || !S->batch_seq || !S->batch_gen || !S->batch_out ||
         token_bytes_table(S)) {
         snprintf(msg, msg_size, "out of memory for %d slots", S->n_slots);
         return -1;
