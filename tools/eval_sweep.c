@@ -103,14 +103,14 @@ static int32_t make_groups(sweep_plan *p, sweep_group *g) {
     return n_groups;
 }
 
-/* The base's weight `name` encoded as dt into a new 64-byte aligned buffer (*t). */
+/* The base's weight `name` encoded as dt into a new 64-byte aligned buffer (*t); 1 after printing why. */
 static int encode_from_base(const q35_engine *base, const char *name, q35_dtype dt, q35_tensor *t) {
     const q35_tensor *src = q35_engine_weight(base, name);
-    if (!src) { fprintf(stderr, "qwen35 eval: the base has no matrix '%s'\n", name); return -1; }
+    if (!src) { fprintf(stderr, "qwen35 eval: the base has no matrix '%s'\n", name); return 1; }
     if (q35_dtype_is_block(src->dtype)) {
         fprintf(stderr, "qwen35 eval: the base's '%s' is %s: a sweep encodes from a checkpoint's weights\n", name,
                 q35_dtype_name(src->dtype));
-        return -1;
+        return 1;
     }
     int64_t rows = src->shape[0], cols = src->shape[1];
     size_t bytes = q35_cache_tensor_bytes(dt, src->ndim, src->shape);
@@ -120,7 +120,7 @@ static int encode_from_base(const q35_engine *base, const char *name, q35_dtype 
         fprintf(stderr, "qwen35 eval: out of memory encoding '%s'\n", name);
         free(dst);
         free(f);
-        return -1;
+        return 1;
     }
     memset(dst, 0, bytes);
     for (int64_t r0 = 0; r0 < rows; r0 += ENCODE_ROWS) {
@@ -137,7 +137,8 @@ static int encode_from_base(const q35_engine *base, const char *name, q35_dtype 
 }
 
 /* Binds with[i] as matrix names[i] (i < n), the session of win positions
- * made again around it (a weight changes only while no session is open). */
+ * made again around it (a weight changes only while no session is open);
+ * 1 after printing why. */
 static int bind_group(eval_model *m, char (*names)[128], int32_t n, const q35_tensor *with, int32_t win) {
     q35_error err = {0};
     q35_session_free(m->s);
@@ -145,11 +146,11 @@ static int bind_group(eval_model *m, char (*names)[128], int32_t n, const q35_te
     for (int32_t i = 0; i < n; i++)
         if (q35_engine_set_weight(m->e, names[i], &with[i], &err)) {
             fprintf(stderr, "qwen35 eval: %s\n", err.msg);
-            return -1;
+            return 1;
         }
     if (q35_session_new(m->e, win, &m->s, &err)) {
         fprintf(stderr, "qwen35 eval: %s\n", err.msg);
-        return -1;
+        return 1;
     }
     return 0;
 }

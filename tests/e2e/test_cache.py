@@ -168,6 +168,8 @@ def test_eval_sweep_equals_evals_of_the_prepared_caches(tmp_path):
     r = q35("eval", "-m", src, "--ids", ids, "--ctx", "64", "--kld-base", src, "--sweep", "bfp4", "--group", "layer")
     assert r.returncode == 0 and "| model.language_model.layers.0 |" in r.stdout and "| (as loaded) |" in r.stdout
 
+    r = q35("eval", "-m", tmp_path / "default", "--ids", ids, "--kld-base", tmp_path / "default", "--sweep", "bfp8")
+    assert r.returncode == 1 and "encodes from a checkpoint" in r.stderr and "BFP4" in r.stderr, r.stderr
     for bad, why in [(["--sweep", "bfp4"], "--kld-base"), (["--kld-base", src, "--sweep", "q4"], "bf16, bfp8 or bfp4"),
                      (["--kld-base", src, "--sweep", "bfp4", "--group", "row"], "--group")]:
         r = q35("eval", "-m", src, "--ids", ids, *bad)
