@@ -26,7 +26,7 @@ static float *logits_of(q35_engine *e) {
     return l;
 }
 
-/* The checkpoint's tensor `name` encoded as dt (a new buffer in t->data). */
+/* src (a checkpoint tensor) encoded as dt into a new buffer (t->data). */
 static void encode(const q35_tensor *src, q35_dtype dt, q35_tensor *t) {
     int64_t rows = src->shape[0], cols = src->shape[1];
     float *f = malloc(sizeof(float) * (size_t)(rows * cols));
