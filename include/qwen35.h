@@ -498,6 +498,115 @@ q35_status q35_session_reuse(q35_session *session, const int32_t *prompt, int32_
 q35_status q35_session_sync(q35_session *session, const int32_t *prompt, int32_t n, const q35_snapshot *snap,
                             float *logits, int32_t *n_reused, q35_error *err);
 
+/* ---- Images (Qwen3.5's vision tower) ----
+ *
+ * An image enters a prompt in four steps, each one call:
+ *   1. q35_image_process: encoded bytes (JPEG, PNG, WebP, single-frame GIF)
+ *      through the model directory's image processor into q35_image_pixels,
+ *      transformers' pixel_values and image_grid_thw for that one image;
+ *   2. q35_engine_encode_images: the vision tower turns them into a
+ *      q35_image_embeds per image: q35_image_embeds_tokens() rows of the
+ *      language model's width, one per merge x merge patch group;
+ *   3. q35_engine_expand_images: a prompt's ids as the chat template renders
+ *      them (one <|image_pad|> per image, inside <|vision_start|> ..
+ *      <|vision_end|>) with each image's pad repeated to its token count;
+ *   4. q35_session_eval_images: evaluates the expanded ids, each image's
+ *      rows taking its embeddings as input and the multimodal rotary
+ *      positions of transformers' get_rope_index (t, h, w per patch group
+ *      from the current position; text after an image continues from the
+ *      image's largest position + 1). The session keeps the offset this
+ *      leaves (rows after the image turn at position + offset), so later
+ *      q35_session_eval calls, decode steps, speculation with the MTP head,
+ *      snapshots and q35_session_sync go on at the right positions.
+ * Images are encoded once, outside the token loop; an embeds object may be
+ * evaluated in any number of sessions of its engine. Every call fails with a
+ * message naming what is wrong (a model without a vision tower:
+ * Q35_ERR_UNSUPPORTED; an undecodable image: Q35_ERR_FORMAT or
+ * Q35_ERR_UNSUPPORTED; a count that does not match: Q35_ERR_ARG; a prompt
+ * that does not fit: Q35_ERR_CONTEXT). */
+
+/* The processor's output for one image, owned by the caller
+ * (q35_image_pixels_free). */
+typedef struct q35_image_pixels {
+    int32_t grid_thw[3];   /* image_grid_thw: (1, height / patch, width / patch) */
+    int64_t n_patches;     /* grid_thw[0] * grid_thw[1] * grid_thw[2] */
+    int64_t patch_dim;     /* 3 * temporal_patch_size * patch_size^2 */
+    float *pixel_values;   /* (n_patches, patch_dim), rows in merge-block order */
+} q35_image_pixels;
+void q35_image_pixels_free(q35_image_pixels *px); /* frees pixel_values; px itself is the caller's */
+
+/* A model directory's image processor: preprocessor_config.json when there
+ * is one, else Qwen3.5's published values (patch 16, merge 2, temporal patch
+ * 2, 65536..16777216 pixels, mean and std 0.5). Thread-safe once loaded. */
+typedef struct q35_image_processor q35_image_processor;
+q35_status q35_image_processor_load(const char *dir, q35_image_processor **out, q35_error *err);
+void q35_image_processor_free(q35_image_processor *p);
+/* Decodes len bytes (sniffed; an image declaring more pixels than the
+ * processor's limit is refused before its pixels are allocated) and
+ * preprocesses them as transformers' Qwen2VLImageProcessor does (EXIF
+ * orientation, smart resize, bicubic, normalisation). */
+#define Q35_IMAGE_MAX_DECODED_PIXELS ((int64_t)1 << 26) /* the default limit: 8192 x 8192 */
+/* The decoded-pixel limit (width * height) of later q35_image_process calls
+ * (not concurrent with them); <= 0 restores the default. */
+void q35_image_processor_set_max_pixels(q35_image_processor *p, int64_t max_pixels);
+q35_status q35_image_process(const q35_image_processor *p, const void *data, size_t len, q35_image_pixels *out,
+                             q35_error *err);
+
+/* One encoded image: its rows in the language model's width. */
+typedef struct q35_image_embeds q35_image_embeds;
+/* Runs the vision tower over n images in one call (attention stays within
+ * each image); out[i] receives image i's embeddings (all NULL on error).
+ * Every pixels' patch_dim must be the tower's and each grid side a multiple
+ * of its merge size. Not concurrent with other calls on the engine. */
+q35_status q35_engine_encode_images(q35_engine *engine, const q35_image_pixels *pixels, int32_t n,
+                                    q35_image_embeds **out, q35_error *err);
+void q35_image_embeds_free(q35_image_embeds *im);
+int32_t q35_image_embeds_tokens(const q35_image_embeds *im); /* t * h * w / merge^2 */
+/* A 64-bit hash of the pixels and grid the embeddings came from (for
+ * prefix caches keyed by image content). */
+uint64_t q35_image_embeds_hash(const q35_image_embeds *im);
+/* The model's <|image_pad|> id (config.json image_token_id), -1 if none. */
+int32_t q35_engine_image_token(const q35_engine *engine);
+
+/* ids[0..n) with one image_pad id per image into *out (malloc'd, *n_out
+ * ids): image k's pad repeated q35_image_embeds_tokens(images[k]) times.
+ * The number of image_pad ids must be n_images. */
+q35_status q35_engine_expand_images(const q35_engine *engine, const int32_t *ids, int32_t n,
+                                    q35_image_embeds *const *images, int32_t n_images, int32_t **out,
+                                    int32_t *n_out, q35_error *err);
+
+/* q35_session_eval for expanded ids holding images: each maximal run of
+ * image_pad ids is the next image, and must be exactly its token count;
+ * every image must be used. flags: Q35_EVAL_ALL_LOGITS,
+ * Q35_EVAL_RECURRENT (not REWINDABLE). Works at any position (after text
+ * or an earlier image). The history (q35_session_tokens) records an image
+ * row as -1 - (its image's hash & 0x3fffffff), so q35_session_sync never
+ * takes a session holding an image for a prefix of a text prompt
+ * (q35_session_sync_images does, for the same images); a
+ * snapshot restores the rotary offset with the rest. On error the session
+ * is left as it was (an error of the pass itself: reset). */
+q35_status q35_session_eval_images(q35_session *session, const int32_t *ids, int32_t n,
+                                   q35_image_embeds *const *images, int32_t n_images, float *logits, int flags,
+                                   q35_error *err);
+/* ids (expanded) as a session's history records them (q35_session_tokens,
+ * q35_snapshot_tokens): each image row as -1 - (its image's hash &
+ * 0x3fffffff), the other ids as they are; out has room for n. The key for
+ * prefix caches holding sessions with images. Checks the image_pad runs as
+ * q35_session_eval_images does. */
+q35_status q35_engine_tag_images(const q35_engine *engine, const int32_t *ids, int32_t n,
+                                 q35_image_embeds *const *images, int32_t n_images, int32_t *out, q35_error *err);
+/* q35_session_sync for a prompt holding images (expanded ids, the images in
+ * order): the session's own history or snap (the longer) is kept when it
+ * is a proper prefix of the prompt's tagged form (q35_engine_tag_images)
+ * and does not end inside an image; the rest is evaluated with the images
+ * it holds; otherwise the session starts over. The last row's logits go to
+ * logits; *n_reused (may be NULL) receives the tokens kept. */
+q35_status q35_session_sync_images(q35_session *session, const int32_t *ids, int32_t n,
+                                   q35_image_embeds *const *images, int32_t n_images, const q35_snapshot *snap,
+                                   float *logits, int32_t *n_reused, q35_error *err);
+/* The session's multimodal rotary offset (0 until an image is evaluated). */
+int32_t q35_session_rope_delta(const q35_session *session);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,14 +41,23 @@ static void emit(reply *r, int32_t t, int32_t stop) {
     }
 }
 
+static int has_user(json_t *messages) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) if (!strcmp(json_string_value(json_object_get(m, "role")), "user")) return 1;
+    return 0;
+}
+
 static const char usage[] =
     "usage: qwen35 chat [-m MODEL] [--system TEXT] [--think] [-n MAX_TOKENS] [--temp T] [--seed N]\n"
-    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap]\n"
+    "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap] [--image FILE]...\n"
     "  Chat on the terminal. Without -m it uses the embedded demo model.\n"
+    "  --image FILE (repeatable) goes with the first user message, before its text.\n"
     "  Lines starting with /reset clear the conversation; /quit or end of input leaves.\n";
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system_msg = NULL;
+    const char *model = NULL, *system_msg = NULL, *images[16];
+    int n_images = 0;
     int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0, weights = Q35_WEIGHTS_AUTO;
     float temp = 0.0f;
     uint64_t seed = 0;
@@ -63,6 +72,7 @@ int cmd_chat(int argc, char **argv) {
         char *end = NULL;
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--system")) system_msg = v;
+        else if (!strcmp(k, "--image")) { if (n_images == 16) goto bad; images[n_images++] = v; }
         else if (!strcmp(k, "-n")) { max_tokens = (int)strtol(v, &end, 10); if (*end || max_tokens < 1) goto bad; }
         else if (!strcmp(k, "--ctx")) { ctx = (int)strtol(v, &end, 10); if (*end || ctx < 16) goto bad; }
         else if (!strcmp(k, "--temp")) { temp = strtof(v, &end); if (*end || !(temp >= 0) || temp > 10) goto bad; }
@@ -108,6 +118,9 @@ int cmd_chat(int argc, char **argv) {
         if (q35_sampler_new(&sp, info->vocab_size, &sampler, &err)) { fprintf(stderr, "qwen35 chat: %s\n", err.msg); goto done; }
     }
     q35_gen_params gp = {.sampler = sampler, .max_tokens = max_tokens, .eos_ids = ends, .n_eos_ids = n_ends};
+    /* the images are encoded once; each turn expands its prompt with them */
+    cli_mm_prompt im = {0};
+    if (n_images && cli_mm_encode(e, model, images, n_images, NULL, &im, "qwen35 chat")) goto done;
 
     json_t *messages = json_array();
     if (system_msg) json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
@@ -127,7 +140,13 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         if (!line[0]) continue;
-        json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "user", "content", line));
+        json_t *content = json_string(line);
+        if (n_images && !has_user(messages)) {
+            content = json_array();
+            for (int i = 0; i < n_images; i++) json_array_append_new(content, json_pack("{s:s}", "type", "image"));
+            json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", line));
+        }
+        json_array_append_new(messages, json_pack("{s:s,s:o}", "role", "user", "content", content));
         char *msgs = json_dumps(messages, JSON_COMPACT), *text = NULL;
         q35_chat_options co = {.add_generation_prompt = 1, .enable_thinking = think ? 1 : -1, .variant = variant};
         int32_t *ids = NULL;
@@ -150,7 +169,14 @@ int cmd_chat(int argc, char **argv) {
         /* evaluate only what the session has not seen (it starts over if the render diverged) */
         double t0 = cli_now();
         q35_generation *gen = NULL;
-        if (q35_session_sync(s, ids, (int32_t)n_ids, NULL, logits, NULL, &err) || q35_generation_new(s, &gp, &gen, &err)) {
+        /* with images: the prompt expanded by them, and the same prefix reuse */
+        int32_t *x = NULL, nx = 0;
+        q35_status st0 = !n_images ? q35_session_sync(s, ids, (int32_t)n_ids, NULL, logits, NULL, &err)
+                         : q35_engine_expand_images(e, ids, (int32_t)n_ids, im.images, im.n_images, &x, &nx, &err)
+                             ? err.status
+                             : q35_session_sync_images(s, x, nx, im.images, im.n_images, NULL, logits, NULL, &err);
+        free(x);
+        if (st0 || q35_generation_new(s, &gp, &gen, &err)) {
             fprintf(stderr, "qwen35 chat: %s\n", err.msg);
             free(ids);
             break;
@@ -186,6 +212,7 @@ int cmd_chat(int argc, char **argv) {
     free(logits);
     rc = 0;
 done:
+    cli_mm_prompt_free(&im);
     q35_sampler_free(sampler);
     q35_detokenizer_free(dt);
     q35_session_free(s);

@@ -19,6 +19,8 @@ int cmd_tokenize(int argc, char **argv); /* tools/tokenize.c */
 int cmd_chat(int argc, char **argv);   /* tools/chat.c */
 int cmd_draft_vocab(int argc, char **argv); /* tools/draft_vocab.c */
 
+/* qwen35 speed --vision (tools/speed_vision.c). */
+int cli_speed_vision(const int *threads, int n_threads, int side, const char *json_path);
 /* The embedded default model's directory (malloc'd). tools/cli_util.c */
 char *cli_default_model(void);
 /* Seconds on the monotonic clock. tools/cli_util.c */
@@ -40,5 +42,35 @@ int cli_chat_end_ids(const struct q35_tokenizer *tok, int32_t n_vocab, int32_t *
 /* The q35_chat_variant of dir's chat template; Qwen3.5-9B's (with a note
  * on stderr for an unknown one) when it is unknown or missing. */
 int cli_chat_variant(const char *dir, const char *who);
+/* A chat request file (an object with "messages", optional "tools",
+ * "add_generation_prompt" (default true), "enable_thinking" or
+ * "chat_template_kwargs", or a bare messages array) rendered with the
+ * template variant into malloc'd text; NULL after printing "PROG: why".
+ * tools/cli_util.c */
+char *cli_render_chat(const char *path, int variant, const char *prog);
+
+/* An image prompt (tools/mm_prompt.c): a chat request rendered, tokenized,
+ * its image parts (image_url: a data: URL with base64, or a local path,
+ * relative to the request file; the same with --image) processed by the
+ * model directory's processor, encoded by e, and the ids expanded. */
+struct q35_image_embeds;
+typedef struct cli_mm_prompt {
+    int32_t *ids, n;                  /* expanded */
+    struct q35_image_embeds **images; /* n_images, in prompt order */
+    int32_t n_images;
+} cli_mm_prompt;
+/* From a request file; prints "PROG: why" and returns -1 on failure. */
+int cli_mm_prompt_from_request(struct q35_engine *e, const char *model_dir, const char *req_path, cli_mm_prompt *out,
+                               const char *prog);
+/* Images (files or data: URLs; relative paths against base_dir, or the
+ * working directory when it is NULL) encoded by e into out (no ids). */
+int cli_mm_encode(struct q35_engine *e, const char *model_dir, const char *const *sources, int32_t n_sources,
+                  const char *base_dir, cli_mm_prompt *out, const char *prog);
+/* The same, and the ids of a prompt text holding one <|image_pad|> per
+ * image, expanded. */
+int cli_mm_prompt_build(struct q35_engine *e, const char *model_dir, const struct q35_tokenizer *tok, const char *text,
+                        const char *const *sources, int32_t n_sources, const char *base_dir, cli_mm_prompt *out,
+                        const char *prog);
+void cli_mm_prompt_free(cli_mm_prompt *p);
 
 #endif

@@ -2,6 +2,8 @@
 #include "cli.h"
 #include "qwen35.h"
 
+#include <jansson.h>
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,4 +87,35 @@ void cli_print_spec_stats(const q35_engine *e, const q35_session *s) {
         for (int32_t j = 0; j < k; j++) fprintf(stderr, " %lld", (long long)st.accepted_at[j]);
         fprintf(stderr, " (of %lld steps)\n", (long long)st.steps);
     }
+}
+
+static int thinking_of(const json_t *v) { return json_is_true(v) ? 1 : json_is_false(v) ? -1 : 0; }
+
+char *cli_render_chat(const char *path, int variant, const char *prog) {
+    json_error_t je;
+    json_t *req = json_load_file(path, 0, &je);
+    if (!req) {
+        fprintf(stderr, "%s: %s: %s (line %d)\n", prog, path, je.text, je.line);
+        return NULL;
+    }
+    json_t *messages = json_is_array(req) ? req : json_object_get(req, "messages");
+    json_t *tools = json_is_object(req) ? json_object_get(req, "tools") : NULL;
+    json_t *kwargs = json_is_object(req) ? json_object_get(req, "chat_template_kwargs") : NULL;
+    q35_chat_options opt = {.add_generation_prompt = 1, .variant = variant};
+    if (json_is_object(req)) {
+        json_t *agp = json_object_get(req, "add_generation_prompt");
+        if (agp) opt.add_generation_prompt = json_is_true(agp);
+        opt.enable_thinking = thinking_of(json_object_get(req, "enable_thinking"));
+    }
+    if (kwargs) opt.enable_thinking = thinking_of(json_object_get(kwargs, "enable_thinking"));
+    char *m = messages ? json_dumps(messages, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    char *t = tools ? json_dumps(tools, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    char *text = NULL;
+    q35_error err = {0};
+    if (!m) fprintf(stderr, "%s: %s: no \"messages\"\n", prog, path);
+    else if (q35_chat_render(m, t, &opt, &text, &err) != Q35_OK) fprintf(stderr, "%s: %s: %s\n", prog, path, err.msg);
+    free(m);
+    free(t);
+    json_decref(req);
+    return text;
 }

@@ -39,8 +39,13 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n_out) {
     return 0;
 }
 
+#define MAX_IMAGES 16
+#define IMAGE_BLOCK "<|vision_start|><|image_pad|><|vision_end|>"
+
 typedef struct {
-    const char *model, *ids, *text, *out, *draft_vocab;
+    const char *model, *ids, *text, *out, *draft_vocab, *chat;
+    const char *images[MAX_IMAGES]; /* --image, in order */
+    int n_images, print_ids;
     long n_gen, threads;
     int weights; /* q35_weights_mode */
     long spec_k; /* -1: the default (1 with an MTP head, else 0) */
@@ -55,6 +60,7 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); exit(0); }
         if (!want_out && !strcmp(k, "--no-spec")) { a->spec_k = 0; continue; }
+        if (want_out && !strcmp(k, "--print-ids")) { a->print_ids = 1; continue; }
         if (!strcmp(k, "--no-mmap")) { a->weights = Q35_WEIGHTS_IN_MEMORY; continue; }
         if (!strcmp(k, "--mmap")) { a->weights = Q35_WEIGHTS_MAPPED; continue; }
         if (!v) { fprintf(stderr, "%s: option %s needs a value\n%s", argv[0], k, usage); return -1; }
@@ -63,6 +69,11 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         else if (!strcmp(k, "--prompt-ids")) a->ids = v;
         else if (!want_out && !strcmp(k, "--prompt")) a->text = v;
         else if (!want_out && !strcmp(k, "--draft-vocab")) a->draft_vocab = v;
+        else if (want_out && !strcmp(k, "--chat")) a->chat = v;
+        else if (!want_out && !strcmp(k, "--image")) {
+            if (a->n_images == MAX_IMAGES) { fprintf(stderr, "%s: at most %d --image\n", argv[0], MAX_IMAGES); return -1; }
+            a->images[a->n_images++] = v;
+        }
         else if (want_out && (!strcmp(k, "-o") || !strcmp(k, "--output"))) a->out = v;
         else if (!want_out && (!strcmp(k, "-n") || !strcmp(k, "--n-predict"))) {
             a->n_gen = strtol(v, &end, 10);
@@ -79,14 +90,14 @@ static int parse_args(int argc, char **argv, run_args *a, int want_out, const ch
         } else { fprintf(stderr, "%s: unknown option '%s'\n%s", argv[0], k, usage); return -1; }
         i++;
     }
-    if (!a->model || (!a->ids == !a->text) || (want_out && !a->out)) {
+    if (!a->model || (!!a->ids + !!a->text + !!a->chat != 1) || (want_out && !a->out)) {
         fprintf(stderr, "%s: missing required options\n%s", argv[0], usage);
         return -1;
     }
     return 0;
 }
 
-static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_t need_ctx) {
+static int open_engine(const run_args *a, q35_engine **e) {
     q35_error err = {0};
     q35_engine_params p = {.n_threads = (int32_t)a->threads, .weights = a->weights};
     if (q35_engine_load(a->model, &p, e, &err)) {
@@ -96,16 +107,11 @@ static int open_model(const run_args *a, q35_engine **e, q35_session **s, int32_
     const char *note = NULL;
     q35_engine_kernels(*e, &note);
     if (note) fprintf(stderr, "qwen35: %s\n", note);
-    if (q35_session_new(*e, need_ctx, s, &err)) {
-        fprintf(stderr, "qwen35: %s\n", err.msg);
-        q35_engine_free(*e);
-        return -1;
-    }
     return 0;
 }
 
 static const char run_usage[] =
-    "usage: qwen35 run -m MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [-n N] [-t THREADS]\n"
+    "usage: qwen35 run -m MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--image FILE]... [-n N] [-t THREADS]\n"
     "                  [--spec-k K | --no-spec] [--draft-vocab FILE] [--mmap | --no-mmap]\n"
     "  Greedy generation of N tokens. With --prompt-ids it prints the generated\n"
     "  token ids; with --prompt (tokenized by the model's tokenizer) it prints the\n"
@@ -115,7 +121,10 @@ static const char run_usage[] =
     "  --draft-vocab FILE drafts over those token ids only (one per line, as\n"
     "  `qwen35 draft-vocab` writes): a cheaper draft; the output is the same.\n"
     "  Weights are read into memory on huge pages where the system allows it (--no-mmap\n"
-    "  insists), else served from the mapped file (--mmap insists).\n";
+    "  insists), else served from the mapped file (--mmap insists).\n"
+    "  --image FILE (repeatable): an image, encoded by the vision tower. With --prompt it\n"
+    "  goes in as <|vision_start|><|image_pad|><|vision_end|> before the text, or where the\n"
+    "  text holds <|image_pad|> itself; --prompt-ids must hold one image_pad id per --image.\n";
 
 /* Where generated tokens go: a comma-separated id list, or streamed text. */
 typedef struct {
@@ -158,9 +167,34 @@ int cmd_run(int argc, char **argv) {
         if (!n) { fprintf(stderr, "qwen35 run: the prompt is empty\n"); q35_tokenizer_free(tok); return 2; }
         n_ids = (int32_t)n;
     }
-    q35_engine *e;
-    q35_session *s;
-    if (open_model(&a, &e, &s, n_ids + (int32_t)a.n_gen + Q35_SPEC_K_MAX + 1)) {
+    q35_engine *e = NULL;
+    q35_session *s = NULL;
+    cli_mm_prompt mp = {0};
+    int failed = open_engine(&a, &e);
+    if (!failed && a.n_images && a.ids) { /* the ids hold one image_pad per image */
+        failed = cli_mm_encode(e, a.model, a.images, a.n_images, NULL, &mp, "qwen35 run") ||
+                 q35_engine_expand_images(e, ids, n_ids, mp.images, mp.n_images, &mp.ids, &mp.n, &err);
+        if (failed && mp.n_images) fprintf(stderr, "qwen35 run: %s\n", err.msg);
+    } else if (!failed && a.n_images) { /* the images go before the text unless it places them itself */
+        size_t tl = strlen(a.text), bl = strlen(IMAGE_BLOCK);
+        char *text = malloc(bl * (size_t)a.n_images + tl + 1);
+        if (text) {
+            size_t at = 0;
+            for (int i = 0; !strstr(a.text, "<|image_pad|>") && i < a.n_images; i++, at += bl) memcpy(text + at, IMAGE_BLOCK, bl);
+            memcpy(text + at, a.text, tl + 1);
+        }
+        failed = !text || cli_mm_prompt_build(e, a.model, tok, text, a.images, a.n_images, NULL, &mp, "qwen35 run");
+        if (!text) fprintf(stderr, "qwen35 run: out of memory\n");
+        free(text);
+    }
+    if (!failed && a.n_images) n_ids = mp.n;
+    if (!failed && q35_session_new(e, n_ids + (int32_t)a.n_gen + Q35_SPEC_K_MAX + 1, &s, &err)) {
+        fprintf(stderr, "qwen35 run: %s\n", err.msg);
+        failed = 1;
+    }
+    if (failed) {
+        if (e) q35_engine_free(e);
+        cli_mm_prompt_free(&mp);
         free(ids);
         q35_detokenizer_free(out_sink.dt);
         q35_tokenizer_free(tok);
@@ -179,7 +213,11 @@ int cmd_run(int argc, char **argv) {
     if (!rc && !info->has_mtp) fprintf(stderr, "qwen35 run: the model has no MTP head; decoding without speculation\n");
     if (!rc && a.draft_vocab && cli_set_draft_vocab(e, a.draft_vocab, "qwen35 run")) rc = 1;
     double t0 = cli_now();
-    if (!rc && (!logits || q35_session_eval(s, ids, n_ids, logits, 0, &err))) {
+    q35_status st = rc ? Q35_OK
+                    : !logits ? Q35_ERR_NOMEM
+                    : mp.n_images ? q35_session_eval_images(s, mp.ids, mp.n, mp.images, mp.n_images, logits, 0, &err)
+                                  : q35_session_eval(s, ids, n_ids, logits, 0, &err);
+    if (!rc && st) {
         fprintf(stderr, "qwen35 run: %s\n", logits ? err.msg : "out of memory");
         rc = 1;
     }
@@ -218,6 +256,7 @@ int cmd_run(int argc, char **argv) {
     }
     free(logits);
     free(ids);
+    cli_mm_prompt_free(&mp);
     q35_detokenizer_free(out_sink.dt);
     q35_tokenizer_free(tok);
     q35_session_free(s);
@@ -226,23 +265,47 @@ int cmd_run(int argc, char **argv) {
 }
 
 static const char logits_usage[] =
-    "usage: qwen35 logits -m MODEL_DIR --prompt-ids 1,2,3 -o FILE [-t THREADS] [--mmap | --no-mmap]\n"
-    "  Writes little-endian float32 logits: one row of vocab_size values per prompt position.\n";
+    "usage: qwen35 logits -m MODEL_DIR (--prompt-ids 1,2,3 | --chat REQ.json [--print-ids]) -o FILE\n"
+    "                     [-t THREADS] [--mmap | --no-mmap]\n"
+    "  Writes little-endian float32 logits: one row of vocab_size values per prompt position.\n"
+    "  --chat renders an OpenAI chat request (messages with text and image_url parts; an image\n"
+    "  as a data: URL with base64 or a local file path, relative to REQ.json) with the generation\n"
+    "  prompt through the model's chat template, tokenizer and image processor; its positions\n"
+    "  are those of the expanded prompt (each image's <|image_pad|> repeated to its token count).\n"
+    "  --print-ids prints the expanded prompt's ids, comma-separated, on stdout.\n";
 
 int cmd_logits(int argc, char **argv) {
     run_args a;
     if (parse_args(argc, argv, &a, 1, logits_usage)) return 2;
-    int32_t *ids = NULL, n_ids = 0;
-    if (parse_ids(a.ids, &ids, &n_ids)) { fprintf(stderr, "qwen35 logits: bad --prompt-ids '%s'\n", a.ids); return 2; }
-    q35_engine *e;
-    q35_session *s;
-    if (open_model(&a, &e, &s, n_ids)) { free(ids); return 1; }
-    const q35_model_info *info = q35_engine_info(e);
-    size_t n_vals = (size_t)n_ids * (size_t)info->vocab_size;
-    float *logits = malloc(sizeof(float) * n_vals);
+    if (a.print_ids && !a.chat) { fprintf(stderr, "qwen35 logits: --print-ids goes with --chat\n%s", logits_usage); return 2; }
+    cli_mm_prompt mp = {0};
+    if (a.ids && parse_ids(a.ids, &mp.ids, &mp.n)) { fprintf(stderr, "qwen35 logits: bad --prompt-ids '%s'\n", a.ids); return 2; }
+    q35_engine *e = NULL;
+    q35_session *s = NULL;
     q35_error err = {0};
+    if (open_engine(&a, &e)) { cli_mm_prompt_free(&mp); return 1; }
+    if (a.chat && cli_mm_prompt_from_request(e, a.model, a.chat, &mp, "qwen35 logits")) {
+        q35_engine_free(e);
+        return 1;
+    }
+    if (q35_session_new(e, mp.n, &s, &err)) {
+        fprintf(stderr, "qwen35 logits: %s\n", err.msg);
+        cli_mm_prompt_free(&mp);
+        q35_engine_free(e);
+        return 1;
+    }
+    if (a.print_ids) {
+        for (int32_t i = 0; i < mp.n; i++) printf("%s%d", i ? "," : "", mp.ids[i]);
+        printf("\n");
+    }
+    const q35_model_info *info = q35_engine_info(e);
+    size_t n_vals = (size_t)mp.n * (size_t)info->vocab_size;
+    float *logits = malloc(sizeof(float) * n_vals);
     int rc = 0;
-    if (!logits || q35_session_eval(s, ids, n_ids, logits, Q35_EVAL_ALL_LOGITS, &err)) {
+    q35_status st = !logits ? Q35_ERR_NOMEM
+                    : a.chat ? q35_session_eval_images(s, mp.ids, mp.n, mp.images, mp.n_images, logits, Q35_EVAL_ALL_LOGITS, &err)
+                             : q35_session_eval(s, mp.ids, mp.n, logits, Q35_EVAL_ALL_LOGITS, &err);
+    if (st) {
         fprintf(stderr, "qwen35 logits: %s\n", logits ? err.msg : "out of memory");
         rc = 1;
     } else {
@@ -254,7 +317,7 @@ int cmd_logits(int argc, char **argv) {
         }
     }
     free(logits);
-    free(ids);
+    cli_mm_prompt_free(&mp);
     q35_session_free(s);
     q35_engine_free(e);
     return rc;

@@ -74,7 +74,10 @@ static const char usage[] =
     "  --draft-rows: also a speculative step with a reduced-vocabulary draft head of\n"
     "  each many rows (the lowest token ids; default 32768; 0: none).\n"
     "  --mmap / --no-mmap: weights served from the mapped file / read into memory on huge pages\n"
-    "  (default: in memory where the system offers huge pages and the memory, else mapped).\n";
+    "  (default: in memory where the system offers huge pages and the memory, else mapped).\n"
+    "usage: qwen35 speed --vision [--image-side 448] [-t 1,2] [--json FILE]\n"
+    "  The vision tower's encode time for one square image at Qwen3.5-9B's tower shapes\n"
+    "  (synthetic BF16 weights; no model needed).\n";
 
 /* Expected tokens per speculative step with k drafts each accepted with
  * probability a (given the previous one was): 1 + a + a^2 + ... + a^k. */
@@ -161,15 +164,17 @@ int cmd_speed(int argc, char **argv) {
     draft_row dr[8] = {{0}};
     int n_dr = 0;
     double accept = 0.83;
-    int weights = Q35_WEIGHTS_AUTO;
+    int weights = Q35_WEIGHTS_AUTO, vision = 0, image_side = 448;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
+        if (!strcmp(k, "--vision")) { vision = 1; continue; }
         if (!strcmp(k, "--no-mmap")) { weights = Q35_WEIGHTS_IN_MEMORY; continue; }
         if (!strcmp(k, "--mmap")) { weights = Q35_WEIGHTS_MAPPED; continue; }
         if (!v) { fprintf(stderr, "qwen35 speed: %s needs a value\n%s", k, usage); return 2; }
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--json")) json_path = v;
+        else if (!strcmp(k, "--image-side")) { image_side = atoi(v); if (image_side < 32 || image_side % 32 || image_side > 4096) goto bad; }
         else if (!strcmp(k, "-t")) { if ((n_threads = parse_list(v, threads, 8)) <= 0) goto bad; }
         else if (!strcmp(k, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 8)) <= 0) goto bad; }
         else if (!strcmp(k, "--decode")) { n_decode = atoi(v); if (n_decode < 2 || n_decode > 10000) goto bad; }
@@ -186,6 +191,7 @@ int cmd_speed(int argc, char **argv) {
         fprintf(stderr, "qwen35 speed: bad value '%s' for %s\n", v, k);
         return 2;
     }
+    if (vision) return cli_speed_vision(threads, n_threads, image_side, json_path);
     if (!model) { fprintf(stderr, "qwen35 speed: -m MODEL is required\n%s", usage); return 2; }
 
     int max_prompt = 0;

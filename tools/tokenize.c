@@ -69,38 +69,6 @@ static void print_piece(const char *s, size_t n) {
     putchar('"');
 }
 
-/* Renders a chat request file into prompt text. */
-static int thinking_of(const json_t *v) { return json_is_true(v) ? 1 : json_is_false(v) ? -1 : 0; }
-
-static char *render_chat(const char *path, int variant) {
-    json_error_t je;
-    json_t *req = json_load_file(path, 0, &je);
-    if (!req) {
-        fprintf(stderr, "qwen35 tokenize: %s: %s (line %d)\n", path, je.text, je.line);
-        return NULL;
-    }
-    json_t *messages = json_is_array(req) ? req : json_object_get(req, "messages");
-    json_t *tools = json_is_object(req) ? json_object_get(req, "tools") : NULL;
-    json_t *kwargs = json_is_object(req) ? json_object_get(req, "chat_template_kwargs") : NULL;
-    q35_chat_options opt = {.add_generation_prompt = 1, .variant = variant};
-    if (json_is_object(req)) {
-        json_t *agp = json_object_get(req, "add_generation_prompt");
-        if (agp) opt.add_generation_prompt = json_is_true(agp);
-        opt.enable_thinking = thinking_of(json_object_get(req, "enable_thinking"));
-    }
-    if (kwargs) opt.enable_thinking = thinking_of(json_object_get(kwargs, "enable_thinking"));
-    char *m = messages ? json_dumps(messages, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    char *t = tools ? json_dumps(tools, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    char *text = NULL;
-    q35_error err = {0};
-    if (!m) fprintf(stderr, "qwen35 tokenize: %s: no \"messages\"\n", path);
-    else if (q35_chat_render(m, t, &opt, &text, &err) != Q35_OK) fprintf(stderr, "qwen35 tokenize: %s: %s\n", path, err.msg);
-    free(m);
-    free(t);
-    json_decref(req);
-    return text;
-}
-
 static int bench(const q35_tokenizer *tok, const char *text, size_t len, int parse_special) {
     size_t bytes = 0, tokens = 0;
     double t0 = q35_now_seconds(), t;
@@ -153,7 +121,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     if (chat) {
-        if ((text = render_chat(chat, cli_chat_variant(model, "qwen35 tokenize")))) len = strlen(text);
+        if ((text = cli_render_chat(chat, cli_chat_variant(model, "qwen35 tokenize"), "qwen35 tokenize"))) len = strlen(text);
     } else if (text_arg) {
         text = strdup(text_arg);
         len = strlen(text_arg);

@@ -39,13 +39,26 @@ typedef struct q35_backend q35_backend;   /* one model on one device */
 typedef struct q35_bstate q35_bstate;     /* one sequence's state on that device */
 typedef struct q35_bsnap q35_bsnap;       /* a copy of a state's first pos positions */
 
+/* What multimodal rows add to a run of rows (q35_bseq.mm, mtp's mm; NULL
+ * for plain text, whose rotary position is its cache position). Row i's
+ * rotary position is (t, h, w) = pos3[3i..3i+2] when pos3 is given, else
+ * cache position + rope_delta on all three axes (text after an image);
+ * its input is embed[i] (H floats, host memory) instead of its token's
+ * embedding where embed and embed[i] are not NULL. */
+typedef struct q35_bmm {
+    int32_t rope_delta;
+    const int32_t *pos3;       /* (n_rows, 3) or NULL */
+    const float *const *embed; /* (n_rows) or NULL */
+} q35_bmm;
+
 /* One sequence's rows in a forward pass: rows [row0, row0 + n_rows) of the
- * batch, at positions pos0.., against its state. */
+ * batch, at cache positions pos0.., against its state. */
 typedef struct q35_bseq {
     q35_bstate *state;
     int32_t row0, n_rows, pos0;
     int recurrent;   /* Gated DeltaNet row by row (the decode form) however many rows */
     int rewindable;  /* keep the state after each row, so rewind() may drop rows (implies recurrent) */
+    const q35_bmm *mm; /* NULL: text rows */
 } q35_bseq;
 
 /* Where the hidden states of MTP rows come from. */
@@ -99,11 +112,20 @@ typedef struct q35_backend_ops {
      * (set_draft_head) go to host memory and its MTP output is kept as st's
      * draft row (Q35_MTP_FROM_DRAFT). */
     void (*mtp)(q35_backend *b, q35_bstate *st, q35_mtp_src src, int32_t row0, const int32_t *next, int32_t n,
-                int32_t pos0, float *logits);
+                int32_t pos0, const q35_bmm *mm, float *logits);
     /* The rows the draft logits come from: head (n_draft, H), a copy of some
      * of lm_head's rows in its dtype that the caller keeps alive, or NULL for
      * lm_head itself. */
     q35_status (*set_draft_head)(q35_backend *b, const q35_tensor *head, q35_error *err);
+
+    /* ---- the vision tower (model.visual.*) ----
+     * out (sum t*h*w / MS^2, VO) = the tower over n_images images, their
+     * pixel rows (sum t*h*w, C*TP*PS*PS) one image after another, each with
+     * its grid_thw row; host memory in and out, outside any forward pass.
+     * Q35_ERR_UNSUPPORTED when the weights hold no tower or the backend has
+     * none (NULL: the same). */
+    q35_status (*encode_images)(q35_backend *b, const float *pixel_values, int32_t n_images,
+                                const int32_t (*grid_thw)[3], float *out, q35_error *err);
 
     /* The first failure of an operation above that returns nothing (a device
      * fault, a failed copy), or Q35_OK; after one, a backend may do nothing

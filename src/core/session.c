@@ -13,12 +13,6 @@
 
 #include <stdlib.h>
 
-/* A sequence's run of fewer rows than this goes through the Gated DeltaNet
- * row by row (the recurrent form), so a speculative verify pass (at most
- * Q35_SPEC_MAX + 1 rows) computes each row exactly as single-token decode
- * does, in a batch or alone. */
-#define GDN_MIN_CHUNKED 16
-
 static const q35_backend_ops *ops_of(const q35_session *s) { return s->engine->backend->ops; }
 
 q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_error *err) {
@@ -60,6 +54,7 @@ void q35_session_free(q35_session *s) {
 void q35_session_reset(q35_session *s) {
     ops_of(s)->state_clear(s->state);
     s->pos = 0;
+    s->rope_delta = 0;
     s->n_pending = 0;
     s->rewind_rows = 0;
     s->n_hist = 0;
@@ -93,27 +88,40 @@ q35_status q35_session_set_spec(q35_session *s, int32_t k, q35_error *err) {
     return Q35_OK;
 }
 
+const q35_bmm *q35_session_text_mm(q35_session *s) {
+    if (!s->rope_delta) return NULL;
+    s->text_mm = (q35_bmm){s->rope_delta, NULL, NULL};
+    return &s->text_mm;
+}
+
 /* After a forward pass over T rows of session s (its output rows from
  * row0 in the backend, input tokens in tokens, first at pos0): rows whose
  * next token is known go through the MTP now, filling its KV cache, and the
  * rest wait for it. A rewindable (verify) pass keeps all rows pending until
  * the caller knows which survive. */
-static void commit_rows(q35_session *s, int32_t row0, const int32_t *tokens, int32_t T, int32_t pos0, int rewindable) {
-    q35_hist_note(s, tokens, T, pos0);
+void q35_commit_rows(q35_session *s, int32_t row0, const int32_t *tokens, const int32_t *hist_ids, int32_t T,
+                     int32_t pos0, int rewindable, const q35_bmm *mm) {
+    q35_hist_note(s, hist_ids ? hist_ids : tokens, T, pos0);
     s->rewind_rows = rewindable ? T : 0;
     s->rewind_pos0 = pos0;
     if (!s->mtp_on) return;
     int32_t n_now = rewindable ? 0 : T - 1;
-    if (n_now > 0) q35_mtp_rows(s, Q35_MTP_FROM_FORWARD, row0, tokens + 1, n_now, pos0, NULL);
+    if (n_now > 0) {
+        /* row i pairs with input i+1: its rotary position is row i's, its next input row i+1's */
+        q35_bmm sub = {0};
+        if (mm) sub = (q35_bmm){mm->rope_delta, mm->pos3, mm->embed ? mm->embed + 1 : NULL};
+        q35_mtp_rows(s, Q35_MTP_FROM_FORWARD, row0, tokens + 1, n_now, pos0, mm ? &sub : NULL, NULL);
+    }
     s->n_pending = T - n_now;
     s->pending_pos0 = pos0 + n_now;
+    s->pending_has_pos3 = mm && mm->pos3;
+    if (s->pending_has_pos3) memcpy(s->pending_pos3, mm->pos3 + (size_t)3 * n_now, sizeof s->pending_pos3);
     ops_of(s)->keep_rows(s->engine->backend, s->state, row0 + n_now, s->n_pending);
     memcpy(s->pending_tok, tokens + n_now, sizeof(int32_t) * (size_t)s->n_pending);
 }
 
-/* The forward pass over seqs (rows in order, tokens flat). */
-static void forward(q35_backend *b, const q35_config *c, const q35_bseq *seqs, int32_t n_seqs, const int32_t *tokens,
-                    int32_t n_rows) {
+void q35_forward(q35_backend *b, const q35_config *c, const q35_bseq *seqs, int32_t n_seqs, const int32_t *tokens,
+                 int32_t n_rows) {
     b->ops->begin(b, seqs, n_seqs, tokens, n_rows);
     for (int32_t li = 0; li < c->n_layer; li++) b->ops->layer(b, li);
     b->ops->end(b);
@@ -134,20 +142,30 @@ q35_status q35_session_eval(q35_session *s, const int32_t *tokens, int32_t n, fl
     if (rewindable && (!s->spec_k || n > s->spec_k + 1))
         return q35_fail(err, Q35_ERR_ARG, "a rewindable eval takes at most spec_k+1 = %d tokens (got %d)",
                         s->spec_k + 1, n);
+    return q35_eval_rows(s, tokens, n, logits, flags, NULL, NULL, NULL, err);
+}
+
+q35_status q35_eval_rows(q35_session *s, const int32_t *tokens, int32_t n, float *logits, int flags,
+                         const int32_t *pos3, const float *const *embed, const int32_t *hist, q35_error *err) {
+    q35_engine *e = s->engine;
+    const q35_config *c = &e->cfg;
+    const int rewindable = (flags & Q35_EVAL_REWINDABLE) != 0;
     const int32_t V = c->vocab_size;
     for (int32_t done = 0; done < n;) {
         int32_t T = n - done < Q35_UBATCH ? n - done : Q35_UBATCH;
         int32_t pos0 = s->pos;
         /* rows left pending by the previous call learn their next token now */
-        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[done], NULL);
-        q35_bseq one = {s->state, 0, T, pos0, (flags & Q35_EVAL_RECURRENT) != 0 || T < GDN_MIN_CHUNKED, rewindable};
-        forward(e->backend, c, &one, 1, tokens + done, T);
+        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[done], embed ? embed[done] : NULL, NULL);
+        q35_bmm mm = {0, pos3 ? pos3 + (size_t)3 * done : NULL, embed ? embed + done : NULL};
+        q35_bseq one = {s->state, 0, T, pos0, (flags & Q35_EVAL_RECURRENT) != 0 || T < GDN_MIN_CHUNKED, rewindable,
+                        pos3 ? &mm : q35_session_text_mm(s)};
+        q35_forward(e->backend, c, &one, 1, tokens + done, T);
         s->pos += T;
         if (logits && (flags & Q35_EVAL_ALL_LOGITS))
             e->backend->ops->logits(e->backend, 0, T, logits + (size_t)done * V);
         else if (logits && done + T == n)
             e->backend->ops->logits(e->backend, T - 1, 1, logits);
-        commit_rows(s, 0, tokens + done, T, pos0, rewindable);
+        q35_commit_rows(s, 0, tokens + done, hist ? hist + done : NULL, T, pos0, rewindable, one.mm);
         done += T;
     }
     return q35_backend_status(e->backend, err); /* a device fault of the pass */
@@ -192,16 +210,17 @@ q35_status q35_forward_sessions(q35_session *const *ss, const int32_t *const *to
     int32_t flat[Q35_UBATCH] = {0}, row = 0;
     for (int32_t i = 0; i < n; i++) {
         q35_session *s = ss[i];
-        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[i][0], NULL);
-        seqs[i] = (q35_bseq){s->state, row, counts[i], s->pos, counts[i] < GDN_MIN_CHUNKED, rewindable[i]};
+        if (s->mtp_on && s->n_pending) q35_mtp_flush(s, tokens[i][0], NULL, NULL);
+        seqs[i] = (q35_bseq){s->state, row, counts[i], s->pos, counts[i] < GDN_MIN_CHUNKED, rewindable[i],
+                             q35_session_text_mm(s)};
         memcpy(flat + row, tokens[i], sizeof(int32_t) * (size_t)counts[i]);
         row += counts[i];
     }
-    forward(e->backend, c, seqs, n, flat, total);
+    q35_forward(e->backend, c, seqs, n, flat, total);
     if (logits) e->backend->ops->logits(e->backend, 0, total, logits);
     for (int32_t i = 0; i < n; i++) {
         ss[i]->pos += counts[i];
-        commit_rows(ss[i], seqs[i].row0, tokens[i], counts[i], seqs[i].pos0, rewindable[i]);
+        q35_commit_rows(ss[i], seqs[i].row0, tokens[i], NULL, counts[i], seqs[i].pos0, rewindable[i], seqs[i].mm);
     }
     return q35_backend_status(e->backend, err); /* a device fault of the pass */
 }

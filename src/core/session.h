@@ -16,6 +16,11 @@
 #include "model/model.h"
 
 #define Q35_MAX_EOS 16   /* end-of-sequence ids an engine keeps */
+/* A sequence's run of fewer rows than this goes through the Gated DeltaNet
+ * row by row (the recurrent form), so a speculative verify pass (at most
+ * Q35_SPEC_MAX + 1 rows) computes each row exactly as single-token decode
+ * does, in a batch or alone. */
+#define GDN_MIN_CHUNKED 16
 
 struct q35_engine {
     q35_config cfg;
@@ -50,6 +55,15 @@ struct q35_session {
      * pending_tok[i]; its hidden state is the backend state's kept row i. */
     int32_t n_pending, pending_pos0;
     int32_t pending_tok[Q35_SPEC_MAX + 1];
+    /* A pending row of an image prompt has its own 3-axis rotary position
+     * (then n_pending is 1). */
+    int32_t pending_has_pos3, pending_pos3[3];
+
+    /* Multimodal rotary: rows after an image turn at cache position +
+     * rope_delta (transformers' rope_deltas: the image's positions advance
+     * by max(h, w) / merge, not by its row count); 0 for text. */
+    int32_t rope_delta;
+    q35_bmm text_mm;                   /* {rope_delta} for text rows, handed to the backend */
 
     /* speculative verification: the last eval was rewindable (the backend
      * kept the state after each of its rows), so q35_session_rewind can
@@ -103,9 +117,28 @@ q35_status q35_draft_vocab_parse(const char *data, size_t size, const char *name
  * with logits, the last row's draft logits (predicting x_{p+2}) are
  * computed and its MTP hidden kept for chaining. */
 void q35_mtp_rows(q35_session *s, q35_mtp_src src, int32_t row0, const int32_t *next, int32_t n, int32_t pos0,
-                  float *logits);
-/* Runs the pending rows, the last one with next_token; clears them. */
-void q35_mtp_flush(q35_session *s, int32_t next_token, float *logits);
+                  const q35_bmm *mm, float *logits);
+/* Runs the pending rows, the last one with next_token (whose input is
+ * next_embed when it is an image row, else NULL); clears them. */
+void q35_mtp_flush(q35_session *s, int32_t next_token, const float *next_embed, float *logits);
+
+/* session.c: the text rows' q35_bmm of s (NULL while its rope_delta is 0,
+ * so text-only sessions run exactly the text path). */
+const q35_bmm *q35_session_text_mm(q35_session *s);
+/* After a forward pass (see session.c): the token history, pending MTP
+ * rows. hist_ids (NULL: tokens) is what the history records; mm the rows'
+ * multimodal part or NULL. */
+void q35_commit_rows(q35_session *s, int32_t row0, const int32_t *tokens, const int32_t *hist_ids, int32_t T,
+                     int32_t pos0, int rewindable, const q35_bmm *mm);
+/* session.c: n checked tokens of s in passes of up to Q35_UBATCH rows
+ * (q35_session_eval's flags). For an image prompt (mm.c): pos3 (n, 3) the
+ * rows' rotary positions, embed (n) their input rows (NULL entries: the
+ * token's), hist (n) what the history records; all NULL for text. */
+q35_status q35_eval_rows(q35_session *s, const int32_t *tokens, int32_t n, float *logits, int flags,
+                         const int32_t *pos3, const float *const *embed, const int32_t *hist, q35_error *err);
+/* The forward pass over seqs (rows in order, tokens flat). */
+void q35_forward(q35_backend *b, const q35_config *c, const q35_bseq *seqs, int32_t n_seqs, const int32_t *tokens,
+                 int32_t n_rows);
 
 /* One forward pass over several sessions at once (session.c): session i
  * feeds counts[i] tokens (rewindable when rewindable[i]); logits, when

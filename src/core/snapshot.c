@@ -15,6 +15,8 @@ struct q35_snapshot {
     int has_mtp;                       /* taken with the MTP on: its part is in data */
     int32_t n_pending, pending_pos0;
     int32_t pending_tok[Q35_SPEC_MAX + 1];
+    int32_t pending_has_pos3, pending_pos3[3];
+    int32_t rope_delta;                /* the session's multimodal rotary offset (session.h) */
     int32_t *tokens;                   /* the session's token ids 0..pos-1; NULL: not known */
     size_t bytes;
 };
@@ -38,10 +40,13 @@ q35_status q35_snapshot_take(const q35_session *s, q35_snapshot **out, q35_error
     snap->free_data = ops->snapshot_free;
     snap->pos = s->pos;
     snap->has_mtp = s->mtp_on;
+    snap->rope_delta = s->rope_delta;
     if (s->mtp_on) {
         snap->n_pending = s->n_pending;
         snap->pending_pos0 = s->pending_pos0;
         memcpy(snap->pending_tok, s->pending_tok, sizeof snap->pending_tok);
+        snap->pending_has_pos3 = s->pending_has_pos3;
+        memcpy(snap->pending_pos3, s->pending_pos3, sizeof snap->pending_pos3);
     }
     *out = snap;
     return Q35_OK;
@@ -53,6 +58,8 @@ q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_er
         return q35_fail(err, Q35_ERR_CONTEXT, "snapshot of %d positions does not fit a %d-token context", snap->pos, s->n_ctx);
     s->engine->backend->ops->snapshot_restore(s->state, snap->data);
     s->pos = snap->pos;
+    s->rope_delta = snap->rope_delta;
+    s->pending_has_pos3 = 0;
     s->n_hist = snap->tokens ? snap->pos : -1;
     if (snap->tokens) memcpy(s->hist, snap->tokens, (size_t)snap->pos * sizeof(int32_t));
     s->rewind_rows = 0;
@@ -61,6 +68,8 @@ q35_status q35_snapshot_restore(q35_session *s, const q35_snapshot *snap, q35_er
         s->n_pending = snap->n_pending;
         s->pending_pos0 = snap->pending_pos0;
         memcpy(s->pending_tok, snap->pending_tok, sizeof s->pending_tok);
+        s->pending_has_pos3 = snap->pending_has_pos3;
+        memcpy(s->pending_pos3, snap->pending_pos3, sizeof s->pending_pos3);
     }
     return Q35_OK;
 }

@@ -95,7 +95,7 @@ static int32_t draft(q35_generation *g, int32_t *drafts) {
     if (k <= 0 || !s->mtp_on || !s->n_pending) return 0;
     const int32_t P = s->pos, n_head = q35_engine_draft_vocab(s->engine);
     const int32_t *ids = s->engine->n_draft ? s->engine->draft_ids : NULL;
-    q35_mtp_flush(s, g->last, s->draft_logits);
+    q35_mtp_flush(s, g->last, NULL, s->draft_logits);
     for (int32_t j = 0; j < k; j++) {
         float *dl = s->draft_logits + (size_t)j * V; /* n_head logits: row i is token ids[i] (or i) */
         int32_t d;
@@ -120,7 +120,7 @@ static int32_t draft(q35_generation *g, int32_t *drafts) {
         }
         if (s->draft_hook) d = s->draft_hook(s->draft_hook_ctx, P + 1 + j, d);
         drafts[nd++] = d;
-        if (j + 1 < k) q35_mtp_rows(s, Q35_MTP_FROM_DRAFT, 0, &d, 1, P + j, dl + V);
+        if (j + 1 < k) q35_mtp_rows(s, Q35_MTP_FROM_DRAFT, 0, &d, 1, P + j, NULL, dl + V);
     }
     return nd;
 }

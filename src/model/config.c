@@ -84,6 +84,19 @@ static q35_status parse_text_config(json_t *top, json_t *tc, const char *label, 
     json_t *prf = json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL;
     if (!prf) prf = json_object_get(tc, "partial_rotary_factor");
     if ((st = get_num(prf, "partial_rotary_factor", 0.25f, &c->partial_rotary_factor, label, err))) return st;
+    c->mrope_section[0] = 11, c->mrope_section[1] = 11, c->mrope_section[2] = 10;
+    json_t *ms = json_is_object(rp) ? json_object_get(rp, "mrope_section") : NULL;
+    if (ms && !json_is_null(ms)) {
+        if (!json_is_array(ms) || json_array_size(ms) != 3)
+            return q35_fail(err, Q35_ERR_FORMAT, "%s: rope_parameters.mrope_section must be an array of 3 integers", label);
+        for (int i = 0; i < 3; i++) {
+            json_t *v = json_array_get(ms, (size_t)i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 4096)
+                return q35_fail(err, Q35_ERR_FORMAT, "%s: rope_parameters.mrope_section[%d] must be an integer in [0, 4096]",
+                                label, i);
+            c->mrope_section[i] = (int32_t)json_integer_value(v);
+        }
+    }
     if (json_is_object(rp)) {
         const char *rt = json_string_value(json_object_get(rp, "rope_type"));
         if (!rt) rt = json_string_value(json_object_get(rp, "type"));
@@ -155,6 +168,13 @@ q35_status q35_config_parse(const char *text, size_t len, const char *label, q35
         else if (tc && mt && strcmp(mt, "qwen3_5"))
             st = q35_fail(err, Q35_ERR_UNSUPPORTED, "%s: model_type '%s' is not Qwen3.5 (qwen3_5)", label, mt);
         else st = parse_text_config(tc ? root : NULL, tc ? tc : root, label, cfg, err);
+        const char *ids[3] = {"image_token_id", "vision_start_token_id", "vision_end_token_id"};
+        int32_t *dst[3] = {&cfg->image_token_id, &cfg->vision_start_token_id, &cfg->vision_end_token_id};
+        for (int i = 0; i < 3; i++) {
+            json_t *v = json_object_get(root, ids[i]);
+            *dst[i] = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < cfg->vocab_size
+                          ? (int32_t)json_integer_value(v) : -1;
+        }
         json_t *vc = json_object_get(root, "vision_config");
         if (!st && vc && !json_is_null(vc)) st = q35_vision_config_parse(vc, label, &cfg->vision, err);
     }

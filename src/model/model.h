@@ -44,6 +44,13 @@ typedef struct q35_config {
     int32_t eos_token_id;                 /* -1 if none */
     uint8_t layer_is_full[Q35_MAX_LAYERS]; /* 1: gated full attention, 0: Gated DeltaNet */
     int32_t n_layer_full;
+    /* Multimodal rotary (rope_parameters.mrope_section, transformers'
+     * default [11, 11, 10]): rotary frequency i (of RD/2) turns with the
+     * height position when i % 3 == 1 and i < 3 * section[1], the width one
+     * when i % 3 == 2 and i < 3 * section[2], else the temporal one (the
+     * interleaved layout transformers' Qwen3.5 always uses). */
+    int32_t mrope_section[3];
+    int32_t image_token_id, vision_start_token_id, vision_end_token_id; /* config.json, -1 if none */
     q35_vision_config vision;
 } q35_config;
 

@@ -30,6 +30,21 @@ static void rope(float *x, int32_t pos, int32_t rd, const float *inv_freq) {
     }
 }
 
+/* The same rotation with a position per frequency: pos3 (t, h, w) picked by
+ * the interleaved mrope_section layout (model.h). With t == h == w it is
+ * rope() at that position, bit for bit. */
+static void rope3(float *x, const int32_t pos3[3], const int32_t section[3], int32_t rd, const float *inv_freq) {
+    int32_t half = rd / 2;
+    for (int32_t i = 0; i < half; i++) {
+        int axis = (i % 3 == 1 && i < 3 * section[1]) ? 1 : (i % 3 == 2 && i < 3 * section[2]) ? 2 : 0;
+        float ang = (float)pos3[axis] * inv_freq[i];
+        float cs = cosf(ang), sn = sinf(ang);
+        float a = x[i], b = x[i + half];
+        x[i] = a * cs - b * sn;
+        x[i + half] = b * cs + a * sn;
+    }
+}
+
 typedef struct {
     const q35_config *c;
     const q35_kernels *k;
@@ -87,15 +102,18 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
         const q35_attn_seg *sg = &segs[si];
         for (int32_t t = 0; t < sg->n_rows; t++) {
             int32_t r = sg->row0 + t, pos = sg->pos0 + t;
+            const int32_t *p3 = sg->pos3 ? sg->pos3 + (size_t)3 * t : NULL;
             for (int32_t h = 0; h < NH; h++) {
                 float *qh = qg + (size_t)r * QD * 2 + (size_t)h * 2 * HD;
                 q35_rmsnorm1p(qh, &l->q_norm, HD, c->rms_norm_eps);
-                rope(qh, pos, RD, inv_freq);
+                if (p3) rope3(qh, p3, c->mrope_section, RD, inv_freq);
+                else rope(qh, pos + sg->rope_delta, RD, inv_freq);
             }
             for (int32_t h = 0; h < NKV; h++) {
                 float *kh = k + (size_t)r * KVD + (size_t)h * HD;
                 q35_rmsnorm1p(kh, &l->k_norm, HD, c->rms_norm_eps);
-                rope(kh, pos, RD, inv_freq);
+                if (p3) rope3(kh, p3, c->mrope_section, RD, inv_freq);
+                else rope(kh, pos + sg->rope_delta, RD, inv_freq);
             }
             memcpy(sg->k_cache + (size_t)pos * KVD, k + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
             memcpy(sg->v_cache + (size_t)pos * KVD, v + (size_t)r * KVD, sizeof(float) * (size_t)KVD);

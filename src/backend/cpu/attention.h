@@ -9,10 +9,15 @@
 #include "backend/cpu/compute.h"
 #include "model/model.h"
 
-/* One sequence's rows within a batch, at positions pos0.., and its cache. */
+/* One sequence's rows within a batch, at cache positions pos0.., and its
+ * cache. The rotary position of row t is pos0 + t + rope_delta, or the
+ * three axes pos3[3t..3t+2] (multimodal rotary, model.h mrope_section)
+ * when pos3 is given. */
 typedef struct q35_attn_seg {
     int32_t row0, n_rows, pos0;
     float *k_cache, *v_cache;
+    int32_t rope_delta;
+    const int32_t *pos3; /* (n_rows, 3) or NULL */
 } q35_attn_seg;
 
 /* Scratch floats for n_tok rows, caches of up to n_ctx positions, n_workers threads. */

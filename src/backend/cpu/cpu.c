@@ -17,8 +17,13 @@
  *   u += mlp(rmsnorm1p(u));  d = rmsnorm1p(u, mtp.norm);  logits = draft_head d
  * The embedding is the main model's; the draft head is lm_head or a copy of
  * some of its rows (then logits[i] is the logit of the i-th kept row). A
- * chained draft feeds d back as the hidden state of the next row. */
+ * chained draft feeds d back as the hidden state of the next row.
+ *
+ * Multimodal rows (backend.h q35_bmm): an image row's input is the vision
+ * tower's output row instead of an embedding (in the MTP head too, where
+ * x_{p+1} is an image row), and its rotary position has three axes. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/vision.h"
 #include "base/util.h"
 
 #include <stdlib.h>
@@ -44,7 +49,14 @@ static void host_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, 
     b->seqs = seqs;
     b->n_seqs = n_seqs;
     b->n_rows = T;
-    for (int32_t t = 0; t < T; t++) b->host.k->get_row(b->x + (size_t)t * H, &b->w->embed, tokens[t]);
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const q35_bseq *q = &seqs[i];
+        for (int32_t t = q->row0; t < q->row0 + q->n_rows; t++) {
+            const float *e = q->mm && q->mm->embed ? q->mm->embed[t - q->row0] : NULL;
+            if (e) memcpy(b->x + (size_t)t * H, e, sizeof(float) * (size_t)H);
+            else b->host.k->get_row(b->x + (size_t)t * H, &b->w->embed, tokens[t]);
+        }
+    }
 }
 
 static void add_rows(float *x, const float *y, int32_t T, int32_t H) {
@@ -65,7 +77,8 @@ static void host_layer(q35_backend *base, int32_t li) {
         q35_attn_seg segs[Q35_UBATCH];
         for (int32_t i = 0; i < b->n_seqs; i++) {
             const q35_bseq *q = &b->seqs[i];
-            segs[i] = (q35_attn_seg){q->row0, q->n_rows, q->pos0, q->state->k_cache[li], q->state->v_cache[li]};
+            segs[i] = (q35_attn_seg){q->row0, q->n_rows, q->pos0, q->state->k_cache[li], q->state->v_cache[li],
+                                     q->mm ? q->mm->rope_delta : 0, q->mm ? q->mm->pos3 : NULL};
         }
         q35_attention_forward(&b->host, c, l, segs, b->n_seqs, b->xn, b->tmp, T, b->mixer_ctx, b->mixer);
     } else {
@@ -108,7 +121,7 @@ static void host_keep_rows(q35_backend *base, q35_bstate *st, int32_t row0, int3
 }
 
 static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t row0, const int32_t *next, int32_t n,
-                     int32_t pos0, float *logits) {
+                     int32_t pos0, const q35_bmm *mm, float *logits) {
     q35_host_backend *b = host_of(base);
     const q35_config *c = b->c;
     const q35_mtp_weights *m = &b->w->mtp;
@@ -119,14 +132,16 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
     float *cat = b->mtp_cat, *u = b->mtp_x, *un = b->mtp_xn;
     for (int32_t i = 0; i < n; i++) {
         float *row = cat + (size_t)i * 2 * H;
-        b->host.k->get_row(row, &b->w->embed, next[i]);
+        const float *e = mm && mm->embed ? mm->embed[i] : NULL;
+        if (e) memcpy(row, e, sizeof(float) * (size_t)H);
+        else b->host.k->get_row(row, &b->w->embed, next[i]);
         q35_rmsnorm1p(row, &m->pre_fc_norm_embedding, H, eps);
         q35_rmsnorm1p_to(row + H, hidden + (size_t)i * H, &m->pre_fc_norm_hidden, H, eps);
     }
     q35_matmul(&b->host, u, &m->fc, cat, n);
     norm_rows(un, u, &m->layer.input_norm, n, H, eps);
     /* cat is free again: it holds the blocks' outputs (n, H) */
-    q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache};
+    q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache, mm ? mm->rope_delta : 0, mm ? mm->pos3 : NULL};
     q35_attention_forward(&b->host, c, &m->layer, &seg, 1, un, cat, n, b->mixer_ctx, b->mixer);
     add_rows(u, cat, n, H);
     norm_rows(un, u, &m->layer.post_norm, n, H, eps);
@@ -142,6 +157,17 @@ static q35_status host_set_draft_head(q35_backend *base, const q35_tensor *head,
     q35_host_backend *b = host_of(base);
     b->draft_head = head ? head : &b->w->lm_head;
     return Q35_OK;
+}
+
+static q35_status host_encode_images(q35_backend *base, const float *pixel_values, int32_t n_images,
+                                     const int32_t (*grid_thw)[3], float *out, q35_error *err) {
+    q35_host_backend *b = host_of(base);
+    if (!b->c->vision.present || !b->w->vision.present)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED, "the model has no vision tower (model.visual.* weights): it takes no images");
+    if (b->c->vision.out_hidden_size != b->c->hidden_size)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED, "vision out_hidden_size %d is not the language model's width %d",
+                        b->c->vision.out_hidden_size, b->c->hidden_size);
+    return q35_vision_forward(&b->host, &b->c->vision, &b->w->vision, pixel_values, n_images, grid_thw, out, err);
 }
 
 static q35_status host_status(q35_backend *base, q35_error *err) {
@@ -188,6 +214,7 @@ static const q35_backend_ops host_ops = {
     .keep_rows = host_keep_rows,
     .mtp = host_mtp,
     .set_draft_head = host_set_draft_head,
+    .encode_images = host_encode_images,
     .status = host_status,
 };
 

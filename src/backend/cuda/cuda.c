@@ -194,6 +194,12 @@ static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, co
     b->n_seqs = n_seqs;
     b->n_rows = T;
     if (b->err_status || !CU_OK(b, cudaEventSynchronize(b->staged_pass))) return;
+    for (int32_t i = 0; i < n_seqs; i++)
+        if (seqs[i].mm && !b->err_status) { /* the session never gets here: encode_images refuses first */
+            b->err_status = Q35_ERR_UNSUPPORTED;
+            snprintf(b->err_msg, sizeof b->err_msg, "the cuda backend does not support image input yet");
+        }
+    if (b->err_status) return;
     cu_stage *g = b->stage;
     memcpy(g->tokens, tokens, sizeof(int32_t) * (size_t)T);
     for (int32_t i = 0; i < n_seqs; i++) {
@@ -315,8 +321,12 @@ static void cu_keep_rows(q35_backend *base, q35_bstate *st, int32_t row0, int32_
  * the MTP cache; u += mlp(norm u); with logits, draft = norm(u last) and the
  * draft head's logits of it. */
 static void cu_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t row0, const int32_t *next, int32_t n,
-                   int32_t pos0, float *logits) {
+                   int32_t pos0, const q35_bmm *mm, float *logits) {
     cu_backend *b = cu_of(base);
+    if (mm && !b->err_status) {
+        b->err_status = Q35_ERR_UNSUPPORTED;
+        snprintf(b->err_msg, sizeof b->err_msg, "the cuda backend does not support image input yet");
+    }
     const q35_config *c = b->c;
     const int32_t H = c->hidden_size;
     const float eps = c->rms_norm_eps;
@@ -346,6 +356,12 @@ static void cu_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t ro
         head_to_host(b, b->draft_head, s->draft, 1, logits);
         if (b->err_status) memset(logits, 0, sizeof(float) * (size_t)b->draft_head.n_out);
     }
+}
+
+static q35_status cu_encode_images(q35_backend *base, const float *pixel_values, int32_t n_images,
+                                   const int32_t (*grid_thw)[3], float *out, q35_error *err) {
+    (void)base, (void)pixel_values, (void)n_images, (void)grid_thw, (void)out;
+    return q35_fail(err, Q35_ERR_UNSUPPORTED, "the cuda backend does not support image input yet (use Q35_BACKEND=cpu)");
 }
 
 static q35_status cu_set_draft_head(q35_backend *base, const q35_tensor *head, q35_error *err) {
@@ -422,6 +438,7 @@ static const q35_backend_ops cu_ops = {
     .keep_rows = cu_keep_rows,
     .mtp = cu_mtp,
     .set_draft_head = cu_set_draft_head,
+    .encode_images = cu_encode_images,
     .status = cu_status,
 };
 
