@@ -19,6 +19,7 @@ VARIANTS=(
   "default|--policy default"
   "bfp8|--policy bfp8"
   "bfp4-all|--policy bfp4-all"
+  "tuned|--policy tuned"
   "default, lm_head bf16|--policy default --set lm_head.weight=bf16"
   "default, lm_head bfp4|--policy default --set lm_head.weight=bfp4"
   "default, embed bf16|--policy default --set $E=bf16"

@@ -18,6 +18,11 @@ the base model's log-probabilities. This script reads those windows and measures
   peer_quality.py eval-halves BASE.kld --qwen35 BIN --model CACHE --base BF16_DIR --work DIR
       the same mean figures from `qwen35 eval --kld-base` alone: the full windows (--ctx n_ctx) less
       their first halves (--ctx n_ctx/2+1), since each position sees only its own window's prefix.
+  peer_quality.py windows OUT.kld --qwen35 BIN --text FILE --tokenizer DIR [--n-ctx 512]
+      the windows llama-perplexity cuts from the text (its first n_chunk*n_ctx tokens, n_chunk =
+      tokens // n_ctx; `tokens` checks the two tokenizers agree), from qwen35's tokenizer, as a file
+      of that format with the tokens only: measure and eval-halves then score a new cache policy on
+      the scored positions of the table without llama.cpp.
 """
 import argparse
 import json
@@ -101,6 +106,23 @@ def cmd_tokens(a):
     Path(a.ids_out).write_text(" ".join(map(str, flat.tolist())) + "\n")
     print(json.dumps({"n_ctx": k["n_ctx"], "n_chunk": k["n_chunk"], "tokens": int(n), "text_tokens": int(mine.size),
                       "scored_per_window": k["n_rows"], "first_scored": k["first"]}))
+
+
+def cmd_windows(a):
+    r = subprocess.run([a.qwen35, "tokenize", "-m", a.tokenizer, "--file", a.text, "--ids-only"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"peer_quality: qwen35 tokenize failed: {r.stderr.strip()}")
+    ids = np.array([int(x) for x in r.stdout.replace(",", " ").split()], dtype=np.int32)
+    cfg = json.loads((Path(a.tokenizer) / "config.json").read_text())
+    n_vocab = (cfg.get("text_config") or cfg)["vocab_size"]
+    n_chunk = ids.size // a.n_ctx
+    if n_chunk < 1:
+        raise SystemExit(f"peer_quality: {a.text} has {ids.size} tokens, fewer than one window of {a.n_ctx}")
+    with open(a.kld, "wb") as f:
+        f.write(b"_logits_" + struct.pack("<Iii", a.n_ctx, n_vocab, n_chunk))
+        f.write(ids[:n_chunk * a.n_ctx].tobytes())
+    print(json.dumps({"n_ctx": a.n_ctx, "n_chunk": n_chunk, "tokens": n_chunk * a.n_ctx, "text_tokens": int(ids.size)}))
 
 
 def cmd_check(a):
@@ -200,12 +222,16 @@ def cmd_eval_halves(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("tokens", "check", "measure", "eval-halves"):
+    for name in ("tokens", "check", "measure", "eval-halves", "windows"):
         p = sub.add_parser(name)
         p.add_argument("kld")
         p.add_argument("--qwen35", required=True)
         p.add_argument("-t", "--threads", type=int, default=1)
-        if name == "tokens":
+        if name == "windows":
+            p.add_argument("--text", required=True)
+            p.add_argument("--tokenizer", required=True)
+            p.add_argument("--n-ctx", type=int, default=512)
+        elif name == "tokens":
             p.add_argument("--text", required=True)
             p.add_argument("--tokenizer", required=True)
             p.add_argument("--ids-out", required=True)
@@ -221,7 +247,8 @@ def main():
             p.add_argument("--tol-ppl", type=float, default=0.002)
             p.add_argument("--tol-lp", type=float, default=0.02)
     a = ap.parse_args()
-    return {"tokens": cmd_tokens, "check": cmd_check, "measure": cmd_measure, "eval-halves": cmd_eval_halves}[a.cmd](a) or 0
+    return {"tokens": cmd_tokens, "check": cmd_check, "measure": cmd_measure, "eval-halves": cmd_eval_halves,
+            "windows": cmd_windows}[a.cmd](a) or 0
 
 
 if __name__ == "__main__":

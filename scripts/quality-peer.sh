@@ -38,7 +38,7 @@ FORMATS=(Q8_0 Q4_K_M Q4_0 IQ4_NL)
 [ -f "$MODEL/config.json" ] || die "no model $MODEL"
 IFS=, read -r -a PLIST <<<"$POLICIES"
 for p in "${PLIST[@]}"; do
-    case "$p" in bf16|default|bfp8|bfp4-all) ;; *) die "policy '$p' not known (bf16, default, bfp8, bfp4-all)";; esac
+    case "$p" in bf16|default|bfp8|bfp4-all|tuned) ;; *) die "policy '$p' not known (bf16, default, bfp8, bfp4-all, tuned)";; esac
 done
 BIN="$BUILD/qwen35"
 W=bench-data/peer/quality

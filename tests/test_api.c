@@ -288,6 +288,32 @@ TEST(api, parse_accepts_what_vllm_accepts) {
     q35_api_request_free(&r);
 }
 
+/* vLLM's prompt logprobs: echo with logprobs implies them, prompt_logprobs asks for them (and wins). */
+TEST(api, prompt_logprobs_from_echo_or_asked) {
+    static const struct { const char *body; int status; int32_t plp; const char *param; } cases[] = {
+        {"{\"prompt\":[1],\"echo\":true,\"logprobs\":2}", 0, 2, ""},
+        {"{\"prompt\":[1],\"logprobs\":2}", 0, -1, ""},
+        {"{\"prompt\":[1],\"echo\":true}", 0, -1, ""},
+        {"{\"prompt\":[1],\"echo\":true,\"logprobs\":1,\"prompt_logprobs\":5}", 0, 5, ""},
+        {"{\"prompt\":[1],\"prompt_logprobs\":0}", 0, 0, ""},
+        {"{\"prompt\":[1],\"prompt_logprobs\":null,\"echo\":true,\"logprobs\":0}", 0, 0, ""},
+        {"{\"prompt\":[1],\"prompt_logprobs\":21}", 400, -1, "prompt_logprobs"},
+        {"{\"prompt\":[1],\"prompt_logprobs\":\"3\"}", 400, -1, "prompt_logprobs"},
+        {"{\"prompt\":[1],\"prompt_logprobs\":-1}", 400, -1, "prompt_logprobs"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        q35_api_request r;
+        char param[64];
+        int st = parse(cases[i].body, Q35_API_COMPLETION, &r, param);
+        CHECK_MSG(st == cases[i].status, "%s: status %d", cases[i].body, st);
+        CHECK_MSG(!strcmp(param, cases[i].param), "%s: param '%s'", cases[i].body, param);
+        if (!st) {
+            CHECK_MSG(r.prompt_logprobs == cases[i].plp, "%s: %d", cases[i].body, r.prompt_logprobs);
+            q35_api_request_free(&r);
+        }
+    }
+}
+
 TEST(api, parse_chat_request) {
     q35_api_request r;
     char param[64];

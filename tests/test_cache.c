@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "test.h"
 
+#include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,6 +136,69 @@ TEST(cache, block_policies_stay_within_the_quantization_step) {
         for (int32_t i = 0; i < N_IDS * V; i++) CHECK(isfinite(l[i]));
         free(l);
     }
+}
+
+/* The tuned policy: default's dtypes; each BFP4 tensor is exactly the
+ * exponent-searching encoder's output on the checkpoint's weights (and no
+ * worse than the plain encoder's in squared error, better somewhere), each
+ * other tensor the default cache's bytes; the manifest says which tensors
+ * were searched; two prepares write the same file. */
+TEST(cache, tuned_policy_is_default_with_the_exponent_search) {
+    q35_error err;
+    const char *src = model_dir("models/tiny-b"), *def = tmp_path("def"), *tuned = tmp_path("tuned"),
+               *again = tmp_path("tuned2");
+    REQUIRE_MSG(!prepare(src, def, Q35_POLICY_DEFAULT, &err), "%s", err.msg);
+    REQUIRE_MSG(!prepare(src, tuned, Q35_POLICY_TUNED, &err), "%s", err.msg);
+    REQUIRE_MSG(!prepare(src, again, Q35_POLICY_TUNED, &err), "%s", err.msg);
+    q35_checkpoint ck = {0}, cd = {0}, ct = {0}, c2 = {0};
+    REQUIRE(!q35_checkpoint_open(src, &ck, &err) && !q35_cache_open(def, &cd, &err) && !q35_cache_open(tuned, &ct, &err) &&
+            !q35_cache_open(again, &c2, &err));
+    char *man_path = q35_path_join(tuned, "manifest.json");
+    json_t *man = json_load_file(man_path, 0, NULL), *mt = json_object_get(man, "tensors");
+    REQUIRE(mt);
+    int n_bfp4 = 0, n_better = 0, n_other = 0;
+    for (int32_t i = 0; i < ct.n_index; i++) {
+        const q35_tensor *t = &ct.index[i]->tensor, *d = &q35_checkpoint_find(&cd, ct.index[i]->name)->tensor;
+        const q35_tensor *t2 = &q35_checkpoint_find(&c2, ct.index[i]->name)->tensor;
+        const char *enc = json_string_value(json_object_get(json_object_get(mt, ct.index[i]->name), "encoder"));
+        CHECK_EQ_INT(t->dtype, d->dtype);
+        CHECK(t->nbytes == t2->nbytes && !memcmp(t->data, t2->data, t->nbytes));
+        if (t->dtype != Q35_DT_BFP4) {
+            CHECK(t->nbytes == d->nbytes && !memcmp(t->data, d->data, t->nbytes));
+            CHECK(enc == NULL);
+            n_other++;
+            continue;
+        }
+        n_bfp4++;
+        CHECK_STR_EQ(enc, "exponent search");
+        const q35_tensor *w = &q35_checkpoint_find(&ck, ct.index[i]->name)->tensor;
+        int64_t rows = w->shape[0], cols = w->shape[1];
+        void *want = malloc(t->nbytes);
+        REQUIRE(!q35_bfp_pack_matrix(Q35_DT_BFP4, want, t->nbytes, w->data, w->dtype, rows, cols, Q35_BFP_EXP_SEARCH,
+                                     &err));
+        CHECK_MSG(!memcmp(want, t->data, t->nbytes), "%s: not the searching encoder's bytes", ct.index[i]->name);
+        double se_t = 0, se_d = 0;
+        for (int64_t k = 0; k < rows * cols; k++) {
+            double x = q35_tensor_get_f32(w, k), a = x - q35_tensor_get_f32(t, k), b = x - q35_tensor_get_f32(d, k);
+            se_t += a * a;
+            se_d += b * b;
+        }
+        CHECK_MSG(se_t <= se_d, "%s: squared error %g with the search, %g without", ct.index[i]->name, se_t, se_d);
+        n_better += se_t < se_d;
+        free(want);
+    }
+    CHECK(n_bfp4 > 10 && n_other > 10);
+    CHECK_EQ_INT(n_better, n_bfp4); /* every matrix of a trained or random model has blocks that gain */
+    CHECK_STR_EQ(json_string_value(json_object_get(man, "policy")), "tuned");
+    json_decref(man);
+    free(man_path);
+    q35_checkpoint_close(&ck);
+    q35_checkpoint_close(&cd);
+    q35_checkpoint_close(&ct);
+    q35_checkpoint_close(&c2);
+    CHECK_EQ_INT(q35_policy_encode_flags(Q35_POLICY_TUNED, Q35_DT_BFP4), Q35_BFP_EXP_SEARCH);
+    CHECK_EQ_INT(q35_policy_encode_flags(Q35_POLICY_TUNED, Q35_DT_BFP8), 0);
+    CHECK_EQ_INT(q35_policy_encode_flags(Q35_POLICY_DEFAULT, Q35_DT_BFP4), 0);
 }
 
 TEST(cache, policies_choose_dtypes) {

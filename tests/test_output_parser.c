@@ -157,6 +157,15 @@ TEST(output_parser, tool_calls_typed_by_schema) {
     /* A tool call inside the reasoning ends it. */
     check(TOOLS, 1, "need weather<tool_call><function=now></function></tool_call>", "need weather", "",
           "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
+    /* A parameter given as a $ref into the parameters' $defs is read by its target's type (pydantic's nested models). */
+    check("[{\"type\":\"function\",\"function\":{\"name\":\"book\",\"parameters\":{\"$defs\":{\"A\":{\"type\":\"object\"},"
+          "\"N\":{\"type\":\"integer\"}},\"type\":\"object\",\"properties\":{\"to\":{\"$ref\":\"#/$defs/A\"},"
+          "\"n\":{\"$ref\":\"#/$defs/N\"},\"bad\":{\"$ref\":\"#/$defs/none\"}}}}}]",
+          0, "<tool_call>\n<function=book>\n<parameter=to>\n{\"city\": \"Oslo\"}\n</parameter>\n<parameter=n>\n7\n</parameter>\n"
+          "<parameter=bad>\n8\n</parameter>\n</function>\n</tool_call>",
+          "", "",
+          "[{\"type\":\"function\",\"function\":{\"name\":\"book\",\"arguments\":\"{\\\"to\\\": {\\\"city\\\": \\\"Oslo\\\"}, "
+          "\\\"n\\\": 7, \\\"bad\\\": \\\"8\\\"}\"}}]");
     /* A bare <function= block, vLLM's fallback. */
     check(TOOLS, 0, "x <function=now>\n</function>", "", "x ",
           "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");

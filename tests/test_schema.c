@@ -2,7 +2,11 @@
  * documents are accepted whole, invalid ones refused at the first wrong
  * byte, random walks through the recogniser always reach a whole document
  * that parses, unsupported keywords and invalid schemas name the field, and
- * the trie's mask equals feeding each token on its own. */
+ * the trie's mask equals feeding each token on its own. The keywords past
+ * the basic ones (pattern, format, numeric bounds, oneOf, allOf, $ref,
+ * prefixItems, uniqueItems: schema_regex.c, schema_keywords.c) have their
+ * own group, schema_keywords; the e2e schema suite validates generated
+ * documents with the jsonschema package. */
 #include "test.h"
 #include "text/schema.h"
 
@@ -120,18 +124,18 @@ TEST(schema, keywords) {
 
 TEST(schema, errors_name_the_field) {
     static const struct { const char *schema, *where, *says; } cases[] = {
-        {"{\"type\":\"string\",\"pattern\":\"a\"}", ".pattern", "not supported"},
-        {"{\"properties\":{\"a\":{\"format\":\"date\"}}}", ".properties.a.format", "not supported"},
+        {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", ".pattern", "not supported"},
+        {"{\"properties\":{\"a\":{\"format\":\"date\",\"minLength\":3}}}", ".properties.a.format", "not supported"},
         {"{\"type\":\"strung\"}", ".type", "type name"},
         {"{\"type\":[\"string\",3]}", ".type[1]", "type name"},
         {"{\"type\":\"array\",\"minItems\":2,\"maxItems\":1}", ".minItems", "above"},
         {"{\"type\":\"string\",\"maxLength\":1.5}", ".maxLength", "non-negative integer"},
         {"{\"enum\":[]}", ".enum", "non-empty"},
         {"{\"type\":\"string\",\"enum\":[1,2]}", "", "no value"},
-        {"{\"anyOf\":[{\"type\":\"null\"},{\"oneOf\":[]}]}", ".anyOf[1].oneOf", "not supported"},
+        {"{\"anyOf\":[{\"type\":\"null\"},{\"oneOf\":[]}]}", ".anyOf[1].oneOf", "non-empty"},
         {"{\"type\":\"object\",\"required\":[1]}", ".required[0]", "names"},
         {"{\"type\":\"object\",\"properties\":[]}", ".properties", "object"},
-        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":1}}", ".items.minimum", "not supported"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"multipleOf\":2}}", ".items.multipleOf", "not supported"},
         {"{\"type\":\"array\",\"items\":false,\"minItems\":1}", ".items", "minItems"},
         {"{\"anyOf\":[],\"type\":\"null\"}", ".anyOf", "non-empty"},
         {"3", "", "object or true"},
@@ -242,6 +246,24 @@ TEST(schema, trie_mask_equals_feeding_each_token) {
     q35_schema_free(s);
 }
 
+/* Inside a pattern's string the plain tokens are walked by the DFA alone (token_trie.c): the same mask. */
+TEST(schema, trie_mask_in_a_pattern_string_equals_feeding_each_token) {
+    static const char *const words[] = {"a", "ab", "abc", "abca", "b", "c", "x", "xa", "\xc3\xa9", "a\xc3\xa9", "\xc3", "\xa9", "\"",
+                                        "a\"", "\\", "\",\"", "\", \"u\":\"", "zab", "z", "\xe6\x97\xa5", "b\"}", " ", "}", "\x01"};
+    q35_schema *s = compile("{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"string\",\"pattern\":\"^[a-c]+.?$\","
+                            "\"maxLength\":4},\"u\":{\"type\":\"string\",\"pattern\":\"ab\",\"maxLength\":6},\"w\":{\"type\":\"string\",\"pattern\":\"b\"}},"
+                            "\"required\":[\"c\",\"u\",\"w\"]}");
+    REQUIRE(s);
+    static const char *const prefixes[] = {"{\"c\":\"", "{\"c\":\"a", "{\"c\":\"abc", "{\"c\":\"ab\xc3\xa9", "{\"c\":\"a\",\"u\":\"",
+                                           "{\"c\":\"a\",\"u\":\"za", "{\"c\":\"a\",\"u\":\"zzzza", "{\"c\":\"a\",\"u\":\"ab",
+                                           /* no maxLength: the mask of a state that comes back is the schema's cached one */
+                                           "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"", "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"zz",
+                                           "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"zzz\xc3\xa9", "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"ab",
+                                           "{\"c\":\"a\",\"u\":\"ab\",\"w\":\"abab"};
+    check_masks(s, words, (int32_t)(sizeof words / sizeof *words), prefixes, sizeof prefixes / sizeof *prefixes);
+    q35_schema_free(s);
+}
+
 TEST(schema, tool_call_grammar) {
     json_t *tools = json_loads(
         "[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"type\":\"object\",\"properties\":{"
@@ -291,4 +313,117 @@ TEST(schema, trie_mask_in_a_raw_parameter_equals_feeding_each_token) {
     check_masks(s, words, (int32_t)(sizeof words / sizeof *words), prefixes, sizeof prefixes / sizeof *prefixes);
     q35_schema_free(s);
     json_decref(tools);
+}
+
+/* ---- pattern, format, bounds, oneOf, allOf, $ref, prefixItems, uniqueItems ---- */
+
+TEST(schema_keywords, accept_and_refuse_at_the_first_wrong_byte) {
+    static const struct { const char *schema, *doc; long at; } cases[] = {
+        {"{\"type\":\"string\",\"pattern\":\"^[a-c]+x$\"}", "\"abcx\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-c]+x$\"}", "\"abd", 3},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-c]+x$\"}", "\"x\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"zzabzz\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"zza\"", 4},
+        {"{\"type\":\"string\",\"pattern\":\"^a{2,3}$\"}", "\"aaaa", 4},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:ab|cd)*$\",\"maxLength\":4}", "\"abcd\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:ab|cd)*$\",\"maxLength\":3}", "\"aba", 3},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\d\\\\w\\\\s.$\"}", "\"1_ \u00e9\"", -1},
+        {"{\"type\":\"string\",\"pattern\":\"^[^a]$\"}", "\"\u00e9\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^.*$\"}", "\"a\\", 2},
+        {"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-28\"", -1},
+        {"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-30\"", 9},
+        {"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13", 7},
+        {"{\"type\":\"string\",\"format\":\"date-time\"}", "\"2024-05-01T12:30:00Z\"", -1},
+        {"{\"type\":\"string\",\"format\":\"date-time\"}", "\"2024-05-01T12:30:00+02:00\"", -1},
+        {"{\"type\":\"string\",\"format\":\"time\"}", "\"24", 2},
+        {"{\"type\":\"string\",\"format\":\"uuid\"}", "\"123e4567-e89b-12d3-a456-426614174000\"", -1},
+        {"{\"type\":\"string\",\"format\":\"uuid\"}", "\"123e4567e", 9},
+        {"{\"type\":\"string\",\"format\":\"email\"}", "\"a.b@ex-ample.org\"", -1},
+        {"{\"type\":\"string\",\"format\":\"email\"}", "\"a@b\"", 4},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"192.168.0.255\"", -1},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"256", 3},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"01", 2},
+        {"{\"type\":\"string\",\"format\":\"no-such-format\"}", "\"anything\"", -1},
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", "-12", -1},
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", "-13", 2},
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", "305", -1},
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", "306", 2},
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", "1000", 3},
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", "0", -1},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", "0", 0},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", "10", 1},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", "9", -1},
+        {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true}", "5", 1}, /* 5 only begins 50 */
+        {"{\"type\":\"integer\",\"minimum\":100}", "99", 2},
+        {"{\"type\":\"integer\",\"minimum\":100}", "123456789012345", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.75", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "1", -1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "1.", 1},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "-", 0},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-1}", "-2.7", 2}, /* -2.x may pass -2.5 */
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-1}", "-1.5", -1},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-1}", "-1", -1},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":-1,\"maximum\":0}", "-0.5", -1},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":-1,\"maximum\":0}", "-1", 1},
+        {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "7", -1},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"},\"x\":{\"type\":\"integer\"}},\"required\":[\"kind\",\"x\"]},{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"b\"},\"y\":{\"type\":\"string\"}},\"required\":[\"kind\",\"y\"]}]}", "{\"kind\":\"b\",\"y\":\"s\"}", -1},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"},\"x\":{\"type\":\"integer\"}},\"required\":[\"kind\",\"x\"]},{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"b\"},\"y\":{\"type\":\"string\"}},\"required\":[\"kind\",\"y\"]}]}", "{\"kind\":\"b\",\"x", 13},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}]}", "{\"a\":1,\"b\":\"x\"}", -1},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}]}", "{\"a\":1}", 6},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0}}},{\"properties\":{\"a\":{\"maximum\":9}}}],\"required\":[\"a\"]}", "{\"a\":10", 6},
+        {"{\"$defs\":{\"pos\":{\"type\":\"integer\",\"minimum\":1}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/pos\"}}", "[1, 0", 4},
+        {"{\"definitions\":{\"s\":{\"type\":\"string\",\"maxLength\":2}},\"$ref\":\"#/definitions/s\"}", "\"abc", 3},
+        {"{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"next\":{\"$ref\":\"#\"}},\"required\":[\"v\"]}", "{\"v\":1,\"next\":{\"v\":2,\"next\":{\"v\":3}}}", -1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"}}", "[1, \"a\", true, false]", -1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"}}", "[1, 2", 4},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":false}", "[1, ", 2},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}", "[1]", -1},
+
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        q35_schema *s = compile(cases[i].schema);
+        if (!s) continue;
+        long at = accepted(s, cases[i].doc);
+        CHECK_MSG(at == cases[i].at, "%s with %s: %ld, not %ld", cases[i].schema, cases[i].doc, at, cases[i].at);
+        q35_schema_free(s);
+    }
+}
+
+TEST(schema_keywords, errors_name_the_field) {
+    static const struct { const char *schema, *where, *says; } cases[] = {
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", ".pattern", "lookaround"},
+        {"{\"type\":\"string\",\"pattern\":\"a\\\\bb\"}", ".pattern", "not supported"},
+        {"{\"type\":\"string\",\"pattern\":\"a{1,100}\"}", ".pattern", "above 64"},
+        {"{\"type\":\"string\",\"pattern\":\"[a\"}", ".pattern", "not closed"},
+        {"{\"type\":\"string\",\"pattern\":\"a^b\"}", ".pattern", "start"},
+        {"{\"type\":\"string\",\"pattern\":\"\\u00e9\"}", ".pattern", "non-ASCII"},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\"$\"}", ".pattern", "matches no string"},
+        {"{\"type\":\"string\",\"pattern\":\"(a|b|c|d){30}(e|f|g){30}x{60}[a-z]{60}[0-9a-f]{60}q{60}[a-z]{60}.{60}z{60}\"}", ".pattern", "more than"},
+        {"{\"type\":\"string\",\"pattern\":\"^abcdef$\",\"maxLength\":3}", ".pattern", "maxLength"},
+        {"{\"type\":\"string\",\"pattern\":\"a\",\"format\":\"date\"}", ".pattern", "together"},
+        {"{\"type\":\"integer\",\"minimum\":10,\"maximum\":2}", "", "no integer"},
+        {"{\"type\":\"integer\",\"minimum\":\"1\"}", "", "must be numbers"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", ".uniqueItems", "not supported"},
+        {"{\"type\":\"array\",\"prefixItems\":{}}", ".prefixItems", "list"},
+        {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":3}]}", ".oneOf", "may both hold"},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"integer\"}}}]}", ".oneOf", "may both hold"},
+        {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", ".allOf", "disagree on 'type'"},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false},{\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}", ".allOf", "forbids"},
+        {"{\"$ref\":\"#/$defs/missing\"}", ".$ref", "does not name"},
+        {"{\"$ref\":\"http://example.com/s.json\"}", ".$ref", "does not name"},
+        {"{\"$ref\":\"#/$defs/a\",\"type\":\"string\",\"$defs\":{\"a\":{}}}", ".$ref", "beside"},
+        {"{\"$defs\":{\"t\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/t\"}},\"required\":[\"c\"]}},\"$ref\":\"#/$defs/t\"}", "", "no document within"},
+
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *j = json_loads(cases[i].schema, JSON_DECODE_ANY, NULL);
+        REQUIRE(j);
+        q35_schema *s = (q35_schema *)1;
+        char where[128], msg[256];
+        CHECK_MSG(q35_schema_compile(j, &s, where, sizeof where, msg, sizeof msg) == -1, "%s compiled", cases[i].schema);
+        CHECK(s == NULL);
+        CHECK_MSG(!strcmp(where, cases[i].where), "%s: at '%s', not '%s' (%s)", cases[i].schema, where, cases[i].where, msg);
+        CHECK_MSG(strstr(msg, cases[i].says) != NULL, "%s: '%s' lacks '%s'", cases[i].schema, msg, cases[i].says);
+        json_decref(j);
+    }
 }

@@ -8,6 +8,7 @@
  * position and how often both models' top-1 tokens agree. Logits are
  * computed in slices of 64 rows, so memory does not grow with the text. */
 #include "cli.h"
+#include "eval.h"
 #include "qwen35.h"
 #include "base/util.h"
 
@@ -18,16 +19,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLICE 64
-
 static const char eval_usage[] =
     "usage: qwen35 eval -m MODEL (--text FILE [--tokenizer DIR] | --ids FILE) [--kld-base BASE_MODEL]\n"
-    "                   [--ctx N] [-t THREADS] [--json]\n"
+    "                   [--ctx N] [-t THREADS] [--json] [--sweep DTYPE [--group tensor|kind|layer]]\n"
     "  Perplexity of MODEL (a checkpoint or a weight cache) on a text, tokenized with the\n"
     "  tokenizer in DIR (default: MODEL's directory), or on token ids (integers separated\n"
     "  by commas or white space). With --kld-base, also the mean KL divergence from\n"
     "  BASE_MODEL's next-token distribution and the top-1 agreement.\n"
-    "  --ctx N: window length in tokens (default 512).\n";
+    "  --ctx N: window length in tokens (default 512).\n"
+    "  --sweep DTYPE (bf16, bfp8, bfp4; needs --kld-base): each matrix of MODEL in turn (or each\n"
+    "  group: --group kind, the same matrix in every layer; --group layer, one layer's matrices)\n"
+    "  stored as DTYPE, encoded from BASE_MODEL's weights as prepare --set does, the rest as\n"
+    "  MODEL has it: the mean KL and bytes per token of each, one loaded model throughout.\n";
 
 /* The text of `path` as token ids, with the tokenizer in `dir`. */
 static int tokenize_file(const char *path, const char *dir, int32_t **out, int32_t *n_out) {
@@ -97,32 +100,70 @@ static int32_t log_softmax(const float *x, int32_t V, double *out) {
     return best;
 }
 
-typedef struct {
-    q35_engine *e;
-    q35_session *s;
-    float *logits;
-} model;
-
-static int open_model(const char *path, long threads, int32_t ctx, model *m) {
+int eval_open(const char *path, long threads, int32_t ctx, eval_model *m) {
     q35_error err = {0};
     q35_engine_params p = {.n_threads = (int32_t)threads};
     if (q35_engine_load(path, &p, &m->e, &err) || q35_session_new(m->e, ctx, &m->s, &err)) {
         fprintf(stderr, "qwen35 eval: %s\n", err.msg);
         return -1;
     }
-    m->logits = malloc((size_t)SLICE * (size_t)q35_engine_info(m->e)->vocab_size * sizeof(float));
+    m->logits = malloc((size_t)EVAL_SLICE * (size_t)q35_engine_info(m->e)->vocab_size * sizeof(float));
     return m->logits ? 0 : -1;
 }
 
-static void close_model(model *m) {
+void eval_close(eval_model *m) {
     free(m->logits);
     q35_session_free(m->s);
     q35_engine_free(m->e);
 }
 
+int eval_windows(eval_model *m, eval_model *b, const int32_t *ids, int32_t n, int32_t win, eval_stats *out) {
+    int32_t V = q35_engine_info(m->e)->vocab_size;
+    double *lp = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
+    eval_stats st = {0};
+    q35_error err = {0};
+    int rc = lp && lq ? 0 : 1;
+    if (rc) fprintf(stderr, "qwen35 eval: out of memory\n");
+    for (int32_t w0 = 0; !rc && w0 + 1 < n; w0 += win) {
+        int32_t len = n - w0 < win ? n - w0 : win;
+        q35_session_reset(m->s);
+        if (b) q35_session_reset(b->s);
+        for (int32_t s0 = 0; !rc && s0 < len; s0 += EVAL_SLICE) {
+            int32_t k = len - s0 < EVAL_SLICE ? len - s0 : EVAL_SLICE;
+            const int32_t *tok = ids + w0 + s0;
+            if (q35_session_eval(m->s, tok, k, m->logits, Q35_EVAL_ALL_LOGITS, &err) ||
+                (b && q35_session_eval(b->s, tok, k, b->logits, Q35_EVAL_ALL_LOGITS, &err))) {
+                fprintf(stderr, "qwen35 eval: %s\n", err.msg);
+                rc = 1;
+                break;
+            }
+            for (int32_t r = 0; r < k && s0 + r + 1 < len; r++) {
+                int32_t next = tok[r + 1];
+                int32_t top_q = log_softmax(m->logits + (size_t)r * V, V, lq);
+                st.nll -= lq[next];
+                if (b) {
+                    int32_t top_p = log_softmax(b->logits + (size_t)r * V, V, lp);
+                    st.nll_base -= lp[next];
+                    double kl = 0;
+                    for (int32_t i = 0; i < V; i++) kl += exp(lp[i]) * (lp[i] - lq[i]);
+                    st.kld += kl;
+                    if (kl > st.kld_max) st.kld_max = kl;
+                    st.agree += top_p == top_q;
+                }
+                st.scored++;
+            }
+        }
+    }
+    free(lp);
+    free(lq);
+    *out = st;
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *ids_path = NULL, *base_path = NULL, *text_path = NULL, *tok_dir = NULL;
     long ctx = 512, threads = 0;
+    const char *sweep = NULL, *group = "tensor";
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -135,6 +176,8 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(k, "--text")) text_path = v;
         else if (!strcmp(k, "--tokenizer")) tok_dir = v;
         else if (!strcmp(k, "--kld-base")) base_path = v;
+        else if (!strcmp(k, "--sweep")) sweep = v;
+        else if (!strcmp(k, "--group")) group = v;
         else if (!strcmp(k, "--ctx")) {
             ctx = strtol(v, &end, 10);
             if (*end || ctx < 2 || ctx > (1 << 24)) { fprintf(stderr, "qwen35 eval: bad --ctx '%s'\n", v); return 2; }
@@ -148,78 +191,54 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "qwen35 eval: need -m and one of --text or --ids\n%s", eval_usage);
         return 2;
     }
+    if (sweep && (!base_path || (strcmp(sweep, "bf16") && strcmp(sweep, "bfp8") && strcmp(sweep, "bfp4")))) {
+        fprintf(stderr, "qwen35 eval: --sweep needs a dtype (bf16, bfp8 or bfp4) and --kld-base\n%s", eval_usage);
+        return 2;
+    }
+    if (strcmp(group, "tensor") && strcmp(group, "kind") && strcmp(group, "layer")) {
+        fprintf(stderr, "qwen35 eval: bad --group '%s' (tensor, kind or layer)\n%s", group, eval_usage);
+        return 2;
+    }
     int32_t *ids, n;
     if (ids_path ? read_ids(ids_path, &ids, &n) : tokenize_file(text_path, tok_dir ? tok_dir : model_path, &ids, &n))
         return 2;
     int32_t win = (int32_t)(ctx < n ? ctx : n);
-    model m = {0}, b = {0};
+    eval_model m = {0}, b = {0};
     int rc = 0;
-    if (open_model(model_path, threads, win, &m) || (base_path && open_model(base_path, threads, win, &b))) rc = 1;
+    if (eval_open(model_path, threads, win, &m) || (base_path && eval_open(base_path, threads, win, &b))) rc = 1;
     int32_t V = rc ? 0 : q35_engine_info(m.e)->vocab_size;
     if (!rc && base_path && q35_engine_info(b.e)->vocab_size != V) {
         fprintf(stderr, "qwen35 eval: %s has %d logits per position, %s has %d\n", model_path, V, base_path,
                 q35_engine_info(b.e)->vocab_size);
         rc = 1;
     }
-    double *lp = rc ? NULL : malloc((size_t)V * sizeof(double)), *lq = rc ? NULL : malloc((size_t)V * sizeof(double));
-    double nll = 0, nll_base = 0, kld = 0, kld_max = 0;
-    long scored = 0, agree = 0;
-    q35_error err = {0};
+    eval_stats r = {0};
     double t0 = q35_now_seconds();
-    for (int32_t w0 = 0; !rc && w0 + 1 < n; w0 += win) {
-        int32_t len = n - w0 < win ? n - w0 : win;
-        q35_session_reset(m.s);
-        if (base_path) q35_session_reset(b.s);
-        for (int32_t s0 = 0; !rc && s0 < len; s0 += SLICE) {
-            int32_t k = len - s0 < SLICE ? len - s0 : SLICE;
-            const int32_t *tok = ids + w0 + s0;
-            if (q35_session_eval(m.s, tok, k, m.logits, Q35_EVAL_ALL_LOGITS, &err) ||
-                (base_path && q35_session_eval(b.s, tok, k, b.logits, Q35_EVAL_ALL_LOGITS, &err))) {
-                fprintf(stderr, "qwen35 eval: %s\n", err.msg);
-                rc = 1;
-                break;
-            }
-            for (int32_t r = 0; r < k && s0 + r + 1 < len; r++) {
-                int32_t next = tok[r + 1];
-                int32_t top_q = log_softmax(m.logits + (size_t)r * V, V, lq);
-                nll -= lq[next];
-                if (base_path) {
-                    int32_t top_p = log_softmax(b.logits + (size_t)r * V, V, lp);
-                    nll_base -= lp[next];
-                    double kl = 0;
-                    for (int32_t i = 0; i < V; i++) kl += exp(lp[i]) * (lp[i] - lq[i]);
-                    kld += kl;
-                    if (kl > kld_max) kld_max = kl;
-                    agree += top_p == top_q;
-                }
-                scored++;
-            }
-        }
-    }
+    if (!rc && sweep) rc = eval_sweep(&m, &b, ids, n, win, sweep, group, json);
+    else if (!rc) rc = eval_windows(&m, base_path ? &b : NULL, ids, n, win, &r);
+    long scored = r.scored;
     double secs = q35_now_seconds() - t0;
-    if (!rc) {
-        double ppl = exp(nll / (double)scored);
+    if (!rc && !sweep) {
+        double ppl = exp(r.nll / (double)scored);
         if (json) {
             printf("{\"model\": \"%s\", \"tokens\": %d, \"scored\": %ld, \"ctx\": %d, \"perplexity\": %.6f", model_path, n,
                    scored, win, ppl);
             if (base_path)
                 printf(", \"base\": \"%s\", \"base_perplexity\": %.6f, \"kld_mean\": %.8f, \"kld_max\": %.8f, "
-                       "\"top1_agreement\": %.6f", base_path, exp(nll_base / (double)scored), kld / (double)scored,
-                       kld_max, (double)agree / (double)scored);
+                       "\"top1_agreement\": %.6f", base_path, exp(r.nll_base / (double)scored), r.kld / (double)scored,
+                       r.kld_max, (double)r.agree / (double)scored);
             printf("}\n");
         } else {
             printf("model: %s\ntokens: %d (%ld scored, windows of %d)\nperplexity: %.4f\n", model_path, n, scored, win, ppl);
             if (base_path)
                 printf("base: %s\nbase perplexity: %.4f\nKL divergence (base || model): mean %.6f, max %.6f\n"
-                       "top-1 agreement: %.2f%% (%ld of %ld)\n", base_path, exp(nll_base / (double)scored),
-                       kld / (double)scored, kld_max, 100.0 * (double)agree / (double)scored, agree, scored);
+                       "top-1 agreement: %.2f%% (%ld of %ld)\n", base_path, exp(r.nll_base / (double)scored),
+                       r.kld / (double)scored, r.kld_max, 100.0 * (double)r.agree / (double)scored, r.agree, scored);
         }
         fprintf(stderr, "eval: %ld positions in %.2f s\n", scored, secs);
     }
-    free(lp);
-    free(lq);
     free(ids);
-    if (m.e) close_model(&m);
-    if (b.e) close_model(&b);
+    if (m.e) eval_close(&m);
+    if (b.e) eval_close(&b);
     return rc;
 }

@@ -30,6 +30,7 @@ static const char serve_usage[] =
     "  --write-timeout S        a stream whose client reads nothing for S is cancelled (default 60)\n"
     "  --drain-timeout S        after SIGTERM/SIGINT, time for running and queued requests (default 30)\n"
     "  --max-conns-per-client N open connections from one address (default 16; 0: no limit)\n"
+    "  --backlog N              the listening socket's backlog (default 511)\n"
     "  --prefix-cache-bytes N   prefix cache budget, a number with an optional K, M or G suffix\n"
     "                           (default min(4 GiB, a quarter of MemAvailable at start-up); 0: off)\n"
     "  --prefix-cache-mb N      the same in MiB\n"
@@ -114,6 +115,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(k, "--write-timeout")) { bad = parse_long(v, 1, 86400, &x); C.write_timeout_s = (double)x; }
         else if (!strcmp(k, "--drain-timeout")) { bad = parse_long(v, 0, 86400, &x); C.drain_timeout_s = (double)x; }
         else if (!strcmp(k, "--max-conns-per-client")) { bad = parse_long(v, 0, 100000, &x); C.max_conns_per_client = (int)x; }
+        else if (!strcmp(k, "--backlog")) { bad = parse_long(v, 1, 65535, &x); C.backlog = (int)x; }
         else if (!strcmp(k, "--prefix-cache-bytes")) bad = parse_bytes(v, &C.cache_bytes);
         else if (!strcmp(k, "--prefix-cache-mb")) { bad = parse_long(v, 0, 1L << 24, &x); C.cache_bytes = (long long)x << 20; }
         else if (!strcmp(k, "--prefill-chunk")) { bad = parse_long(v, 1, 1 << 20, &x); C.prefill_chunk = (int32_t)x; }

@@ -6,6 +6,7 @@
  * q35_engine_set_draft_vocab. Sessions: session.c. */
 #include "core/session.h"
 #include "formats/cache.h"
+#include "model/tensors.h"
 
 #include <stdlib.h>
 
@@ -115,3 +116,57 @@ int32_t q35_argmax(const float *logits, int32_t n) {
     return best;
 }
 
+
+/* ---- replacing one weight (session.h), for `qwen35 eval --sweep` ---- */
+
+typedef struct {
+    const char *name;
+    q35_tensor *slot;
+} weight_lookup;
+
+static q35_status find_slot(void *ctx, const q35_model_tensor *t, q35_error *err) {
+    weight_lookup *l = ctx;
+    if (t->def->matrix && t->slot && !strcmp(t->name, l->name)) l->slot = t->slot;
+    return Q35_OK;
+}
+
+/* The slot of matrix `name` in e's weights, or NULL. */
+static q35_tensor *weight_slot(const q35_engine *e, const char *name) {
+    weight_lookup l = {name, NULL};
+    q35_error err = {0};
+    unsigned which = Q35_TENSORS_TEXT | (e->w.mtp.present ? Q35_TENSORS_MTP : 0);
+    q35_model_tensors_each(&e->cfg, which, (q35_weights *)&e->w, find_slot, &l, &err);
+    return l.slot;
+}
+
+const q35_tensor *q35_engine_weight(const q35_engine *e, const char *name) { return weight_slot(e, name); }
+
+q35_status q35_engine_set_weight(q35_engine *e, const char *name, const q35_tensor *t, q35_error *err) {
+    q35_tensor *slot = weight_slot(e, name);
+    if (!slot) return q35_fail(err, Q35_ERR_ARG, "no matrix called '%s' in this model", name);
+    if (__atomic_load_n(&e->n_sessions, __ATOMIC_RELAXED))
+        return q35_fail(err, Q35_ERR_ARG, "weight '%s': %d session(s) still open", name, e->n_sessions);
+    if (e->n_draft) return q35_fail(err, Q35_ERR_ARG, "weight '%s': a reduced draft head is set", name);
+    int same = t->ndim == slot->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == slot->shape[d];
+    size_t need = same ? q35_cache_tensor_bytes(t->dtype, t->ndim, t->shape) : 0;
+    if (!same || !need || t->nbytes != need || !t->data)
+        return q35_fail(err, Q35_ERR_ARG, "weight '%s': the replacement (%s, %zu bytes) does not fit its shape", name,
+                        q35_dtype_name(t->dtype), t->nbytes);
+    q35_tensor old = *slot;
+    int tied = e->cfg.tie_word_embeddings && slot == &e->w.embed;
+    *slot = *t;
+    slot->name = old.name;
+    if (tied) e->w.lm_head = *slot;
+    q35_backend *nb = NULL;
+    q35_status st = q35_backend_open(e->backend->ops->name, &e->cfg, &e->w, q35_engine_threads(e), &nb, err);
+    if (st) { /* the engine keeps its old weights and backend */
+        *slot = old;
+        if (tied) e->w.lm_head = old;
+        return st;
+    }
+    e->backend->ops->close(e->backend);
+    e->backend = nb;
+    fill_info(e);
+    return Q35_OK;
+}

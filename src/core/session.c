@@ -25,6 +25,8 @@ q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_
     s->n_ctx = n_ctx;
     q35_status st = e->backend->ops->state_new(e->backend, n_ctx, &s->state, err);
     if (!st) {
+        /* counted while it holds a backend state (sessions may be made on several threads) */
+        __atomic_fetch_add(&e->n_sessions, 1, __ATOMIC_RELAXED);
         s->spec_logits = malloc((Q35_SPEC_MAX + 1) * (size_t)c->vocab_size * sizeof(float));
         s->target_probs = malloc((size_t)c->vocab_size * sizeof(float));
         s->hist = malloc((size_t)n_ctx * sizeof(int32_t));
@@ -41,7 +43,10 @@ q35_status q35_session_new(q35_engine *e, int32_t n_ctx, q35_session **out, q35_
 
 void q35_session_free(q35_session *s) {
     if (!s) return;
-    if (s->state) ops_of(s)->state_free(s->state);
+    if (s->state) {
+        ops_of(s)->state_free(s->state);
+        __atomic_fetch_sub(&s->engine->n_sessions, 1, __ATOMIC_RELAXED);
+    }
     free(s->spec_logits); free(s->draft_logits); free(s->draft_probs); free(s->target_probs); free(s->hist);
     free(s);
 }

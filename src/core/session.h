@@ -40,6 +40,7 @@ struct q35_engine {
      * generation_config.json's, without repeats (generate.c). */
     int32_t eos_ids[Q35_MAX_EOS];
     int32_t n_eos;
+    int32_t n_sessions;    /* open sessions: a weight may be replaced only when there are none */
 };
 
 struct q35_session {
@@ -89,6 +90,17 @@ struct q35_session {
 };
 
 void q35_spec_free_draft_head(q35_engine *e); /* draft_vocab.c */
+
+/* ---- replacing one weight (engine.c), for `qwen35 eval --sweep` ----
+ * The bound tensor called `name` (a matrix of the text model or the MTP
+ * head), or NULL if there is none. */
+const q35_tensor *q35_engine_weight(const q35_engine *e, const char *name);
+/* Binds t (same shape, any dtype the matmul kernels read; its data stays
+ * the caller's and must outlive its use) in place of the weight `name`, and
+ * reopens the backend over the new weights (a backend may copy them), so no
+ * session may be open. Tied embeddings: replacing the embedding replaces
+ * the lm_head too. The engine's byte counts (q35_engine_info) follow. */
+q35_status q35_engine_set_weight(q35_engine *e, const char *name, const q35_tensor *t, q35_error *err);
 /* generate.c: reads the end-of-sequence ids of the model directory dir. */
 void q35_eos_load(q35_engine *e, const char *dir);
 /* sync.c: the token history. note: rows pos0.. of tokens were evaluated;

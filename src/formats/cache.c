@@ -235,7 +235,11 @@ static void convert_rows(const q35_cache_item *it, const void *src, int64_t n_ro
         q35_dtype_decode(it->src_dtype, src, row_elems, 0, n_rows * row_elems, tmp);
         f = tmp;
     }
-    q35_dtype_encode(it->dtype, dst, f, n_rows, row_elems);
+    if (it->encode_flags && q35_dtype_is_block(it->dtype)) /* shape and size were checked when planned */
+        q35_bfp_pack_matrix(it->dtype, dst, q35_dtype_bytes(it->dtype, n_rows, row_elems), f, Q35_DT_F32, n_rows,
+                            row_elems, it->encode_flags, NULL);
+    else
+        q35_dtype_encode(it->dtype, dst, f, n_rows, row_elems);
 }
 
 static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int32_t idx, q35_cache_fill_fn fill,

@@ -78,6 +78,7 @@ q35_status q35_cache_open(const char *dir, q35_checkpoint *out, q35_error *err);
 typedef struct q35_cache_item {
     char name[Q35_CACHE_NAME_MAX];
     q35_dtype src_dtype, dtype;
+    unsigned encode_flags; /* block formats: the encoder's flags (bfp.h: Q35_BFP_EXP_SEARCH), else 0 */
     int32_t ndim;
     int64_t shape[Q35_MAX_DIMS];
     uint64_t offset, nbytes;

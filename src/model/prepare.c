@@ -549,6 +549,7 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
     for (int32_t i = 0; !st && i < n_items; i++)
         items[i].dtype = q35_policy_dtype(p->policy, items[i].name, items[i].src_dtype, items[i].ndim, items[i].shape);
     if (!st) st = apply_overrides(p, items, n_items, err);
+    for (int32_t i = 0; !st && i < n_items; i++) items[i].encode_flags = q35_policy_encode_flags(p->policy, items[i].dtype);
     for (int32_t i = 0; !st && p->synthetic && i < n_items; i++) /* whole panels: generate the codes themselves */
         if (items[i].dtype != items[i].src_dtype && q35_dtype_is_block(items[i].dtype) &&
             items[i].shape[0] % q35_dtype_info(items[i].dtype)->panel_rows == 0)
@@ -598,11 +599,13 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
         int32_t counts[Q35_DT_COUNT] = {0};
         for (int32_t i = 0; i < n_items; i++) {
             const q35_cache_item *it = &items[i];
-            json_object_set_new(tensors, it->name, json_pack("{s:s, s:s, s:o, s:I, s:I, s:s}", "dtype",
-                                                             q35_dtype_name(it->dtype), "source_dtype",
-                                                             q35_dtype_name(it->src_dtype), "shape", shape_json(it),
-                                                             "offset", (json_int_t)it->offset, "bytes",
-                                                             (json_int_t)it->nbytes, "sha256", hex_of(it->sha256)));
+            json_t *tj = json_pack("{s:s, s:s, s:o, s:I, s:I, s:s}", "dtype", q35_dtype_name(it->dtype), "source_dtype",
+                                   q35_dtype_name(it->src_dtype), "shape", shape_json(it), "offset",
+                                   (json_int_t)it->offset, "bytes", (json_int_t)it->nbytes, "sha256", hex_of(it->sha256));
+            /* only where the bytes were encoded with it: synthetic codes and as-stored tensors are copied */
+            if ((it->encode_flags & Q35_BFP_EXP_SEARCH) && it->dtype != it->src_dtype)
+                json_object_set_new(tj, "encoder", json_string("exponent search"));
+            json_object_set_new(tensors, it->name, tj);
             total += it->nbytes;
             counts[it->dtype]++;
         }

@@ -13,6 +13,7 @@ typedef enum q35_policy_id {
     Q35_POLICY_BF16,        /* every tensor as stored (F32 matrices rounded to BF16) */
     Q35_POLICY_BFP8,        /* every matrix BFP8 */
     Q35_POLICY_BFP4_ALL,    /* every matrix BFP4, embedding and lm_head included */
+    Q35_POLICY_TUNED,       /* default's dtypes; BFP4 encoded with the exponent search (docs/weight-cache.md) */
     Q35_POLICY_COUNT
 } q35_policy_id;
 
@@ -20,6 +21,8 @@ const char *q35_policy_name(q35_policy_id p);
 q35_status q35_policy_parse(const char *name, q35_policy_id *out, q35_error *err);
 /* The stored dtype of tensor `name` (source dtype src, shape) under p. */
 q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape);
+/* The encoder flags (bfp.h) p writes a tensor of dtype dt with, overrides included: 0 or Q35_BFP_EXP_SEARCH. */
+unsigned q35_policy_encode_flags(q35_policy_id p, q35_dtype dt);
 
 /* ---- prepare / verify ---- */
 typedef struct q35_prepare_params {

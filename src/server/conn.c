@@ -1,11 +1,14 @@
-/* conn.c: the connection table and its watchdog (conn.h). libmicrohttpd
- * tells us of every connection it accepts and closes; each record keeps a
+/* conn.c: the connection table and its watchdog (conn.h). The listener
+ * admits a connection (counted per address and in all) when it accepts it;
+ * libmicrohttpd tells us of every connection it takes and closes, and the
+ * close gives the admission back. Each record keeps a
  * duplicate of the socket, so the watchdog can shut a connection down
  * (which wakes the connection's thread out of its poll) without racing the
  * library's close of its own descriptor. */
 #include "server/conn.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -20,6 +23,9 @@ struct q35_conn {
     bool pending;              /* a request is being received (the deadline runs) */
     bool reserved;             /* accepted over the request slots */
     bool killed;               /* shut down by the watchdog */
+    bool has_thread;           /* thread is set (q35_conn_bind_thread) */
+    pthread_t thread;          /* the library's thread serving it */
+    q35_addr addr;             /* the client's, as admitted */
     q35_stream_watch *watch;   /* the streaming response, or NULL */
 };
 
@@ -29,24 +35,93 @@ long long q35_conn_now_ms(void) {
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void q35_conns_init(q35_conns *t, int slots, double request_timeout_s, double write_timeout_s) {
+int q35_conns_init(q35_conns *t, int slots, int max_per_client, double request_timeout_s, double write_timeout_s) {
     memset(t, 0, sizeof *t);
     pthread_mutex_init(&t->mu, NULL);
     t->slots = slots;
+    t->max_per_client = max_per_client;
     t->request_timeout_s = request_timeout_s;
     t->write_timeout_s = write_timeout_s;
+    t->addrs = calloc((size_t)(slots + Q35_CONN_RESERVED), sizeof *t->addrs);
+    return t->addrs ? 0 : -1;
+}
+
+q35_addr q35_addr_of(const struct sockaddr *sa) {
+    q35_addr a;
+    memset(&a, 0, sizeof a);
+    if (!sa) return a;
+    a.family = sa->sa_family;
+    if (sa->sa_family == AF_INET) memcpy(a.bytes, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    else if (sa->sa_family == AF_INET6) memcpy(a.bytes, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    return a;
+}
+
+/* Under t->mu: a's entry, or -1. */
+static int addr_find(const q35_conns *t, const q35_addr *a) {
+    for (int i = 0; i < t->n_addrs; i++)
+        if (!memcmp(&t->addrs[i].addr, a, sizeof *a)) return i;
+    return -1;
+}
+
+q35_admit q35_conn_admit(q35_conns *t, const q35_addr *a, bool *in_reserve) {
+    pthread_mutex_lock(&t->mu);
+    *in_reserve = t->admitted >= t->slots;
+    q35_admit r = Q35_ADMIT_OK;
+    int i = addr_find(t, a);
+    if (t->max_per_client > 0 && i >= 0 && t->addrs[i].n >= t->max_per_client) r = Q35_ADMIT_PER_CLIENT;
+    else if (t->admitted >= t->slots + Q35_CONN_RESERVED) r = Q35_ADMIT_FULL;
+    if (r == Q35_ADMIT_OK) {
+        if (i < 0) { /* fewer addresses than admitted connections: there is room */
+            i = t->n_addrs++;
+            t->addrs[i] = (q35_addr_count){*a, 0};
+        }
+        t->addrs[i].n++;
+        t->admitted++;
+    } else if (r == Q35_ADMIT_PER_CLIENT) {
+        t->refused_per_client++;
+    } else {
+        t->refused_full++;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+/* Under t->mu. */
+static void release_locked(q35_conns *t, const q35_addr *a) {
+    int i = addr_find(t, a);
+    if (i < 0) return;
+    t->admitted--;
+    if (--t->addrs[i].n == 0) t->addrs[i] = t->addrs[--t->n_addrs];
+}
+
+void q35_conn_release(q35_conns *t, const q35_addr *a) {
+    pthread_mutex_lock(&t->mu);
+    release_locked(t, a);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void q35_conn_count_malformed(q35_conns *t) {
+    pthread_mutex_lock(&t->mu);
+    t->malformed++;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static q35_addr client_addr(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return q35_addr_of(ci ? ci->client_addr : NULL);
 }
 
 void q35_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
     q35_conns *t = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         q35_conn *k = calloc(1, sizeof *k);
-        if (!k) return; /* untracked: libmicrohttpd's idle limit still applies */
+        if (!k) return; /* untracked: libmicrohttpd's idle limit still applies; the close releases it below */
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         k->table = t;
         k->fd = ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
         k->t_start_ms = q35_conn_now_ms();
         k->pending = true;
+        k->addr = client_addr(c);
         pthread_mutex_lock(&t->mu);
         k->reserved = ++t->n > t->slots;
         k->next = t->head;
@@ -57,11 +132,16 @@ void q35_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
         return;
     }
     q35_conn *k = *socket_context;
-    if (!k) return;
+    if (!k) {
+        q35_addr a = client_addr(c);
+        q35_conn_release(t, &a);
+        return;
+    }
     pthread_mutex_lock(&t->mu);
     if (k->prev) k->prev->next = k->next; else t->head = k->next;
     if (k->next) k->next->prev = k->prev;
     t->n--;
+    release_locked(t, &k->addr);
     pthread_mutex_unlock(&t->mu);
     if (k->fd >= 0) close(k->fd);
     free(k);
@@ -103,6 +183,28 @@ bool q35_conn_reserved(q35_conns *t, struct MHD_Connection *c) {
     return r;
 }
 
+void q35_conn_bind_thread(q35_conns *t, struct MHD_Connection *c) {
+    q35_conn *k = conn_of(c);
+    if (!k) return;
+    pthread_mutex_lock(&t->mu);
+    k->thread = pthread_self();
+    k->has_thread = true;
+    pthread_mutex_unlock(&t->mu);
+}
+
+int q35_conn_fd_of_thread(q35_conns *t) {
+    int fd = -1;
+    pthread_t me = pthread_self();
+    pthread_mutex_lock(&t->mu);
+    for (q35_conn *k = t->head; k; k = k->next)
+        if (k->has_thread && pthread_equal(k->thread, me)) {
+            if (k->pending && !k->killed) fd = k->fd;
+            break;
+        }
+    pthread_mutex_unlock(&t->mu);
+    return fd;
+}
+
 void q35_conn_count_reserved_refusal(q35_conns *t) {
     pthread_mutex_lock(&t->mu);
     t->reserved_refused++;
@@ -127,7 +229,8 @@ void q35_conn_unwatch(q35_conns *t, q35_stream_watch *w) {
 
 void q35_conns_stats(q35_conns *t, q35_conn_stats *st) {
     pthread_mutex_lock(&t->mu);
-    *st = (q35_conn_stats){t->n, t->timed_out, t->stalled, t->overflowed, t->reserved_refused};
+    *st = (q35_conn_stats){t->n, t->timed_out, t->stalled, t->overflowed, t->reserved_refused,
+                           t->refused_per_client, t->refused_full, t->malformed};
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -198,4 +301,8 @@ void q35_conns_stop(q35_conns *t) {
     t->running = false;
 }
 
-void q35_conns_destroy(q35_conns *t) { pthread_mutex_destroy(&t->mu); }
+void q35_conns_destroy(q35_conns *t) {
+    pthread_mutex_destroy(&t->mu);
+    free(t->addrs);
+    t->addrs = NULL;
+}

@@ -1,5 +1,8 @@
-/* conn.h: the server's open connections (conn.c). Every connection gets a
- * record when libmicrohttpd accepts it: its deadline for a whole request
+/* conn.h: the server's open connections (conn.c). The listener (listen.h)
+ * admits each accepted socket here first: at most --max-conns-per-client
+ * from one address and slots + Q35_CONN_RESERVED in all, counted from
+ * accept to close. Every connection handed to libmicrohttpd then gets a
+ * record: its deadline for a whole request
  * (head and body, --request-timeout, however slowly the bytes trickle in),
  * whether it was accepted over the request slots (then it may only ask for
  * /health, /metrics and /version, with a short deadline), and the streaming
@@ -13,6 +16,7 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -31,26 +35,47 @@ typedef struct q35_stream_watch {
     atomic_size_t consumed;    /* events the reader has turned into output */
 } q35_stream_watch;
 
+/* A client address (the port left out), the key of the per-client count. */
+typedef struct q35_addr {
+    sa_family_t family;
+    unsigned char bytes[16];
+} q35_addr;
+
+typedef struct q35_addr_count {
+    q35_addr addr;
+    int n;
+} q35_addr_count;
+
+/* What q35_conn_admit decided. */
+typedef enum { Q35_ADMIT_OK, Q35_ADMIT_PER_CLIENT, Q35_ADMIT_FULL } q35_admit;
+
 typedef struct q35_conn q35_conn;
 typedef struct q35_conns {
     pthread_mutex_t mu;
     q35_conn *head;
-    int n;                     /* open connections */
+    int n;                     /* connections the library holds */
     int slots;                 /* connections before the reserve */
+    int admitted;              /* accepted and not closed yet (the listener's and the library's) */
+    int max_per_client;        /* 0: no limit */
+    q35_addr_count *addrs;     /* admitted connections per address, n_addrs of them (slots + reserve at most) */
+    int n_addrs;
     double request_timeout_s, write_timeout_s;
     pthread_t thread;
     bool running;
     atomic_int stop;
     unsigned long long timed_out, stalled, overflowed, reserved_refused; /* under mu */
+    unsigned long long refused_per_client, refused_full, malformed;     /* under mu */
     const void *owner;         /* the server, for code that holds only a connection */
 } q35_conns;
 
 typedef struct q35_conn_stats {
     int open;
     unsigned long long timed_out, stalled, overflowed, reserved_refused;
+    unsigned long long refused_per_client, refused_full, malformed;
 } q35_conn_stats;
 
-void q35_conns_init(q35_conns *t, int slots, double request_timeout_s, double write_timeout_s);
+/* 0, or -1 when the per-address table cannot be allocated. */
+int q35_conns_init(q35_conns *t, int slots, int max_per_client, double request_timeout_s, double write_timeout_s);
 /* Starts and stops the watchdog thread; 0 or -1. */
 int q35_conns_start(q35_conns *t);
 void q35_conns_stop(q35_conns *t);
@@ -58,6 +83,24 @@ void q35_conns_destroy(q35_conns *t);
 void q35_conns_stats(q35_conns *t, q35_conn_stats *st);
 /* Connections whose request has arrived and is not answered yet. */
 int q35_conns_answering(q35_conns *t);
+
+/* The address of a socket's peer, as counted. */
+q35_addr q35_addr_of(const struct sockaddr *sa);
+/* Counts an accepted connection from a in (Q35_ADMIT_OK), or says why not
+ * (then nothing is counted, and the refusal is): over --max-conns-per-client
+ * from a, or over slots + Q35_CONN_RESERVED in all. *in_reserve: whether it
+ * lands past the slots. */
+q35_admit q35_conn_admit(q35_conns *t, const q35_addr *a, bool *in_reserve);
+/* Takes back an admission whose connection closed before the library took it. */
+void q35_conn_release(q35_conns *t, const q35_addr *a);
+/* Counts a malformed request answered below the routes (a JSON 400/413/414/431/505). */
+void q35_conn_count_malformed(q35_conns *t);
+/* The calling thread serves c from now on (thread per connection): the
+ * library's protocol errors on this thread are c's (q35_conn_fd_of_thread). */
+void q35_conn_bind_thread(q35_conns *t, struct MHD_Connection *c);
+/* The duplicate socket of the connection the calling thread serves, when
+ * it is waiting for a request (no response begun), else -1. */
+int q35_conn_fd_of_thread(q35_conns *t);
 
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: the table). */
 void q35_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);

@@ -6,6 +6,7 @@
 
 #include "server/conn.h"
 #include "server/images.h"
+#include "server/listen.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/sched.h"
@@ -30,6 +31,7 @@ typedef struct q35_server {
     q35_sched *sched;
     q35_metrics metrics;
     q35_conns conns;           /* open connections, their deadlines, the watchdog */
+    q35_listener listener;     /* the listening socket and its accept thread */
     atomic_int ready;          /* the model is loaded and the scheduler runs */
     atomic_int draining;       /* a signal came: new requests and /health get 503, running ones finish */
     atomic_int stopping;       /* shutting down: refusals are 503 */

@@ -1,7 +1,13 @@
-/* http.c: libmicrohttpd glue (http.h). The daemon runs one thread per
- * connection, at most --max-conns-per-client from one address (more are
- * closed as they are accepted), and tells the connection table (conn.c) of
- * each one, which enforces --request-timeout on the head and body. A
+/* http.c: libmicrohttpd glue (http.h). The daemon has no listening socket
+ * of its own: the listener (listen.c) accepts, admits and hands it
+ * connections. It runs one thread per connection and tells the connection
+ * table (conn.c) of each one, which enforces --request-timeout on the head
+ * and body. The library's own error pages (HTML, for a request head it
+ * cannot parse or that is over MHD_OPTION_CONNECTION_MEMORY_LIMIT, a bad
+ * Content-Length, bad chunked encoding) never reach a client: the library
+ * logs each one on the connection's thread just before it queues it, and
+ * that log call writes the JSON answer on the socket and shuts its sending
+ * side, so the page's write fails and the library closes (on_library_log). A
  * connection's first call allocates its body, later calls append uploaded
  * bytes (bounded by --max-body and --request-timeout), and the last hands
  * the whole request to q35_route (routes.c) on the same thread. A
@@ -10,11 +16,13 @@
 #include "server/http.h"
 #include "server/buf.h"
 #include "server/routes.h"
+#include "server/wire.h"
 #include "base/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +104,23 @@ void q35_http_wait(q35_task *t) {
     pthread_cond_timedwait(&t->cv, &t->mu, &ts);
 }
 
+static bool answer_raw(q35_server *srv, int fd, int status, const char *msg);
+static const char head_too_large[] = "the request head (request line and headers) is over this server's limit of %d bytes";
+
+static enum MHD_Result add_size(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": " and CRLF */
+    return MHD_YES;
+}
+
+/* The request head's size, as sent less any spaces the library dropped
+ * (the query's arguments counted like headers). */
+static size_t head_size(struct MHD_Connection *c, const char *url, const char *method) {
+    size_t n = strlen(method) + strlen(url) + 12; /* two spaces, "HTTP/1.1", CRLF */
+    MHD_get_connection_values(c, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND, add_size, &n);
+    return n + 2;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -106,6 +131,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!b) return MHD_NO;
         b->t_start = q35_now_seconds();
         *con_cls = b;
+        if (head_size(c, url, method) > Q35_HEAD_LIMIT) {
+            /* the library's memory left after such a head may not hold its answer's headers: written here */
+            char msg[200];
+            snprintf(msg, sizeof msg, head_too_large, Q35_HEAD_LIMIT);
+            answer_raw(srv, q35_http_fd(c), 431, msg);
+            return MHD_NO;
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body) b->too_large = true;
         return MHD_YES;
@@ -141,56 +173,139 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* The library's first word of a request, on the connection's own thread. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    q35_server *srv = cls;
+    q35_conn_bind_thread(&srv->conns, c);
+    return NULL; /* the request's context: on_request makes it */
+}
+
+/* The JSON answer for one of the library's own error pages (its status and
+ * HTML text): the message. */
+static void protocol_error_message(int status, const char *page, char *msg, size_t cap) {
+    bool chunk = page && strstr(page, "chunk"), clen = page && strstr(page, "Content-Length");
+    switch (status) {
+    case 400:
+        snprintf(msg, cap, "%s", chunk ? "malformed chunked encoding in the request body"
+                                 : clen ? "the Content-Length header is not a number"
+                                        : "malformed request head (a request line or header line that is not HTTP)");
+        break;
+    case 413:
+        snprintf(msg, cap, "%s", chunk ? "a chunk size in the request body is too large" : "the Content-Length header is too large");
+        break;
+    case 414:
+    case 431:
+        snprintf(msg, cap, head_too_large, Q35_HEAD_LIMIT);
+        break;
+    case 505: snprintf(msg, cap, "HTTP version not supported (use HTTP/1.1 or HTTP/1.0)"); break;
+    default: snprintf(msg, cap, "the server could not read the request"); break;
+    }
+}
+
+/* Writes status's JSON answer on fd itself (below the library, which is
+ * about to close the connection or to send a page of its own), shuts the
+ * sending side (a page's write then fails and the library closes), and
+ * drops what the client still sends for a while, so that the close is no
+ * reset that could discard the answer. False: nothing was written. */
+static bool answer_raw(q35_server *srv, int fd, int status, const char *msg) {
+    char resp[1024];
+    size_t n = q35_wire_error(status, msg, resp, sizeof resp), off = 0;
+    double t_end = q35_now_seconds() + 1;
+    while (n && off < n && q35_now_seconds() < t_end) {
+        ssize_t k = send(fd, resp + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) { off += (size_t)k; continue; }
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;
+        poll(&(struct pollfd){.fd = fd, .events = POLLOUT}, 1, 100);
+    }
+    if (!off) return false;
+    shutdown(fd, SHUT_WR);
+    q35_conn_count_malformed(&srv->conns);
+    char sink[4096];
+    size_t dropped = 0;
+    while (dropped < Q35_LINGER_BYTES && q35_now_seconds() < t_end) {
+        ssize_t k = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (k > 0) { dropped += (size_t)k; continue; }
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+        poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, 100);
+    }
+    return true;
+}
+
+/* The library is about to send its error page for status on the calling
+ * thread's connection, which waits for a request: answered in JSON instead. */
+static bool answer_protocol_error(q35_server *srv, int status, const char *page) {
+    int fd = q35_conn_fd_of_thread(&srv->conns);
+    if (fd < 0) return false;
+    char msg[200];
+    protocol_error_message(status, page, msg, sizeof msg);
+    return answer_raw(srv, fd, status, msg);
+}
+
+/* MHD_OPTION_EXTERNAL_LOGGER: the library's messages to stderr, except
+ * the error pages it is about to send, which are answered in JSON instead
+ * ("Error processing request (HTTP response code is %u ('%s')). ...", the
+ * one message libmicrohttpd 0.9.75 logs for each of them). */
+static void on_library_log(void *cls, const char *fm, va_list ap) {
+    static const char page[] = "Error processing request (HTTP response code is %u ('%s'))";
+    if (!strncmp(fm, page, sizeof page - 1)) {
+        va_list aq;
+        va_copy(aq, ap);
+        unsigned status = va_arg(aq, unsigned);
+        const char *html = va_arg(aq, const char *);
+        va_end(aq);
+        if (answer_protocol_error(cls, (int)status, html)) return;
+    }
+    fputs("qwen35 serve: libmicrohttpd: ", stderr);
+    vfprintf(stderr, fm, ap);
+}
+
 struct MHD_Daemon *q35_http_start(q35_server *srv, int *rc) {
     const q35_server_config *cfg = &srv->cfg;
-    q35_conns_init(&srv->conns, cfg->parallel + cfg->max_queue + 64, cfg->request_timeout_s, cfg->write_timeout_s);
-    srv->conns.owner = srv;
-    if (q35_conns_start(&srv->conns)) {
-        fprintf(stderr, "qwen35 serve: cannot start the connection watchdog\n");
+    int slots = cfg->parallel + cfg->max_queue + 64;
+    if (q35_conns_init(&srv->conns, slots, cfg->max_conns_per_client, cfg->request_timeout_s, cfg->write_timeout_s)) {
+        fprintf(stderr, "qwen35 serve: out of memory\n");
         *rc = 1;
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, cfg->host, &sin->sin_addr) == 1) {
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons((uint16_t)cfg->port);
-    } else if (inet_pton(AF_INET6, cfg->host, &sin6->sin6_addr) == 1) {
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons((uint16_t)cfg->port);
-        flags |= MHD_USE_IPv6;
-    } else {
-        fprintf(stderr, "qwen35 serve: --host must be a numeric IPv4 or IPv6 address, got '%s'\n", cfg->host);
-        *rc = 2;
-        q35_conns_stop(&srv->conns);
+    srv->conns.owner = srv;
+    if ((*rc = q35_listen_open(&srv->listener, cfg->host, cfg->port, cfg->backlog))) return NULL;
+    if (q35_conns_start(&srv->conns)) {
+        fprintf(stderr, "qwen35 serve: cannot start the connection watchdog\n");
+        q35_listen_close(&srv->listener);
+        *rc = 1;
         return NULL;
     }
-    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
-                                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+    /* poll, not select, in the connection threads: descriptors past FD_SETSIZE are fine. The library's own
+     * limit sits well above the listener's (slots + reserve), which is the one that applies: a connection
+     * it refused would never be reported closed, and its admission never given back. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv,
+                                            MHD_OPTION_EXTERNAL_LOGGER, on_library_log, srv,
                                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
-                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(srv->conns.slots + Q35_CONN_RESERVED),
-                                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_conns_per_client,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * (slots + Q35_CONN_RESERVED) + 64),
+                                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)Q35_HEAD_MAX,
+                                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
                                             MHD_OPTION_NOTIFY_CONNECTION, q35_conn_notify, &srv->conns,
                                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
                                             MHD_OPTION_END);
-    if (!d) {
-        fprintf(stderr, "qwen35 serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
-        *rc = 1;
+    if (!d || q35_listen_start(&srv->listener, d, &srv->conns, cfg->request_timeout_s)) {
+        fprintf(stderr, "qwen35 serve: cannot start the HTTP daemon on %s:%d\n", cfg->host, cfg->port);
+        q35_listen_close(&srv->listener);
+        if (d) MHD_stop_daemon(d);
         q35_conns_stop(&srv->conns);
+        *rc = 1;
+        return NULL;
     }
     return d;
 }
 
 void q35_http_stop(q35_server *srv, struct MHD_Daemon *d) {
+    q35_listen_close(&srv->listener);
     MHD_stop_daemon(d);
     q35_conns_stop(&srv->conns);
 }
 
-int q35_http_port(struct MHD_Daemon *d, int fallback) {
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    return di ? di->port : fallback;
-}
+int q35_http_port(const q35_server *srv) { return srv->listener.port; }

@@ -19,14 +19,22 @@ typedef struct q35_http_body {
     bool too_large;
 } q35_http_body;
 
-/* Starts the daemon on cfg.host:cfg.port, every connection dispatched to
- * q35_route (routes.h). NULL on failure, with the exit status in *rc (2: a
- * bad address, 1: cannot listen), the reason printed. */
+/* The longest request head (request line and headers) taken: 431 beyond.
+ * The library's memory per connection (MHD_OPTION_CONNECTION_MEMORY_LIMIT)
+ * is twice that, so that a head just under the limit still leaves room
+ * for its answer's headers (0.9.75 closes without an answer when it
+ * cannot build them). */
+enum { Q35_HEAD_LIMIT = 32 << 10, Q35_HEAD_MAX = 2 * Q35_HEAD_LIMIT };
+
+/* Listens on cfg.host:cfg.port (listen.h) and starts the daemon, every
+ * connection dispatched to q35_route (routes.h). NULL on failure, with the
+ * exit status in *rc (2: a bad address, 1: cannot listen), the reason
+ * printed. */
 struct MHD_Daemon *q35_http_start(q35_server *srv, int *rc);
-/* Stops the daemon (closing every connection) and the connection watchdog. */
+/* Stops accepting, stops the daemon (closing every connection) and the connection watchdog. */
 void q35_http_stop(q35_server *srv, struct MHD_Daemon *d);
-/* The port the daemon listens on (the one picked for port 0). */
-int q35_http_port(struct MHD_Daemon *d, int fallback);
+/* The port the server listens on (the one picked for port 0). */
+int q35_http_port(const q35_server *srv);
 
 /* Responses: body is malloc'd and passes to the response (NULL: empty);
  * send_json takes j's reference. */

@@ -170,6 +170,9 @@ char *q35_metrics_text(q35_metrics *m, const q35_sched_stats *st, const q35_conn
         q35_prom_value(&b, &n, &cap, "qwen35:streams_stalled_total", "counter", "Streams cancelled because their client read nothing for --write-timeout.", "", (double)cs->stalled);
         q35_prom_value(&b, &n, &cap, "qwen35:streams_overflowed_total", "counter", "Streams cancelled because their client left too much output unread.", "", (double)cs->overflowed);
         q35_prom_value(&b, &n, &cap, "qwen35:connections_reserve_refused_total", "counter", "Requests refused on connections over the request slots.", "", (double)cs->reserved_refused);
+        q35_prom_value(&b, &n, &cap, "qwen35:connections_refused_total", "counter", "Connections answered 429 or 503 as they were accepted.", "reason=\"per_client\"", (double)cs->refused_per_client);
+        prom_sample(&b, &n, &cap, "qwen35:connections_refused_total", "reason=\"server_full\"", cs->refused_full);
+        q35_prom_value(&b, &n, &cap, "qwen35:requests_malformed_total", "counter", "Requests answered 400, 413, 414, 431 or 505 before they reached a route (not HTTP, a head too large, bad framing).", "", (double)cs->malformed);
     }
     q35_prom_value(&b, &n, &cap, "process_resident_memory_bytes", "gauge", "Resident memory (VmRSS).", "", rss);
     q35_prom_value(&b, &n, &cap, "process_resident_memory_peak_bytes", "gauge", "Peak resident memory (VmHWM).", "", hwm);

@@ -149,5 +149,6 @@ int q35_prompt_prepare(const q35_tokenizer *tok, const q35_api_limits *lim, q35_
         if ((*status = q35_api_check_length(&r->api, r->prompt_len[i], lim, &r->max_tokens[i], msg, msg_size))) return -1;
     }
     if (r->api.kind == Q35_API_CHAT) r->turn_snap = turn_boundary(tok, r);
+    if (q35_task_alloc_prompt_lp(r)) { *status = 500; snprintf(msg, msg_size, "out of memory"); return -1; }
     return 0;
 }

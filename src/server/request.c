@@ -118,7 +118,7 @@ static const char *const common_fields[] = {
     "repetition_penalty", "seed", "stop", "stop_token_ids", "n", "logprobs", "ignore_eos", "min_tokens", "stream",
     "stream_options", "user", "return_token_ids", "cache_prompt", "cache_salt", "add_special_tokens",
     "response_format", "logit_bias", NULL};
-static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
+static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", "prompt_logprobs", NULL};
 static const char *const chat_fields[] = {"messages", "max_completion_tokens", "top_logprobs", "chat_template_kwargs",
                                           "tools", "tool_choice", "parallel_tool_calls", "continue_final_message",
                                           "add_generation_prompt", NULL};
@@ -385,7 +385,8 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
 
     long long x = -1;
     /* with both, max_completion_tokens wins (as vLLM) */
-    if ((rc = get_int(root, "max_tokens", 1, INT32_MAX, &x, e))) return rc;
+    /* completions: 0 with echo scores the prompt alone (vLLM's echo without generation), checked below */
+    if ((rc = get_int(root, "max_tokens", kind == Q35_API_COMPLETION ? 0 : 1, INT32_MAX, &x, e))) return rc;
     if ((rc = get_int(root, "max_completion_tokens", 1, INT32_MAX, &x, e))) return rc;
     r->max_tokens = (int32_t)x;
     if ((rc = parse_logit_bias(json_object_get(root, "logit_bias"), lim, r, e))) return rc;
@@ -441,8 +442,11 @@ static int parse_fields(json_t *root, q35_api_kind kind, const q35_api_limits *l
         if ((rc = get_int(root, "logprobs", 0, lim->max_logprobs, &x, e))) return rc;
         r->logprobs = (int32_t)x;
         if ((rc = get_bool(root, "echo", &r->echo, e))) return rc;
-        if (r->echo && r->logprobs >= 0)
-            return fail(e, 400, "echo", "'echo' with 'logprobs' (prompt logprobs) is not supported");
+        if (r->max_tokens == 0 && !r->echo) return fail(e, 400, "max_tokens", "'max_tokens' must be at least 1 (0 only with 'echo')");
+        if (r->max_tokens == 0) { r->echo_only = true; r->max_tokens = 1; } /* one token is generated, none shown */
+        x = r->echo ? r->logprobs : -1; /* vLLM: echo with logprobs returns the prompt's too */
+        if ((rc = get_int(root, "prompt_logprobs", 0, lim->max_logprobs, &x, e))) return rc;
+        r->prompt_logprobs = (int32_t)x;
         json_t *suffix = json_object_get(root, "suffix");
         if (suffix && !json_is_null(suffix)) return fail(e, 400, "suffix", "'suffix' is not supported");
         x = 1;
@@ -521,6 +525,7 @@ int q35_api_parse(const char *body, size_t len, q35_api_kind kind, const q35_api
     r->enable_thinking = -1;
     r->max_tokens = -1;
     r->logprobs = -1;
+    r->prompt_logprobs = -1;
     r->n = 1;
     r->cache_prompt = true;
     r->add_special_tokens = kind == Q35_API_COMPLETION;

@@ -56,7 +56,9 @@ typedef struct q35_api_request {
     int32_t n_stop_token_ids;
     int32_t n;                 /* choices per prompt */
     int32_t logprobs;          /* -1: none; else the number of top logprobs (0 allowed) */
+    int32_t prompt_logprobs;   /* completions: -1: none; else top logprobs per prompt token (echo with logprobs implies it, as vLLM) */
     bool echo, ignore_eos, stream, include_usage, json_object;
+    bool echo_only;            /* completions: max_tokens 0 with echo: the prompt alone is answered (max_tokens is 1 inside) */
     struct q35_schema *schema; /* response_format json_schema, compiled; NULL: none */
     bool return_token_ids;
     bool cache_prompt;         /* false: neither read nor fill the prefix cache */

@@ -4,6 +4,7 @@
  * envelopes, logprobs, usage, finish and stop reasons, chat deltas. Chat text
  * goes through the output parser into content, reasoning and tool calls. */
 #include "server/response.h"
+#include "server/decoder.h"
 #include "base/utf8.h"
 
 #include <stdio.h>
@@ -59,18 +60,76 @@ json_t *q35_usage_json(const q35_task *r) {
                      "prompt_tokens_details", "cached_tokens", r->cached_tokens);
 }
 
+/* A completions top_logprobs entry as vLLM builds it: the chosen token
+ * first, then the k most likely (a token already there is not repeated). */
+static json_t *top_dict(const q35_tokenizer *tok, int32_t token, float lp, const int32_t *ids, const float *lps, int k) {
+    json_t *top = json_object(), *key = q35_json_token(tok, token);
+    json_object_set_new(top, json_string_value(key), json_real(lp < -9999.0f ? -9999.0 : lp));
+    json_decref(key);
+    for (int i = 0; i < k; i++) {
+        key = q35_json_token(tok, ids[i]);
+        if (!json_object_get(top, json_string_value(key)))
+            json_object_set_new(top, json_string_value(key), json_real(lps[i] < -9999.0f ? -9999.0 : lps[i]));
+        json_decref(key);
+    }
+    return top;
+}
+
 /* Legacy completions logprobs of one event, appended into lp's arrays. */
 void q35_completion_logprobs_add(const q35_tokenizer *tok, json_t *lp, const q35_event *e, size_t offset) {
     json_array_append_new(json_object_get(lp, "tokens"), q35_json_token(tok, e->token));
     json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(e->logprob));
-    json_t *top = json_object();
-    for (int i = 0; i < e->n_top; i++) {
-        json_t *k = q35_json_token(tok, e->top_ids[i]);
-        json_object_set_new(top, json_string_value(k), json_real(e->top_lp[i]));
-        json_decref(k);
-    }
-    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top_dict(tok, e->token, e->logprob, e->top_ids, e->top_lp, e->n_top));
     json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static size_t token_text_len(const q35_tokenizer *tok, int32_t id) {
+    json_t *t = q35_json_token(tok, id);
+    size_t n = json_string_length(t);
+    json_decref(t);
+    return n;
+}
+
+size_t q35_prompt_logprobs_add(const q35_tokenizer *tok, json_t *lp, const q35_task *r, int32_t p) {
+    const q35_prompt_lp *l = &r->prompt_lp[p];
+    const int32_t *ids = r->prompt_ids[p];
+    int k = r->api.logprobs < l->k ? r->api.logprobs : l->k;
+    size_t off = 0;
+    for (int32_t i = 0; i < l->n; i++) {
+        json_array_append_new(json_object_get(lp, "tokens"), q35_json_token(tok, ids[i]));
+        json_array_append_new(json_object_get(lp, "token_logprobs"),
+                              i ? json_real(l->logprob[i] < -9999.0f ? -9999.0 : l->logprob[i]) : json_null());
+        json_array_append_new(json_object_get(lp, "top_logprobs"),
+                              i ? top_dict(tok, ids[i], l->logprob[i], l->top_ids + (size_t)i * (size_t)l->k,
+                                           l->top_lp + (size_t)i * (size_t)l->k, k)
+                                : json_null());
+        json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)off));
+        off += token_text_len(tok, ids[i]);
+    }
+    return off;
+}
+
+/* One prompt_logprobs entry (vLLM's): {"id": {logprob, rank, decoded_token}}. */
+static void plp_entry(const q35_tokenizer *tok, json_t *o, int32_t id, float lp, int32_t rank) {
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)id);
+    if (json_object_get(o, key)) return;
+    json_object_set_new(o, key, json_pack("{s:f, s:i, s:o}", "logprob", lp < -9999.0f ? -9999.0 : (double)lp, "rank", rank,
+                                          "decoded_token", q35_json_token(tok, id)));
+}
+
+json_t *q35_prompt_logprobs_json(const q35_tokenizer *tok, const q35_task *r, int32_t p) {
+    const q35_prompt_lp *l = &r->prompt_lp[p];
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int32_t i = 1; i < l->n; i++) {
+        json_t *o = json_object();
+        plp_entry(tok, o, r->prompt_ids[p][i], l->logprob[i], l->rank[i]);
+        for (int32_t j = 0; j < l->k; j++)
+            plp_entry(tok, o, l->top_ids[(size_t)i * (size_t)l->k + (size_t)j], l->top_lp[(size_t)i * (size_t)l->k + (size_t)j], j + 1);
+        json_array_append_new(a, o);
+    }
+    return a;
 }
 
 json_t *q35_chat_logprob_entry(const q35_tokenizer *tok, const q35_event *e) {
@@ -88,15 +147,30 @@ json_t *q35_stop_reason_json(const q35_event *e) {
     return json_null();
 }
 
-char *q35_echo_text(const q35_task *r, int32_t prompt_index) {
+char *q35_echo_text(const q35_tokenizer *tok, const q35_task *r, int32_t prompt_index) {
     q35_api_prompt *p = &r->api.prompts[prompt_index];
     if (p->text) return strdup(p->text);
-    size_t cap = (size_t)r->prompt_len[prompt_index] * 14 + 1, n = 0;
+    const int32_t *ids = r->prompt_ids[prompt_index];
+    int32_t n_ids = r->prompt_len[prompt_index];
+    q35_text_decoder *dec = tok ? q35_text_decoder_new(tok) : NULL;
+    size_t cap = (size_t)n_ids * 14 + 1, n = 0;
     char *s = malloc(cap);
-    if (!s) return NULL;
-    s[0] = 0;
-    for (int32_t i = 0; i < r->prompt_len[prompt_index]; i++)
-        n += (size_t)snprintf(s + n, cap - n, "<%d>", (int)r->prompt_ids[prompt_index][i]);
+    for (int32_t i = 0; s && i <= n_ids; i++) {
+        size_t k = 0;
+        const char *piece = NULL;
+        char b[16];
+        if (dec) piece = i < n_ids ? q35_text_decoder_feed(dec, ids[i], &k) : q35_text_decoder_flush(dec, &k);
+        else if (i < n_ids) k = (size_t)snprintf(b, sizeof b, "<%d>", (int)ids[i]), piece = b;
+        if (n + k + 1 > cap) {
+            char *ns = realloc(s, cap = 2 * (n + k + 1));
+            if (!ns) { free(s); s = NULL; break; }
+            s = ns;
+        }
+        if (k) memcpy(s + n, piece, k);
+        n += k;
+        s[n] = 0;
+    }
+    q35_text_decoder_free(dec);
     return s;
 }
 
@@ -159,17 +233,20 @@ json_t *q35_full_response(const q35_tokenizer *tok, const char *model, const q35
         char *text = NULL;
         size_t len = 0, cap = 0;
         if (r->api.echo) {
-            char *e = q35_echo_text(r, c / r->api.n);
+            char *e = q35_echo_text(tok, r, c / r->api.n);
             if (e) { len = strlen(e); cap = len + 1; text = e; }
         }
         json_t *lp = NULL, *ids = json_array();
         if (r->api.logprobs >= 0)
             lp = chat ? json_pack("{s:[]}", "content")
                       : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+        if (lp && !chat && r->api.echo && r->prompt_lp) q35_prompt_logprobs_add(tok, lp, r, c / r->api.n);
         const q35_event *last = NULL;
         for (size_t i = 0; i < r->n_ev; i++) {
             const q35_event *e = &r->ev[i];
             if (e->choice != c) continue;
+            if (e->finish) last = e;
+            if (r->api.echo_only) continue; /* the prompt alone is answered */
             if (e->token >= 0) {
                 json_array_append_new(ids, json_integer(e->token));
                 if (lp && chat) json_array_append_new(json_object_get(lp, "content"), q35_chat_logprob_entry(tok, e));
@@ -186,7 +263,6 @@ json_t *q35_full_response(const q35_tokenizer *tok, const char *model, const q35
                 len += e->len;
                 text[len] = 0;
             }
-            if (e->finish) last = e;
         }
         int fin = last ? last->finish : Q35_FIN_ERROR;
         json_t *ch;
@@ -202,6 +278,7 @@ json_t *q35_full_response(const q35_tokenizer *tok, const char *model, const q35
                            last ? q35_stop_reason_json(last) : json_null());
         }
         free(text);
+        if (!chat && r->prompt_lp) json_object_set_new(ch, "prompt_logprobs", q35_prompt_logprobs_json(tok, r, c / r->api.n));
         if (r->api.return_token_ids) json_object_set_new(ch, "token_ids", ids);
         else json_decref(ids);
         json_array_append_new(choices, ch);

@@ -14,7 +14,7 @@
  *      (MTP drafts verified in the same forward pass; each sequence's
  *      sampler, min_tokens, stop ids and EOS handled by its generation;
  *      logit_bias, json_object and json_schema as its logits hook,
- *      json_object without drafts), so the weights are
+ *      which masks draft rows too), so the weights are
  *      read once per step for all of them.
  *
  * Prefix reuse, two levels. A slot whose sequence ended keeps its state
@@ -30,7 +30,10 @@
  * that is a proper prefix of the new prompt (at least one token is left to
  * evaluate, for the logits). Entries are evicted least recently used first
  * when their bytes pass the budget. Choices 2..n of a request wait for the
- * first one's prompt snapshot instead of evaluating the same prompt again. */
+ * first one's prompt snapshot instead of evaluating the same prompt again.
+ * A request for its prompt's logprobs (echo with logprobs, prompt_logprobs)
+ * skips both levels on choice 0, whose chunks then write every row's
+ * logits (rows_cap rows at a time) for q35_prompt_lp_fill. */
 #include "server/sched_int.h"
 #include "base/util.h"
 
@@ -186,24 +189,30 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
 }
 
 /* json_object: only tokens whose bytes continue a JSON object, after
- * </think> when the prompt opened a think block. Such sequences do not
- * draft, so the row is always the one after s's output and s->json the
- * state after it. */
-static void seq_json_mask(void *ctx, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
-    seq *s = ctx;
+ * </think> when the prompt opened a think block (the end of sequence once
+ * the object is whole). Draft rows come here too, as for json_schema
+ * below: the state is s->json fed the step's earlier drafts. */
+static void seq_json_mask(seq *s, float *row, int32_t V, const int32_t *prev, int32_t n_prev) {
     const q35_sched *S = s->sched;
-    (void)prev; (void)n_prev;
-    if (s->json_wait) { /* the reasoning is free, but ends with </think>, not a tool call */
+    q35_json_prefix js = s->json;
+    bool wait = s->json_wait, ok = true;
+    for (int32_t i = s->n_gen; i < n_prev && ok; i++) {
+        int32_t t = prev[i];
+        if (wait) wait = t != S->think_end;
+        else ok = t < S->V && S->tok_bytes[t] && q35_json_prefix_feed(&js, S->tok_bytes[t], S->tok_len[t]);
+    }
+    if (wait) { /* the reasoning is free, but ends with </think>, not a tool call */
         if (S->tool_open >= 0 && S->tool_open < V) row[S->tool_open] = -INFINITY;
         return;
     }
-    int32_t live = 0;
+    bool whole = !ok || q35_json_prefix_complete(&js); /* a whole object (or none possible) ends: EOS alone */
     for (int32_t t = 0; t < V; t++) {
-        q35_json_prefix trial = s->json;
-        if (S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t])) live++;
-        else row[t] = -INFINITY;
+        q35_json_prefix trial = js;
+        bool live = false;
+        for (int i = 0; whole && i < S->n_eos && !live; i++) live = S->eos[i] == t;
+        if (!whole) live = t < S->V && S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t]);
+        if (!live) row[t] = -INFINITY;
     }
-    if (!live) s->json_done = true;
 }
 
 /* json_schema (and a forced tool call, compiled the same way by request.c):
@@ -241,7 +250,7 @@ static void seq_logits(void *ctx, float *row, int32_t V, const int32_t *prev, in
     const q35_api_request *a = &s->req->api;
     for (int32_t i = 0; i < a->n_bias; i++) row[a->bias_ids[i]] += a->bias[i];
     if (s->schema) seq_schema_mask(s, row, V, prev, n_prev);
-    else if (s->json_on) seq_json_mask(ctx, row, V, prev, n_prev);
+    else if (s->json_on) seq_json_mask(s, row, V, prev, n_prev);
 }
 
 /* Starts s's generation from its prompt's last logits row. */
@@ -251,7 +260,7 @@ void q35_seq_begin(q35_sched *S, seq *s, float *row) {
     q35_gen_params gp = {.sampler = s->sampler, .logits_fn = hook ? seq_logits : NULL, .logits_ctx = s,
                          .max_tokens = s->max_tokens, .min_tokens = a->min_tokens, .ignore_eos = a->ignore_eos,
                          .eos_ids = S->eos, .n_eos_ids = S->n_eos, .stop_ids = a->stop_token_ids,
-                         .n_stop_ids = a->n_stop_token_ids, .max_drafts = s->json_on && !s->schema ? -1 : 0};
+                         .n_stop_ids = a->n_stop_token_ids};
     q35_error err;
     q35_gen_out o;
     if (a->logprobs >= 0) memcpy(S->raw, row, sizeof *row * (size_t)S->V);
@@ -468,6 +477,7 @@ static void sched_release(q35_sched *S) {
     free(S->slots); S->slots = NULL;
     free(S->logits); S->logits = NULL;
     free(S->raw); S->raw = NULL;
+    free(S->rows); S->rows = NULL;
     free(S->batch_seq); S->batch_seq = NULL;
     free(S->batch_gen); S->batch_gen = NULL;
     free(S->batch_out); S->batch_out = NULL;
@@ -496,10 +506,15 @@ static int sched_init(q35_sched *S, const q35_sched_config *cfg, char *msg, size
     S->warm = calloc(ns, sizeof *S->warm);
     S->logits = malloc(sizeof *S->logits * ns * (size_t)S->V);
     S->raw = malloc(sizeof *S->raw * (size_t)S->V);
+    /* prompt logprobs: 64 MiB of rows (64 at Qwen3.5's vocabulary), touched only when used */
+    S->rows_cap = (int32_t)((64u << 20) / (sizeof *S->rows * (size_t)S->V));
+    if (S->rows_cap > S->prefill_chunk) S->rows_cap = S->prefill_chunk;
+    if (S->rows_cap < 1) S->rows_cap = 1;
+    S->rows = malloc(sizeof *S->rows * (size_t)S->rows_cap * (size_t)S->V);
     S->batch_seq = calloc(ns, sizeof *S->batch_seq);
     S->batch_gen = calloc(ns, sizeof *S->batch_gen);
     S->batch_out = calloc(ns, sizeof *S->batch_out);
-    if (!S->sessions || !S->slots || !S->warm || !S->logits || !S->raw || !S->batch_seq || !S->batch_gen || !S->batch_out ||
+    if (!S->sessions || !S->slots || !S->warm || !S->logits || !S->raw || !S->rows || !S->batch_seq || !S->batch_gen || !S->batch_out ||
         token_bytes_table(S)) {
         snprintf(msg, msg_size, "out of memory for %d slots", S->n_slots);
         return -1;

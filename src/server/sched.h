@@ -39,6 +39,18 @@ typedef struct q35_event {
     int32_t stop_id;           /* the stop token id that ended it, or -1 */
 } q35_event;
 
+/* The log-probabilities of one prompt's tokens (api.prompt_logprobs >= 0):
+ * row i (1 <= i < n) is token i given the tokens before it, from the logits
+ * of row i-1; row 0 has none (vLLM's null). Filled by the scheduler from
+ * the prompt's evaluation before the prompt's first event. */
+typedef struct q35_prompt_lp {
+    int32_t n, k;              /* rows (the prompt's length), top entries per row */
+    float *logprob;            /* (n) */
+    int32_t *rank;             /* (n) 1 + the tokens with a higher logit */
+    int32_t *top_ids;          /* (n, k) best first, ties lower id first */
+    float *top_lp;             /* (n, k) */
+} q35_prompt_lp;
+
 typedef struct q35_task {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -62,7 +74,8 @@ typedef struct q35_task {
     bool llama;                /* llama-server's /completion: its response shapes */
     q35_chat_options chat;     /* chat: the template's variant and enable_thinking (add_generation_prompt unset) */
     int32_t turn_snap;         /* chat: prompt tokens a follow-up turn shares (0: unknown) */
-    bool *prompt_ready;        /* (n_prompts) choice 0's prompt snapshot is cached */
+    bool *prompt_ready;        /* (n_prompts) choice 0's prompt snapshot is cached (and its prompt_lp filled) */
+    q35_prompt_lp *prompt_lp;  /* (n_prompts) when api.prompt_logprobs >= 0, else NULL */
     atomic_int cancelled;
     char *error;               /* set when the engine failed */
     double t_arrive, t_first_token;
@@ -74,6 +87,14 @@ q35_task *q35_task_new(void);
  * (n_choices = n_prompts * api.n); 0 or -1. */
 int q35_task_alloc(q35_task *t);
 void q35_task_release(q35_task *t);
+/* Allocates t->prompt_lp for its tokenized prompts (api.prompt_logprobs
+ * >= 0; nothing otherwise); 0 or -1. */
+int q35_task_alloc_prompt_lp(q35_task *t);
+/* Fills prompt rows first+1 .. first+n_rows (those below l->n) from the
+ * logits of rows first .. first+n_rows-1 (n_rows rows of V values): each
+ * row's log-softmax, one row at a time. */
+void q35_prompt_lp_fill(q35_prompt_lp *l, const float *logits, int32_t V, int32_t first, int32_t n_rows,
+                        const int32_t *prompt);
 /* Appends an event (its text and stop_str pass to the task) and wakes the
  * waiting route; the scheduler's side. */
 void q35_task_push(q35_task *t, q35_event *ev);

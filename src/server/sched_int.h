@@ -74,6 +74,8 @@ struct q35_sched {
     uint64_t warm_clock;
     float *logits;             /* (n_slots, V) */
     float *raw;                /* (V) logits before sampling, for logprobs */
+    float *rows;               /* (rows_cap, V) every row of a prompt chunk, for prompt logprobs */
+    int32_t rows_cap;
     seq **batch_seq;           /* (n_slots) the sequences of this step */
     q35_generation **batch_gen; /* (n_slots) their generations */
     q35_gen_out *batch_out;    /* (n_slots) what each yielded */

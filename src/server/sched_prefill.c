@@ -28,8 +28,8 @@ static void prompt_snapshot(q35_sched *S, seq *s, q35_session *sess) {
     q35_task *r = s->req;
     if (s->snap_done) return;
     s->snap_done = true;
-    if (!r->api.cache_prompt) return;
-    if (s->n_eval > 0)
+    if (!r->api.cache_prompt && !r->prompt_lp) return;
+    if (s->n_eval > 0 && r->api.cache_prompt)
         q35_prefix_cache_store(&S->cache, sess, s->prompt, s->n_eval, r->api.spans, r->api.n_spans, q35_salt_hash(r->api.cache_salt));
     pthread_mutex_lock(&r->mu);
     r->prompt_ready[s->prompt_index] = true;
@@ -82,11 +82,11 @@ static int32_t whole_images(const q35_image_span *sp, int32_t ns, int32_t from, 
 
 /* prompt[from .. from + n) into the session, with the images among them. */
 static q35_status eval_chunk(q35_session *sess, const q35_task *r, const int32_t *prompt, int32_t from, int32_t n,
-                             float *row, q35_error *err) {
-    if (!r->embeds) return q35_session_eval(sess, prompt + from, n, row, 0, err);
+                             float *row, int flags, q35_error *err) {
+    if (!r->embeds) return q35_session_eval(sess, prompt + from, n, row, flags, err);
     int32_t k0 = q35_image_spans_before(r->api.spans, r->api.n_spans, from);
     int32_t k1 = q35_image_spans_before(r->api.spans, r->api.n_spans, from + n);
-    return q35_session_eval_images(sess, prompt + from, n, r->embeds + k0, k1 - k0, row, 0, err);
+    return q35_session_eval_images(sess, prompt + from, n, r->embeds + k0, k1 - k0, row, flags, err);
 }
 
 /* Evaluates the next chunk of s's prompt; on the last one samples. */
@@ -94,10 +94,13 @@ void q35_seq_prefill(q35_sched *S, seq *s) {
     q35_task *r = s->req;
     q35_session *sess = S->sessions[s->slot];
     q35_error err;
+    /* prompt logprobs: choice 0 of each prompt evaluates all of it (a
+     * cached prefix has no logits), a chunk of rows_cap rows at a time */
+    bool plp = r->prompt_lp && s->choice % r->api.n == 0;
     if (!s->looked_up) {
         int32_t j = s->choice % r->api.n;
-        if (j > 0 && r->api.cache_prompt && !atomic_load(&r->cancelled)) {
-            /* wait for choice 0's snapshot of the same prompt */
+        if (j > 0 && (r->api.cache_prompt || r->prompt_lp) && !atomic_load(&r->cancelled)) {
+            /* wait for choice 0's snapshot of the same prompt (and its logprobs) */
             pthread_mutex_lock(&r->mu);
             bool ready = r->prompt_ready[s->prompt_index] || r->error;
             pthread_mutex_unlock(&r->mu);
@@ -118,7 +121,7 @@ void q35_seq_prefill(q35_sched *S, seq *s) {
          * partition, and only with the same images where it holds any: the
          * library compares token ids, which an image's pad run shares with
          * every other image's */
-        bool own_ok = r->api.cache_prompt && own && w->cacheable && w->salt == salt &&
+        bool own_ok = r->api.cache_prompt && !plp && own && w->cacheable && w->salt == salt &&
                       q35_image_spans_agree(w->spans, w->n_spans, r->api.spans, r->api.n_spans, n_own);
         bool extends = own_ok && n_own < s->n_prompt &&
                        q35_prefix_agrees(own, n_own, w->spans, w->n_spans, s->prompt, r->api.spans, r->api.n_spans);
@@ -128,7 +131,7 @@ void q35_seq_prefill(q35_sched *S, seq *s) {
         /* the library keeps the session's history or restores the cached
          * snapshot, whichever covers more of the prompt */
         const q35_snapshot *snap =
-            r->api.cache_prompt ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, r->api.spans, r->api.n_spans, salt) : NULL;
+            r->api.cache_prompt && !plp ? q35_prefix_cache_find(&S->cache, s->prompt, s->n_prompt, r->api.spans, r->api.n_spans, salt) : NULL;
         if (r->embeds) {
             hit = reuse_with_images(sess, extends, n_own, snap);
         } else if (q35_session_reuse(sess, s->prompt, s->n_prompt, snap, &hit, &err)) {
@@ -155,13 +158,21 @@ void q35_seq_prefill(q35_sched *S, seq *s) {
     if (turn > s->n_eval && turn < snap_at) end = turn; /* stop there for the turn snapshot */
     int32_t n = end - s->n_eval;
     if (n > S->prefill_chunk) n = S->prefill_chunk;
+    bool rows = plp && s->n_eval + n != s->n_prompt; /* the last chunk is the last token alone */
+    if (rows && n > S->rows_cap) n = S->rows_cap;
     if (r->api.n_spans) n = whole_images(r->api.spans, r->api.n_spans, s->n_eval, n);
+    if (rows && n > S->rows_cap) {
+        q35_seq_fail(S, s, "prompt logprobs: an image is longer than the rows a prompt chunk keeps");
+        return;
+    }
     bool last = s->n_eval + n == s->n_prompt;
     float *row = S->logits;
-    if (n > 0 && eval_chunk(sess, r, s->prompt, s->n_eval, n, last ? row : NULL, &err)) {
+    if (n > 0 && eval_chunk(sess, r, s->prompt, s->n_eval, n, last ? row : rows ? S->rows : NULL,
+                            rows ? Q35_EVAL_ALL_LOGITS : 0, &err)) {
         q35_seq_fail(S, s, err.msg);
         return;
     }
+    if (rows && n > 0) q35_prompt_lp_fill(&r->prompt_lp[s->prompt_index], S->rows, S->V, s->n_eval, n, s->prompt);
     s->n_eval += n;
     if (s->n_eval == turn && turn < snap_at && r->api.cache_prompt && s->choice % r->api.n == 0)
         q35_prefix_cache_store(&S->cache, sess, s->prompt, turn, r->api.spans, r->api.n_spans, q35_salt_hash(r->api.cache_salt));

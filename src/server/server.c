@@ -16,6 +16,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@ void q35_server_config_init(q35_server_config *c) {
     c->write_timeout_s = 60;
     c->drain_timeout_s = 30;
     c->max_conns_per_client = 16;
+    c->backlog = 511;
     c->cache_bytes = -1;
     c->prefill_chunk = 512;
     c->spec_k = -1;
@@ -330,6 +332,13 @@ int q35_server_run(const q35_server_config *cfg) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* every connection takes two descriptors (the library's and the watchdog's), refused ones linger:
+     * the soft limit (often 1024) goes up to the hard one */
+    struct rlimit nofile;
+    if (!getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     int rc = 0;
     struct MHD_Daemon *d = q35_http_start(&srv, &rc);
     if (!d) {
@@ -337,7 +346,7 @@ int q35_server_run(const q35_server_config *cfg) {
         q35_conns_destroy(&srv.conns);
         return rc;
     }
-    fprintf(stderr, "qwen35 serve: listening on http://%s:%d (loading %s)%s\n", cfg->host, q35_http_port(d, cfg->port),
+    fprintf(stderr, "qwen35 serve: listening on http://%s:%d (loading %s)%s\n", cfg->host, q35_http_port(&srv),
             cfg->model_path, cfg->api_key ? "" : "; no API key: every local client may use it");
 
     srv.main_thread = pthread_self();

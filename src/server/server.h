@@ -22,6 +22,7 @@ typedef struct q35_server_config {
     double write_timeout_s;    /* a stream whose client reads nothing for this long is cancelled */
     double drain_timeout_s;    /* after SIGTERM: how long running and queued requests may finish */
     int max_conns_per_client;  /* open connections from one address, 0: no limit */
+    int backlog;               /* the listening socket's backlog (listen(2); the kernel caps it at somaxconn) */
     int threads;
     int weights;               /* q35_weights_mode: --mmap / --no-mmap */
     long long cache_bytes;     /* prefix cache budget in bytes, -1: the default */

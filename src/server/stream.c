@@ -82,30 +82,36 @@ static void stream_event(stream_state *st, const q35_event *e) {
         if (chat)
             ch = json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", c, "delta", "role", "assistant", "content", "", "logprobs", "finish_reason");
         else if (r->api.echo) {
-            char *t = q35_echo_text(r, c / r->api.n);
-            ch = json_pack("{s:i, s:s, s:n, s:n}", "index", c, "text", t ? t : "", "logprobs", "finish_reason");
+            char *t = q35_echo_text(st->srv->tok, r, c / r->api.n);
+            json_t *lp = json_null();
+            if (r->api.logprobs >= 0 && r->prompt_lp) {
+                lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+                q35_prompt_logprobs_add(st->srv->tok, lp, r, c / r->api.n);
+            }
+            ch = json_pack("{s:i, s:s, s:o, s:n}", "index", c, "text", t ? t : "", "logprobs", lp, "finish_reason");
             st->text_off[c] += t ? strlen(t) : 0;
             free(t);
         }
         if (ch) append_chunk(st, ch);
     }
-    bool want_lp = r->api.logprobs >= 0 && e->token >= 0;
+    bool want_lp = r->api.logprobs >= 0 && e->token >= 0 && !r->api.echo_only;
     if (chat) {
         stream_chat_event(st, e, want_lp);
         return;
     }
-    if (!e->len && !e->finish && !want_lp) return;
+    size_t len = r->api.echo_only ? 0 : e->len; /* echo without generation: the finish alone follows the prompt */
+    if (!len && !e->finish && !want_lp) return;
     json_t *lp = json_null();
     if (want_lp) {
         lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
         q35_completion_logprobs_add(st->srv->tok, lp, e, st->text_off[c]);
     }
-    st->text_off[c] += e->len;
-    json_t *text = json_stringn(e->text ? e->text : "", e->len);
+    st->text_off[c] += len;
+    json_t *text = json_stringn(e->text ? e->text : "", len);
     json_t *ch = json_pack("{s:i, s:o, s:o}", "index", c, "text", text, "logprobs", lp);
     json_object_set_new(ch, "finish_reason", e->finish ? json_string(q35_finish_name(e->finish)) : json_null());
     json_object_set_new(ch, "stop_reason", e->finish ? q35_stop_reason_json(e) : json_null());
-    if (r->api.return_token_ids && e->token >= 0) json_object_set_new(ch, "token_ids", json_pack("[i]", e->token));
+    if (r->api.return_token_ids && e->token >= 0 && !r->api.echo_only) json_object_set_new(ch, "token_ids", json_pack("[i]", e->token));
     append_chunk(st, ch);
 }
 

@@ -26,6 +26,36 @@ int q35_task_alloc(q35_task *t) {
     return t->prompt_ids && t->prompt_len && t->max_tokens && t->prompt_ready && t->completion_tokens ? 0 : -1;
 }
 
+int q35_task_alloc_prompt_lp(q35_task *t) {
+    if (t->api.prompt_logprobs < 0) return 0;
+    t->prompt_lp = calloc((size_t)t->api.n_prompts, sizeof *t->prompt_lp);
+    if (!t->prompt_lp) return -1;
+    for (int32_t p = 0; p < t->api.n_prompts; p++) {
+        q35_prompt_lp *l = &t->prompt_lp[p];
+        size_t n = (size_t)t->prompt_len[p], k = (size_t)t->api.prompt_logprobs;
+        l->n = (int32_t)n;
+        l->k = (int32_t)k;
+        l->logprob = calloc(n, sizeof *l->logprob);
+        l->rank = calloc(n, sizeof *l->rank);
+        l->top_ids = calloc(n * k + 1, sizeof *l->top_ids);
+        l->top_lp = calloc(n * k + 1, sizeof *l->top_lp);
+        if (!l->logprob || !l->rank || !l->top_ids || !l->top_lp) return -1;
+    }
+    return 0;
+}
+
+void q35_prompt_lp_fill(q35_prompt_lp *l, const float *logits, int32_t V, int32_t first, int32_t n_rows,
+                        const int32_t *prompt) {
+    for (int32_t i = 0; i < n_rows && first + i + 1 < l->n; i++) {
+        const float *row = logits + (size_t)i * (size_t)V;
+        int32_t at = first + i + 1, tok = prompt[at], above = 0;
+        size_t k = (size_t)l->k;
+        l->logprob[at] = q35_logprobs(row, V, tok, l->k, l->top_ids + (size_t)at * k, l->top_lp + (size_t)at * k);
+        for (int32_t t = 0; t < V; t++) above += row[t] > row[tok];
+        l->rank[at] = above + 1;
+    }
+}
+
 void q35_task_release(q35_task *t) {
     pthread_mutex_lock(&t->mu);
     int left = --t->refs;
@@ -40,6 +70,13 @@ void q35_task_release(q35_task *t) {
     free(t->prompt_len);
     free(t->max_tokens);
     free(t->prompt_ready);
+    for (int32_t i = 0; t->prompt_lp && i < t->api.n_prompts; i++) {
+        free(t->prompt_lp[i].logprob);
+        free(t->prompt_lp[i].rank);
+        free(t->prompt_lp[i].top_ids);
+        free(t->prompt_lp[i].top_lp);
+    }
+    free(t->prompt_lp);
     free(t->tools_json);
     free(t->completion_tokens);
     free(t->error);

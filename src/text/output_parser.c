@@ -22,6 +22,7 @@
  * else a Python-literal guess). A block that never names a function is
  * handed back as plain content. */
 #include "text/pyjson.h"
+#include "text/schema.h"
 #include "base/util.h"
 
 #include <ctype.h>
@@ -131,9 +132,9 @@ static const json_t *param_schema(const q35_output_parser *p, const char *func, 
         json_t *params = json_object_get(fn, "parameters");
         if (!json_is_object(params)) return NULL;
         json_t *props = json_object_get(params, "properties");
-        if (props) params = props;
-        *any_schema = json_is_object(params) && json_object_size(params) > 0;
-        return json_object_get(params, param);
+        *any_schema = json_is_object(props ? props : params) && json_object_size(props ? props : params) > 0;
+        /* a $ref into the parameters ($defs) is read by its target's type */
+        return q35_schema_resolve(params, json_object_get(props ? props : params, param));
     }
     return NULL;
 }

@@ -49,6 +49,11 @@ void q35_schema_free(q35_schema *s);
 int q35_schema_compile_tool_call(const struct json_t *tools, const char *name, q35_schema **out, char *where,
                                  size_t where_size, char *msg, size_t msg_size);
 
+/* The value a "#..." JSON pointer ($ref) names in root, or NULL. */
+const struct json_t *q35_schema_ref_target(const struct json_t *root, const char *ref);
+/* j with its $refs into root followed (at most 16), or NULL where one does not resolve. */
+const struct json_t *q35_schema_resolve(const struct json_t *root, const struct json_t *j);
+
 void q35_schema_start(const q35_schema *s, q35_schema_state *st);
 /* false when the byte cannot continue a valid document (st is then undefined) */
 bool q35_schema_byte(const q35_schema *s, q35_schema_state *st, unsigned char c);

@@ -101,10 +101,16 @@ static bool start(const q35_schema *s, q35_schema_state *st, q35_schema_thread *
         return true;
     case SK_STRING:
         if (c != '"') return false;
-        f->phase = ST_IN; f->a = 0; f->x = 0;
+        f->phase = ST_IN; f->a = 0; f->x = 0; f->b = 0;
         return true;
     case SK_NUMBER:
     case SK_INTEGER:
+        if (d->dfa >= 0) { /* bounds: the DFA of the allowed numbers' text */
+            uint16_t nx = c < 0x80 ? s->dfa[d->dfa].next[0][c] : Q35_DFA_DEAD;
+            if (nx == Q35_DFA_DEAD) return false;
+            f->phase = NU_IN; f->b = nx;
+            return true;
+        }
         if (c != '-' && !(c >= '0' && c <= '9')) return false;
         f->phase = NU_IN;
         f->x = c == '-' ? 0 : c == '0' ? 2 : 1;
@@ -168,11 +174,25 @@ static bool string_byte(const q35_schema *s, q35_schema_thread *th, q35_schema_f
     }
     bool full = d->hi >= 0 && f->a >= d->hi;
     if (c == '"') {
-        if (f->a < d->lo) return false;
+        if (f->a < d->lo || (d->dfa >= 0 && !s->dfa[d->dfa].accept[f->b])) return false;
         pop(s, th);
         return true;
     }
     if (full || c < 0x20) return false;
+    if (d->dfa >= 0) { /* a pattern: no escapes, each character a step of its DFA that can still end within maxLength */
+        const q35_schema_dfa *D = &s->dfa[d->dfa];
+        uint16_t nx = D->next[f->b][c < 0x80 ? c : Q35_SYM_WIDE];
+        if (nx == Q35_DFA_DEAD || (d->hi >= 0 && f->a + 1 + D->dist[nx] > d->hi)) return false;
+        if (c >= 0x80) {
+            int lo, hi, n = utf8_lead(c, &lo, &hi);
+            if (!n) return false;
+            f->x = (uint8_t)n;
+            f->c = (uint16_t)(lo | hi << 8);
+        }
+        f->b = nx;
+        f->a++;
+        return true;
+    }
     if (c == '\\') { f->phase = ST_ESC; return true; }
     if (c >= 0x80) {
         int lo, hi, n = utf8_lead(c, &lo, &hi);
@@ -219,6 +239,14 @@ static bool raw_byte(const q35_schema *s, q35_schema_state *st, q35_schema_threa
 static bool number_byte(const q35_schema *s, q35_schema_state *st, q35_schema_thread *th, q35_schema_frame *f,
                         const q35_schema_node *d, int c) {
     bool digit = c >= '0' && c <= '9', integer = d->kind == SK_INTEGER;
+    if (d->dfa >= 0) {
+        const q35_schema_dfa *D = &s->dfa[d->dfa];
+        uint16_t nx = c >= 0 && c < 0x80 ? D->next[f->b][c] : Q35_DFA_DEAD;
+        if (nx != Q35_DFA_DEAD) { f->b = nx; return true; }
+        if (!D->accept[f->b]) return false;
+        pop(s, th); /* the number ended; c belongs to what follows */
+        return step(s, st, th, c);
+    }
     switch (f->x) {
     case 0: if (!digit) return false; f->x = c == '0' ? 2 : 1; f->a = 1; return true;
     case 1: if (digit) { if (f->a >= Q35_SCHEMA_INT_DIGITS) return false; f->a++; return true; } break;
@@ -289,10 +317,10 @@ static bool step(const q35_schema *s, q35_schema_state *st, q35_schema_thread *t
             if (c == ']' && d->lo == 0) { pop(s, th); return true; }
             if (d->hi == 0) return false;
             f->phase = AR_VALUE;
-            return push(th, d->item, 0) && step(s, st, th, c);
+            return push(th, d->n ? d->child[0] : d->item, 0) && step(s, st, th, c);
         }
         if (f->phase != AR_AFTER) return false;
-        if (c == ',' && (d->hi < 0 || f->b < d->hi)) { f->phase = AR_VALUE; return push(th, d->item, 1); }
+        if (c == ',' && (d->hi < 0 || f->b < d->hi)) { f->phase = AR_VALUE; return push(th, f->b < d->n ? d->child[f->b] : d->item, 1); }
         if (c == ']' && f->b >= d->lo) { pop(s, th); return true; }
         return false;
     case SK_STRING: return string_byte(s, th, f, d, c);
@@ -340,6 +368,7 @@ static bool thread_complete(const q35_schema *s, const q35_schema_thread *th) {
     const q35_schema_frame *f = &th->f[0];
     const q35_schema_node *d = &s->node[f->node];
     if (f->phase == V_START) return false;
+    if ((d->kind == SK_NUMBER || d->kind == SK_INTEGER) && d->dfa >= 0) return s->dfa[d->dfa].accept[f->b];
     if (d->kind == SK_NUMBER || d->kind == SK_INTEGER) return f->x == 1 || f->x == 2 || f->x == 4 || f->x == 7;
     if (d->kind == SK_LITERAL) return match(d, f->c, d->n - 1, f->c, f->b, -1) >= 0;
     return false;
@@ -368,9 +397,20 @@ int32_t q35_schema_string_room(const q35_schema *s, const q35_schema_state *st, 
         bool is_raw = d->kind == SK_RAW;
         if (i == 0) *raw = is_raw;
         if (is_raw != *raw || f->phase == V_START || f->x) return -1;
-        if (is_raw ? f->b != 5 : d->kind != SK_STRING || f->phase != ST_IN) return -1;
+        if (is_raw ? f->b != 5 : d->kind != SK_STRING || f->phase != ST_IN || d->dfa >= 0) return -1;
         int32_t r = d->hi < 0 ? INT32_MAX : d->hi - f->a;
         if (r > room) room = r;
     }
     return room;
+}
+
+bool q35_schema_dfa_string(const q35_schema *s, const q35_schema_state *st, const q35_schema_dfa **dfa, uint16_t *q, int32_t *room) {
+    if (st->n != 1 || st->t[0].done) return false;
+    const q35_schema_frame *f = &st->t[0].f[st->t[0].depth - 1];
+    const q35_schema_node *d = &s->node[f->node];
+    if (d->kind != SK_STRING || d->dfa < 0 || f->phase != ST_IN || f->x) return false;
+    *dfa = &s->dfa[d->dfa];
+    *q = f->b;
+    *room = d->hi < 0 ? INT32_MAX : d->hi - f->a;
+    return true;
 }

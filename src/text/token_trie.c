@@ -13,8 +13,13 @@
  * characters) is live when its characters fit the string's room, and only
  * the other tokens are walked, in a second trie of them alone. The same
  * for a tool call's raw string parameter, whose plain tokens are printable
- * ASCII but '<', and whole characters (a third trie). */
-#include "text/schema.h"
+ * ASCII but '<', and whole characters (a third trie).
+ *
+ * Inside a string with a pattern or a format (a DFA, schema_regex.c), the
+ * plain tokens are walked in a fourth trie of them alone, by the DFA's
+ * state and a character count only, one table lookup per node; the others
+ * go through the whole recogniser in the second trie. */
+#include "text/schema_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +44,8 @@ typedef struct trie {
 
 struct q35_token_trie {
     trie all, special[2]; /* every token; those that are not plain in a JSON string, in a raw one */
+    trie plain;          /* those plain in a JSON string */
+    int32_t plain_max_chars; /* the most characters of one of them */
     uint16_t *chars[2];  /* (n_tokens) a plain token's characters (JSON string, raw), NOT_PLAIN otherwise */
     int32_t n_tokens;
     const char *const *bytes;
@@ -111,12 +118,12 @@ static uint16_t plain_chars(const unsigned char *p, size_t n, bool raw) {
     return chars < NOT_PLAIN ? (uint16_t)chars : NOT_PLAIN;
 }
 
-/* A trie of every token, or (chars) of those not plain there. */
-static int make_trie(q35_token_trie *t, trie *tr, const uint16_t *chars) {
+/* A trie of every token, or (chars) of those not plain there (want_plain: of those plain there). */
+static int make_trie(q35_token_trie *t, trie *tr, const uint16_t *chars, bool want_plain) {
     tr->order = malloc(sizeof *tr->order * (size_t)(t->n_tokens > 0 ? t->n_tokens : 1));
     if (!tr->order) return -1;
     for (int32_t i = 0; i < t->n_tokens; i++)
-        if (t->bytes[i] && t->len[i] && t->len[i] < 65535 && (!chars || chars[i] == NOT_PLAIN))
+        if (t->bytes[i] && t->len[i] && t->len[i] < 65535 && (!chars || (chars[i] == NOT_PLAIN) != want_plain))
             tr->order[tr->n_order++] = i;
     qsort_r(tr->order, (size_t)tr->n_order, sizeof *tr->order, by_bytes, t);
     return build(t, tr, 0, tr->n_order, 0);
@@ -134,7 +141,10 @@ q35_token_trie *q35_token_trie_new(const char *const *bytes, const size_t *len, 
         for (int32_t i = 0; i < n_tokens; i++)
             t->chars[k][i] = bytes[i] && len[i] ? plain_chars((const unsigned char *)bytes[i], len[i], k) : NOT_PLAIN;
     }
-    if (make_trie(t, &t->all, NULL) || make_trie(t, &t->special[0], t->chars[0]) || make_trie(t, &t->special[1], t->chars[1])) {
+    for (int32_t i = 0; i < n_tokens; i++)
+        if (t->chars[0][i] != NOT_PLAIN && t->chars[0][i] > t->plain_max_chars) t->plain_max_chars = t->chars[0][i];
+    if (make_trie(t, &t->all, NULL, false) || make_trie(t, &t->special[0], t->chars[0], false) ||
+        make_trie(t, &t->special[1], t->chars[1], false) || make_trie(t, &t->plain, t->chars[0], true)) {
         q35_token_trie_free(t);
         return NULL;
     }
@@ -145,6 +155,8 @@ void q35_token_trie_free(q35_token_trie *t) {
     if (!t) return;
     free(t->all.node);
     free(t->all.order);
+    free(t->plain.node);
+    free(t->plain.order);
     for (int k = 0; k < 2; k++) {
         free(t->special[k].node);
         free(t->special[k].order);
@@ -172,8 +184,71 @@ static int32_t walk(const trie *tr, const q35_schema *s, const q35_schema_state 
     return n_live;
 }
 
+/* The plain tokens from DFA state q0 with `room` characters left (INT32_MAX: no limit). */
+static int32_t walk_dfa(const trie *tr, const q35_schema_dfa *D, uint16_t q0, int32_t room, uint8_t *live) {
+    uint16_t *q = malloc(sizeof *q * ((size_t)tr->max_depth + 1));
+    int32_t *chars = malloc(sizeof *chars * ((size_t)tr->max_depth + 1)), n_live = 0;
+    if (!q || !chars) { free(q); free(chars); return 0; }
+    q[0] = q0;
+    chars[0] = 0;
+    for (uint32_t i = 0; i < tr->n;) {
+        const trie_node *nd = &tr->node[i];
+        uint16_t d = nd->depth, b = nd->byte;
+        if ((b & 0xC0) == 0x80) { /* inside a character: its lead byte took the step */
+            q[d] = q[d - 1];
+            chars[d] = chars[d - 1];
+        } else {
+            uint16_t nq = D->next[q[d - 1]][b < 0x80 ? b : Q35_SYM_WIDE];
+            if (nq == Q35_DFA_DEAD || (room != INT32_MAX && chars[d - 1] + 1 + D->dist[nq] > room)) { i = nd->end; continue; }
+            q[d] = nq;
+            chars[d] = chars[d - 1] + 1;
+        }
+        for (uint32_t k = nd->tok_lo; k < nd->tok_hi; k++) live[tr->order[k]] = 1;
+        n_live += (int32_t)(nd->tok_hi - nd->tok_lo);
+        i++;
+    }
+    free(q);
+    free(chars);
+    return n_live;
+}
+
+#define CACHE_MIN_LIVE 16384
+
+/* walk_dfa, through the schema's cache when maxLength cannot cut any plain token there. */
+static int32_t walk_plain_dfa(const q35_token_trie *t, const q35_schema *s, const q35_schema_dfa *D, uint16_t q, int32_t room,
+                              uint8_t *live) {
+    q35_mask_cache *c = s->cache;
+    if (!c || (room != INT32_MAX && room < t->plain_max_chars + D->max_dist)) return walk_dfa(&t->plain, D, q, room, live);
+    int32_t dfa = (int32_t)(D - s->dfa);
+    size_t n_bytes = ((size_t)t->n_tokens + 7) / 8;
+    for (int i = 0; i < Q35_MASK_CACHE; i++) {
+        if (c->e[i].trie != t || c->e[i].dfa != dfa || c->e[i].q != q) continue;
+        const uint8_t *bits = c->e[i].bits;
+        for (int32_t k = 0; k < t->n_tokens; k++) live[k] = bits[k >> 3] >> (k & 7) & 1;
+        return c->e[i].n_live;
+    }
+    int32_t n_live = walk_dfa(&t->plain, D, q, room, live);
+    if (n_live < CACHE_MIN_LIVE) return n_live; /* a walk of few live prefixes costs less than reading a mask back */
+    int i = c->next;
+    uint8_t *bits = c->e[i].trie == t && c->e[i].bits ? c->e[i].bits : realloc(c->e[i].bits, n_bytes);
+    if (!bits) return n_live;
+    memset(bits, 0, n_bytes);
+    for (int32_t k = 0; k < t->n_tokens; k++) bits[k >> 3] |= (uint8_t)(live[k] << (k & 7));
+    c->e[i].bits = bits;
+    c->e[i].trie = t;
+    c->e[i].dfa = dfa;
+    c->e[i].q = q;
+    c->e[i].n_live = n_live;
+    c->next = (i + 1) % Q35_MASK_CACHE;
+    return n_live;
+}
+
 int32_t q35_token_trie_mask(const q35_token_trie *t, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
     memset(live, 0, (size_t)t->n_tokens);
+    const q35_schema_dfa *D;
+    uint16_t q;
+    int32_t left;
+    if (q35_schema_dfa_string(s, st, &D, &q, &left)) return walk_plain_dfa(t, s, D, q, left, live) + walk(&t->special[0], s, st, live);
     bool raw;
     int32_t room = q35_schema_string_room(s, st, &raw);
     if (room < 0) return walk(&t->all, s, st, live);

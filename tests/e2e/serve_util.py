@@ -130,6 +130,17 @@ def sse_events(raw):
     return out
 
 
+def read_all(sock, timeout=30):
+    """Everything the server sends until it closes (an OSError, such as a reset, propagates)."""
+    sock.settimeout(timeout)
+    raw = b""
+    while True:
+        part = sock.recv(65536)
+        if not part:
+            return raw
+        raw += part
+
+
 def recv_until(sock, marker, limit=1 << 20):
     """Reads from sock until marker has arrived; returns what was read."""
     raw = b""

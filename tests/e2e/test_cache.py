@@ -114,6 +114,68 @@ def test_eval_perplexity_and_kld(tmp_path):
     assert r.returncode == 2 and "bad.txt" in r.stderr
 
 
+def test_eval_sweep_equals_evals_of_the_prepared_caches(tmp_path):
+    """--sweep swaps tensors in memory; each row must equal `prepare --set` of the same tensors and an eval."""
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(str((i * 37 + 11) % 320) for i in range(150)) + "\n")
+    src = MODELS / "tiny-a"
+    common = ["--ids", ids, "--ctx", "64", "--kld-base", src, "--json", "-t", "1"]
+
+    def eval_cache(name, *prep):
+        out = tmp_path / name
+        r = q35("prepare", "--checkpoint", src, "--out", out, *prep)
+        assert r.returncode == 0, r.stderr
+        r = q35("eval", "-m", out, *common)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout), q35("info", out).stdout
+
+    def bytes_per_token(info):
+        return int(info.split("bytes read per generated token: ")[1].split()[0])
+
+    # every matrix alone at BFP4, the rest BF16 (one row checked against its cache), and the default cache
+    # raised to BFP8 kind by kind (a group of several tensors)
+    r = q35("eval", "-m", src, *common, "--sweep", "bfp4")
+    assert r.returncode == 0, r.stderr
+    sweep4 = json.loads(r.stdout)
+    rows = {row["group"]: row for row in sweep4["rows"]}
+    names = [g for g in rows if g != "(as loaded)"]
+    assert rows["(as loaded)"]["kld_mean"] == 0 and len(names) == len(set(names)) >= 20
+    assert "lm_head.weight" in rows and not any(g.startswith("mtp.") for g in names)
+    down = "model.language_model.layers.1.mlp.down_proj.weight"
+    want, info = eval_cache("down4", "--policy", "bf16", "--set", down + "=bfp4")
+    for k in ["kld_mean", "kld_max", "top1_agreement", "perplexity"]:
+        assert rows[down][k] == want[k], k
+    assert rows[down]["bytes_per_token"] == bytes_per_token(info) and rows[down]["bytes_per_token_delta"] < 0
+
+    default, _ = eval_cache("default", "--policy", "default")
+    r = q35("eval", "-m", tmp_path / "default", *common, "--sweep", "bfp8", "--group", "kind")
+    assert r.returncode == 0, r.stderr
+    rows = {row["group"]: row for row in json.loads(r.stdout)["rows"]}
+    assert rows["(as loaded)"]["kld_mean"] == default["kld_mean"]
+    assert "lm_head.weight" not in rows  # already BFP8: nothing to measure
+    kind = "model.language_model.layers.*.mlp.up_proj.weight"
+    ups = rows[kind]["tensors"]
+    assert len(ups) > 1 and all(t.endswith("mlp.up_proj.weight") for t in ups)
+    sets = [a for t in ups for a in ("--set", t + "=bfp8")]
+    want, info = eval_cache("up8", "--policy", "default", *sets)
+    for k in ["kld_mean", "kld_max", "top1_agreement", "perplexity"]:
+        assert rows[kind][k] == want[k], k
+    assert rows[kind]["bytes_per_token"] == bytes_per_token(info)
+
+    # the same figures whatever the thread count; the table names the groups, most affected first
+    r = q35("eval", "-m", src, *common[:-2], "-t", "2", "--sweep", "bfp4")
+    assert json.loads(r.stdout) == sweep4
+    r = q35("eval", "-m", src, "--ids", ids, "--ctx", "64", "--kld-base", src, "--sweep", "bfp4", "--group", "layer")
+    assert r.returncode == 0 and "| model.language_model.layers.0 |" in r.stdout and "| (as loaded) |" in r.stdout
+
+    r = q35("eval", "-m", tmp_path / "default", "--ids", ids, "--kld-base", tmp_path / "default", "--sweep", "bfp8")
+    assert r.returncode == 1 and "encodes from a checkpoint" in r.stderr and "BFP4" in r.stderr, r.stderr
+    for bad, why in [(["--sweep", "bfp4"], "--kld-base"), (["--kld-base", src, "--sweep", "q4"], "bf16, bfp8 or bfp4"),
+                     (["--kld-base", src, "--sweep", "bfp4", "--group", "row"], "--group")]:
+        r = q35("eval", "-m", src, "--ids", ids, *bad)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+
+
 # ---- a fake Hugging Face Hub ----
 
 class FakeHub(http.server.ThreadingHTTPServer):

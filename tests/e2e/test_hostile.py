@@ -16,7 +16,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serve_util import MODELS, Server, SlowHeaders, raise_fd_limit, sse_events  # noqa: E402
+from serve_util import MODELS, Server, SlowHeaders, raise_fd_limit, read_all, sse_events  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (MODELS / "tiny-a" / "config.json").exists(), reason="tiny test models missing")
 
@@ -60,16 +60,6 @@ def raw_request(body, path="/v1/completions"):
     data = json.dumps(body).encode()
     return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\n\r\n").encode() + data
-
-
-def read_all(sock, timeout=30):
-    sock.settimeout(timeout)
-    raw = b""
-    while True:
-        part = sock.recv(65536)
-        if not part:
-            return raw
-        raw += part
 
 
 def http_body(raw):
@@ -142,23 +132,31 @@ def test_request_timeout_ends_a_trickling_body():
         assert get(s, "/health")[0] == 200
 
 
+def refusal(sock, timeout=5):
+    """The whole answer a refused connection gets (status, headers, JSON
+    error), read to the server's close; an OSError (a reset) fails."""
+    head, body = http_body(read_all(sock, timeout))
+    status = int(head.split(b" ", 2)[1])
+    headers = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    return status, {k.decode().lower(): v.decode() for k, v in headers.items()}, json.loads(body)["error"]
+
+
 def test_per_client_limit_and_reserved_connections():
     with Server("tiny-a", "--parallel", "1", "--max-queue", "1", "--max-conns-per-client", "3") as s:
         held = [socket.create_connection(("127.0.0.1", s.port), source_address=("127.0.0.2", 0)) for _ in range(3)]
         for h in held:
             h.sendall(b"GET /health HTTP/1.1\r\n")
         time.sleep(0.3)
-        # a fourth from the same address is closed as it is accepted
+        # a fourth from the same address gets a 429 as it is accepted (what it sends is read and dropped)
         extra = socket.create_connection(("127.0.0.1", s.port), source_address=("127.0.0.2", 0))
-        extra.settimeout(5)
-        try:
-            extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            got = extra.recv(4096)
-        except OSError:
-            got = b""
-        assert got == b""
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, err = refusal(extra)
         extra.close()
+        assert status == 429 and err["code"] == 429 and "--max-conns-per-client" in err["message"]
+        assert headers["content-type"] == "application/json" and headers["retry-after"] == "1"
+        assert headers["connection"] == "close"
         assert post(s, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})[0] == 200
+        assert metric(s, "qwen35:connections_refused_total") == 1
         for h in held:
             h.close()
     # the request slots (--parallel + --max-queue + 64 = 66) full of slow heads from many addresses:
@@ -180,6 +178,40 @@ def test_per_client_limit_and_reserved_connections():
         for h in held:
             h.close()
         time.sleep(0.3)
+        assert post(s, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})[0] == 200
+
+
+def test_a_burst_beyond_every_slot_gets_json_answers_not_resets():
+    """66 request slots and 16 reserve connections held by slow heads, then
+    a burst of 40 more connections from fresh addresses, each sending a
+    whole request at once: every one reads a 503 with a JSON error,
+    Retry-After and Connection: close (nothing is reset), and a client
+    served once the heads are gone."""
+    raise_fd_limit(1024)
+    with Server("tiny-a", "--parallel", "1", "--max-queue", "1", "--max-conns-per-client", "0",
+                "--request-timeout", "30", "--backlog", "64") as s:
+        held = []
+        for i in range(66 + 16):
+            h = socket.create_connection(("127.0.0.1", s.port), source_address=(f"127.0.2.{i + 1}", 0))
+            h.sendall(b"GET /health HTTP/1.1\r\n")
+            held.append(h)
+        time.sleep(0.5)
+        burst = [socket.create_connection(("127.0.0.1", s.port), source_address=(f"127.0.3.{i + 1}", 0))
+                 for i in range(40)]
+        for b in burst:
+            b.sendall(raw_request({"prompt": PROMPT, "max_tokens": 2}))
+        answers = [refusal(b) for b in burst]
+        for b in burst:
+            b.close()
+        assert {a[0] for a in answers} == {503}
+        for status, headers, err in answers:
+            assert err["code"] == 503 and "connection limit (82)" in err["message"]
+            assert headers["content-type"] == "application/json" and headers["retry-after"] == "1"
+            assert headers["connection"] == "close"
+        for h in held:
+            h.close()
+        time.sleep(0.3)
+        assert metric(s, "qwen35:connections_refused_total") == 40
         assert post(s, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})[0] == 200
 
 

@@ -85,3 +85,27 @@ def test_kld_file_reader(tmp_path):
     f.write_bytes(b"_logits_" + struct.pack("<Iii", n_ctx, n_vocab, n_chunk) + toks.tobytes() + body.tobytes()[:-2])
     with pytest.raises(SystemExit, match="truncated"):
         peer_quality.read_kld(str(f))
+
+
+def test_windows_file_holds_the_text_tokens_in_whole_windows(tmp_path):
+    np = pytest.importorskip("numpy")
+    import argparse
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import peer_quality
+    binary = os.environ.get("Q35_BIN", str(ROOT / "build" / "qwen35"))
+    text = tmp_path / "t.txt"
+    text.write_text((ROOT / "models" / "qwen35-demo-eval.txt").read_text()[:3000])
+    out = tmp_path / "w.kld"
+    a = argparse.Namespace(kld=str(out), qwen35=binary, text=str(text), tokenizer=str(ROOT / "models" / "qwen35-demo"),
+                           n_ctx=64)
+    peer_quality.cmd_windows(a)
+    r = subprocess.run([binary, "tokenize", "-m", a.tokenizer, "--file", str(text), "--ids-only"], capture_output=True,
+                       text=True)
+    ids = [int(x) for x in r.stdout.replace(",", " ").split()]
+    k = peer_quality.read_kld(str(out), with_logprobs=False)
+    assert k["n_ctx"] == 64 and k["n_vocab"] == 4096 and k["n_chunk"] == len(ids) // 64 >= 2
+    assert k["tokens"].reshape(-1).tolist() == ids[:k["n_chunk"] * 64]
+    a.n_ctx = len(ids) + 1
+    with pytest.raises(SystemExit, match="fewer than one window"):
+        peer_quality.cmd_windows(a)

@@ -101,6 +101,52 @@ SCHEMAS = [
     obj({"x": {"anyOf": [{"anyOf": [INT, BOOL]}, NULL]}}),
 ]
 
+# pattern, format, numeric bounds, oneOf, allOf, $ref (recursive too), prefixItems, uniqueItems
+PT = {"type": "object", "properties": {"x": {"type": "integer", "minimum": -9, "maximum": 9}, "y": INT}, "required": ["x", "y"]}
+NEW_SCHEMAS = [
+    obj({"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"}}),
+    obj({"slug": {"type": "string", "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$", "maxLength": 12}}),
+    obj({"hex": {"type": "string", "pattern": "^#[0-9a-fA-F]{6}$"}, "tag": {"type": "string", "pattern": "go", "maxLength": 8}}),
+    obj({"when": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "time"}}),
+    obj({"ts": {"type": "string", "format": "date-time"}, "id": {"type": "string", "format": "uuid"}}),
+    obj({"mail": {"type": "string", "format": "email", "maxLength": 24}, "ip": {"type": "string", "format": "ipv4"}}),
+    obj({"age": {"type": "integer", "minimum": 0, "maximum": 120}, "score": {"type": "integer", "exclusiveMinimum": -5, "exclusiveMaximum": 5}}),
+    obj({"p": {"type": "number", "minimum": 0, "maximum": 1}, "t": {"type": "number", "minimum": -40.5, "maximum": 60}}),
+    obj({"big": {"type": "integer", "minimum": 1000000}, "neg": {"type": "integer", "maximum": -10}, "f": {"type": "number", "exclusiveMinimum": 2}}),
+    {"oneOf": [obj({"kind": {"const": "circle"}, "r": {"type": "number", "minimum": 0, "maximum": 10}}),
+               obj({"kind": {"const": "rect"}, "w": {"type": "integer", "minimum": 1, "maximum": 50}, "h": INT})]},
+    obj({"v": {"oneOf": [s(4), {"type": "integer", "minimum": 0, "maximum": 99}, NULL]}}),
+    {"allOf": [obj({"id": {"type": "integer", "minimum": 1}}), obj({"name": s(6)})]},
+    {"type": "object", "allOf": [{"properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+                                 {"properties": {"n": {"maximum": 50}}}]},
+    {"$defs": {"pt": PT}, "type": "object", "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}}, "required": ["a", "b"]},
+    {"definitions": {"tag": {"type": "string", "pattern": "^[a-z]{2,5}$"}}, "type": "array", "items": {"$ref": "#/definitions/tag"}, "maxItems": 3},
+    {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                         "next": {"$ref": "#/$defs/node"}}, "required": ["v"]}},
+     "$ref": "#/$defs/node"},
+    {"type": "object", "properties": {"name": s(3), "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 1}}, "required": ["name", "kids"]},
+    {"type": "array", "prefixItems": [{"type": "string", "format": "date"}, {"type": "integer", "minimum": 0, "maximum": 23}, BOOL],
+     "items": False},
+    obj({"row": {"type": "array", "prefixItems": [s(3), INT], "items": {"type": "number", "minimum": 0, "maximum": 5}, "maxItems": 4}}),
+    {"$defs": {"base": obj({"id": {"type": "string", "format": "uuid"}})}, "type": "object",
+     "properties": {"user": {"allOf": [{"$ref": "#/$defs/base"}, obj({"email": {"type": "string", "format": "email", "maxLength": 20}})]},
+                    "ips": {"type": "array", "items": {"type": "string", "format": "ipv4"}, "maxItems": 2}},
+     "required": ["user", "ips"]},
+    obj({"one": {"type": "array", "items": INT, "uniqueItems": True, "maxItems": 1}}),
+]
+SCHEMAS += NEW_SCHEMAS
+# 2020-12's checkers (date, email, ipv4, uuid, ...), and time and date-time by the standard library
+# (jsonschema checks those only with rfc3339-validator installed)
+CHECK_FORMATS = jsonschema.FormatChecker()
+CHECK_FORMATS.checkers = dict(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
+for _name, _parse in (("time", "time"), ("date-time", "datetime")):
+    CHECK_FORMATS.checks(_name, raises=ValueError)(
+        lambda v, p=_parse: not isinstance(v, str) or bool(getattr(__import__("datetime"), p).fromisoformat(v)))
+
+
+def validate(doc, schema):
+    jsonschema.validate(doc, schema, format_checker=CHECK_FORMATS)
+
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -131,7 +177,7 @@ def ask(client, schema, **kw):
 
 
 def test_at_least_fifty_schemas():
-    assert len(SCHEMAS) >= 50
+    assert len(SCHEMAS) >= 50 and len(NEW_SCHEMAS) >= 15
     for sc in SCHEMAS:
         jsonschema.Draft202012Validator.check_schema(sc)
 
@@ -143,14 +189,14 @@ def test_every_output_validates(client, i):
         c = ask(client, schema, **kw)
         assert c.finish_reason == "stop", (kw, c.message.content)
         doc = json.loads(c.message.content)
-        jsonschema.validate(doc, schema)
+        validate(doc, schema)
 
 
 def test_speculation_stays_on_with_a_schema(srv, client):
     before = srv.metrics()["vllm:spec_decode_num_draft_tokens_total"]
     for seed in range(3):
         c = ask(client, obj({"a": arr(obj({"b": s(8), "c": INT}), hi=3)}), temperature=0, seed=seed)
-        jsonschema.validate(json.loads(c.message.content), obj({"a": arr(obj({"b": s(8), "c": INT}), hi=3)}))
+        validate(json.loads(c.message.content), obj({"a": arr(obj({"b": s(8), "c": INT}), hi=3)}))
     drafts = srv.metrics()["vllm:spec_decode_num_draft_tokens_total"] - before
     assert drafts > 0 if srv.spec_k else drafts == 0
 
@@ -166,7 +212,7 @@ def test_streamed_output_validates(client):
             text += ev.choices[0].delta.content or ""
             finish = ev.choices[0].finish_reason or finish
     assert finish == "stop"
-    jsonschema.validate(json.loads(text), schema)
+    validate(json.loads(text), schema)
 
 
 def test_completions_endpoint_and_n(client):
@@ -176,7 +222,7 @@ def test_completions_endpoint_and_n(client):
     assert len(r.choices) == 3
     for c in r.choices:
         assert c.finish_reason == "stop"
-        jsonschema.validate(json.loads(c.text), schema)
+        validate(json.loads(c.text), schema)
 
 
 def test_max_tokens_mid_document_is_length(client):
@@ -196,22 +242,25 @@ def test_with_thinking_only_the_answer_is_constrained(client):
         assert m.reasoning_content
         if c.finish_reason == "stop" and m.content:
             done += 1
-            jsonschema.validate(json.loads(m.content), schema)
+            validate(json.loads(m.content), schema)
     print(f"{done} of 4 reasoned to </think> and answered")
 
 
 BAD = [
     ({"type": "json_schema"}, "response_format"),
     ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema"),
-    (fmt({"type": "string", "pattern": "a+"}), "response_format.json_schema.schema.pattern"),
-    (fmt(obj({"a": {"type": "string", "format": "email"}})), "response_format.json_schema.schema.properties.a.format"),
+    (fmt({"type": "string", "pattern": "(?=a)"}), "response_format.json_schema.schema.pattern"),
+    (fmt(obj({"a": {"type": "string", "format": "email", "minLength": 3}})), "response_format.json_schema.schema.properties.a.format"),
+    (fmt({"type": "array", "uniqueItems": True}), "response_format.json_schema.schema.uniqueItems"),
+    (fmt({"allOf": [INT, s(3)]}), "response_format.json_schema.schema.allOf"),
+    (fmt({"type": "integer", "minimum": 5, "maximum": 1}), "response_format.json_schema.schema"),
     (fmt({"type": "strung"}), "response_format.json_schema.schema.type"),
     (fmt({"type": "array", "minItems": 3, "maxItems": 1}), "response_format.json_schema.schema.minItems"),
     (fmt({"type": "string", "maxLength": -1}), "response_format.json_schema.schema.maxLength"),
     (fmt({"enum": []}), "response_format.json_schema.schema.enum"),
     (fmt({"type": "object", "properties": {"a": {"$ref": "#/x"}}}), "response_format.json_schema.schema.properties.a.$ref"),
     (fmt({"anyOf": "no"}), "response_format.json_schema.schema.anyOf"),
-    (fmt({"oneOf": [INT]}), "response_format.json_schema.schema.oneOf"),
+    (fmt({"oneOf": [INT, NUM]}), "response_format.json_schema.schema.oneOf"),
     (fmt("not a schema"), "response_format.json_schema.schema"),
     ({"type": "json_schema", "json_schema": {"schema": INT, "strict": "yes"}}, "response_format.json_schema.strict"),
 ]
@@ -231,6 +280,14 @@ TOOLS = [
         {"query": s(6, lo=1), "filters": obj({"lang": {"enum": ["en", "fr"]}, "max": INT}), "tags": arr(s(3), hi=2),
          "score": NUM, "opt": {"type": "string"}}, req=["query", "filters", "tags", "score"])}},
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+    # pydantic's shape for nested models: $defs and $refs, and bounds
+    {"type": "function", "function": {"name": "book", "parameters": {
+        "$defs": {"Addr": obj({"city": s(6), "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}),
+                  "Unit": {"type": "string", "enum": ["room", "suite"]}},
+        "type": "object", "properties": {"to": {"$ref": "#/$defs/Addr"}, "unit": {"$ref": "#/$defs/Unit"},
+                                         "nights": {"type": "integer", "minimum": 1, "maximum": 14},
+                                         "when": {"type": "string", "maxLength": 10}},
+        "required": ["to", "unit", "nights", "when"]}}},
 ]
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
@@ -241,7 +298,7 @@ def forced(client, choice, **kw):
     return r.choices[0]
 
 
-@pytest.mark.parametrize("name", [None, "get_weather", "search", "now"])
+@pytest.mark.parametrize("name", [None, "get_weather", "search", "now", "book"])
 def test_tool_choice_forces_a_valid_tool_call(client, name):
     choice = "required" if name is None else {"type": "function", "function": {"name": name}}
     for kw in ({"temperature": 0}, {"temperature": 1, "seed": 5}, {"temperature": 1, "seed": 6}):
@@ -249,7 +306,9 @@ def test_tool_choice_forces_a_valid_tool_call(client, name):
         assert c.finish_reason == "tool_calls", c.message
         calls = c.message.tool_calls
         assert len(calls) == 1 and (name is None or calls[0].function.name == name)
-        jsonschema.validate(json.loads(calls[0].function.arguments), PARAMS[calls[0].function.name])
+        args = json.loads(calls[0].function.arguments)
+        validate(args, PARAMS[calls[0].function.name])
+        assert set(PARAMS[calls[0].function.name].get("required", [])) <= set(args)
 
 
 def test_tool_choice_errors_name_the_field(srv):

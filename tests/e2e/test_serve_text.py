@@ -173,8 +173,10 @@ def test_bad_text_requests(srv):
 
 
 def test_json_object_output_parses(client):
+    # json_object speculates: its seeded draws are speculative sampling's (the same distribution, another
+    # stream); eight of them, of which some must end inside max_tokens so that the check is not empty
     stopped = 0
-    for seed in range(1, 5):
+    for seed in range(1, 9):
         r = client.chat.completions.create(model=NAME, messages=messages("Reply in JSON."), max_tokens=200, temperature=1,
                                            seed=seed, response_format={"type": "json_object"},
                                            extra_body={"chat_template_kwargs": {"enable_thinking": False}})
@@ -184,7 +186,7 @@ def test_json_object_output_parses(client):
             assert isinstance(json.loads(c.message.content), dict)
         else:  # cut by max_tokens: still a prefix of an object
             assert c.message.content.lstrip().startswith("{")
-    assert stopped >= 2
+    assert stopped >= 3
 
 
 def test_json_object_with_thinking_constrains_only_the_answer(client):
