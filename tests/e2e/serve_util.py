@@ -66,6 +66,18 @@ class Server:
         # under a sanitizer build (Q35_BIN=build-asan/qwen35), any report fails the test
         assert "AddressSanitizer" not in log and "runtime error:" not in log and "LeakSanitizer" not in log, log[-4000:]
 
+    def wait_log(self, pred, timeout=10.0):
+        """True once a line of the server's stderr satisfies pred: the lines
+        are read on another thread, so a line written just before a response
+        may reach self.log just after it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if any(pred(line) for line in list(self.log)):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
     @property
     def url(self):
         return f"http://127.0.0.1:{self.port}"
