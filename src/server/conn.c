@@ -247,16 +247,25 @@ static void conn_kill(q35_conn *k) {
     k->killed = true;
 }
 
+size_t q35_stream_backlog(q35_stream_watch *w) {
+    /* consumed first: the reader only counts events that were in n_ev, and
+     * n_ev only grows, so this n_ev is at least that consumed. The other
+     * order lets the reader pass a stale n_ev in between: the difference
+     * would wrap to a huge backlog and cancel a stream that keeps up. */
+    size_t consumed = atomic_load(&w->consumed);
+    pthread_mutex_lock(&w->task->mu);
+    size_t n_ev = w->task->n_ev;
+    pthread_mutex_unlock(&w->task->mu);
+    return n_ev - consumed;
+}
+
 /* Under t->mu: a stream that stalled or holds too much unread output is
  * cancelled (its decode slot frees at the scheduler's next step) and its
  * connection shut; true when it was. */
 static bool check_stream(q35_conns *t, q35_conn *k, long long now) {
     q35_stream_watch *w = k->watch;
     q35_task *r = w->task;
-    pthread_mutex_lock(&r->mu);
-    size_t n_ev = r->n_ev;
-    pthread_mutex_unlock(&r->mu);
-    size_t backlog = n_ev - atomic_load(&w->consumed);
+    size_t backlog = q35_stream_backlog(w);
     bool stalled = !atomic_load(&w->in_reader) && now - atomic_load(&w->t_progress_ms) > (long long)(t->write_timeout_s * 1000);
     if (!stalled && backlog <= Q35_STREAM_BACKLOG_MAX) return false;
     atomic_store(&r->cancelled, 1);

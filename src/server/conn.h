@@ -119,6 +119,9 @@ void q35_conn_count_reserved_refusal(q35_conns *t);
  * it off again (from any thread, also after the connection closed). */
 void q35_conn_watch(q35_conns *t, struct MHD_Connection *c, q35_stream_watch *w);
 void q35_conn_unwatch(q35_conns *t, q35_stream_watch *w);
+/* Events of w's task its reader has not turned into output yet (from any
+ * thread, while the reader runs). */
+size_t q35_stream_backlog(q35_stream_watch *w);
 long long q35_conn_now_ms(void);
 
 #endif
