@@ -46,6 +46,7 @@ class Soak:
         self.counters, self.kinds = {}, {}
         self.health_worst = 0.0
         self.restarting = threading.Event()
+        self.epoch = 0
         self.log = open(args.log, "w") if args.log else subprocess.DEVNULL
 
     # ---- the server ----
@@ -83,10 +84,21 @@ class Soak:
 
     def restart(self):
         self.restarting.set()
+        self.epoch += 1
         self.stop()
         self.start()
         self.restarts += 1
+        self.epoch += 1
         self.restarting.clear()
+
+    def window(self):
+        """Taken when a request starts; overlaps() then says whether any
+        part of it fell inside a restart (begun before, answered after, or
+        both), where refusals and 503s are the expected answers."""
+        return self.epoch, self.restarting.is_set()
+
+    def overlaps(self, w):
+        return w[1] or self.restarting.is_set() or self.epoch != w[0]
 
     # ---- HTTP ----
     def conn(self, timeout=30, source="127.0.0.3"):
@@ -125,13 +137,14 @@ class Soak:
     def one(self, rng, source):
         path, body, key = self.request_body(rng)
         t0 = time.monotonic()
+        w = self.window()
         c = self.conn(source=source)
         try:
             c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
             r = c.getresponse()
             raw = r.read()
         except (OSError, http.client.HTTPException) as e:
-            if self.restarting.is_set():
+            if self.overlaps(w):
                 with self.lock:
                     self.refused += 1
                 return
@@ -140,14 +153,14 @@ class Soak:
         finally:
             c.close()
         dt = time.monotonic() - t0
-        if r.status == 503 and self.restarting.is_set():
+        if r.status == 503 and self.overlaps(w):
             with self.lock:
                 self.refused += 1
             return
         if r.status != 200:
             self.error(f"{path}: status {r.status}: {raw[:200]!r}")
             return
-        texts, n_tok = self.parse(path, body, raw)
+        texts, n_tok = self.parse(path, body, raw, w)
         if texts is None:
             return
         with self.lock:
@@ -158,7 +171,7 @@ class Soak:
                 self.errors.append(f"a repeat differs: {key}: {self.expected[key]!r} != {texts!r}")
             self.expected.setdefault(key, texts)
 
-    def parse(self, path, body, raw):
+    def parse(self, path, body, raw, w):
         chat = path.endswith("chat/completions")
         texts = [""] * body["n"]
         n_tok = 0
@@ -171,7 +184,7 @@ class Soak:
             for e in events[:-1]:
                 j = json.loads(e)
                 if "error" in j:
-                    if self.restarting.is_set():
+                    if self.overlaps(w):
                         return None, 0
                     self.error(f"a stream ended with an error: {e[:200]}")
                     return None, 0
@@ -207,6 +220,7 @@ class Soak:
             s = socket.create_connection(("127.0.0.1", self.port), timeout=5, source_address=("127.0.0.4", 0))
         except OSError:
             return
+        w = self.window()
         try:
             stream = json.dumps({"prompt": "abc " * 10, "max_tokens": 2000, "stream": True, "ignore_eos": True}).encode()
             head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
@@ -226,7 +240,7 @@ class Soak:
                 s.sendall(head % len(body) + body)
                 status = s.recv(4096).split(b"\r\n", 1)[0]
                 want = b"413" if kind == "oversized" else b"400"
-                if want not in status and not self.restarting.is_set():
+                if want not in status and not self.overlaps(w):
                     self.error(f"{kind} body: {status!r}")
         except OSError:
             pass
@@ -243,10 +257,10 @@ class Soak:
     def sampler(self, t_end, t0):
         while time.monotonic() < t_end:
             try:
-                t1 = time.monotonic()
+                t1, w = time.monotonic(), self.window()
                 status, _ = self.get("/health")
                 dt = time.monotonic() - t1
-                if not self.restarting.is_set():
+                if not self.overlaps(w):
                     self.health_worst = max(self.health_worst, dt)
                     if status != 200 or dt > 1:
                         self.error(f"/health answered {status} in {dt:.2f} s")

@@ -30,7 +30,7 @@ static const char serve_usage[] =
     "  --write-timeout S        a stream whose client reads nothing for S is cancelled (default 60)\n"
     "  --drain-timeout S        after SIGTERM/SIGINT, time for running and queued requests (default 30)\n"
     "  --max-conns-per-client N open connections from one address (default 16; 0: no limit)\n"
-    "  --backlog N              the listening socket's backlog (default 511)\n"
+    "  --backlog N              the listening socket's backlog (default 4096)\n"
     "  --prefix-cache-bytes N   prefix cache budget, a number with an optional K, M or G suffix\n"
     "                           (default min(4 GiB, a quarter of MemAvailable at start-up); 0: off)\n"
     "  --prefix-cache-mb N      the same in MiB\n"

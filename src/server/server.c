@@ -34,7 +34,7 @@ void q35_server_config_init(q35_server_config *c) {
     c->write_timeout_s = 60;
     c->drain_timeout_s = 30;
     c->max_conns_per_client = 16;
-    c->backlog = 511;
+    c->backlog = 4096;
     c->cache_bytes = -1;
     c->prefill_chunk = 512;
     c->spec_k = -1;
