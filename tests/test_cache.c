@@ -216,6 +216,13 @@ TEST(cache, policies_choose_dtypes) {
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP4_ALL, q, Q35_DT_BF16, 2, odd), Q35_DT_BF16); /* 24 % 16 != 0 */
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BFP4_ALL, "x.norm.weight", Q35_DT_F32, 1, vec), Q35_DT_F32);
     CHECK_EQ_INT(q35_policy_dtype(Q35_POLICY_BF16, q, Q35_DT_F32, 2, proj), Q35_DT_BF16);
+    /* the vision tower stays as stored under every policy (F32 included) */
+    for (int pol = 0; pol < Q35_POLICY_COUNT; pol++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            q35_dtype dt = f32 ? Q35_DT_F32 : Q35_DT_BF16;
+            CHECK_EQ_INT(q35_policy_dtype((q35_policy_id)pol, "model.visual.blocks.0.attn.qkv.weight", dt, 2, proj), dt);
+            CHECK_EQ_INT(q35_policy_dtype((q35_policy_id)pol, "model.visual.merger.linear_fc1.weight", dt, 2, proj), dt);
+        }
     q35_policy_id id;
     q35_error err = {0};
     CHECK(q35_policy_parse("bfp4-all", &id, &err) == Q35_OK && id == Q35_POLICY_BFP4_ALL);

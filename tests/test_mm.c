@@ -4,6 +4,7 @@
  * continuations with and without MTP speculation, and the bad inputs. */
 #include "golden.h"
 #include "helpers.h"
+#include "model/prepare.h"
 #include "qwen35.h"
 #include "test.h"
 
@@ -314,6 +315,96 @@ TEST(mm, sync_with_images_reuses_a_prefix_only_for_the_same_images) {
         q35_session_free(t);
     }
     case_done(&c, ids, im, e);
+}
+
+/* Image logits at every position of one prompt from the engine loaded
+ * from dir; NULL after a reported failure. */
+static float *image_logits(const char *dir, vl_case *c) {
+    q35_engine *e = NULL;
+    q35_session *s = NULL;
+    q35_image_embeds *im[4] = {0};
+    int32_t *ids = NULL, n = 0;
+    q35_error err = {0};
+    float *lg = NULL;
+    if (q35_engine_load(dir, NULL, &e, &err) != Q35_OK) {
+        q35_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+        return NULL;
+    }
+    if (!encode_and_expand(e, c, im, &ids, &n) && q35_session_new(e, 0, &s, &err) == Q35_OK) {
+        lg = malloc(sizeof(float) * (size_t)n * (size_t)c->vocab);
+        if (q35_session_eval_images(s, ids, n, im, c->n_images, lg, Q35_EVAL_ALL_LOGITS, &err) != Q35_OK) {
+            q35_test_fail(__FILE__, __LINE__, "%s: %s", dir, err.msg);
+            free(lg);
+            lg = NULL;
+        }
+    }
+    q35_session_free(s);
+    free(ids);
+    free_embeds(im, c->n_images);
+    q35_engine_free(e);
+    return lg;
+}
+
+/* A weight cache of vl-a holds the vision tower as the checkpoint stores
+ * it, under every policy: with the bf16 policy (text matrices as stored
+ * too) the one- and two-image prompts give the checkpoint's logits bit for
+ * bit; with bfp4-all (every other matrix BFP4) every model.visual.*
+ * tensor is still byte-identical to the source, and verify names a
+ * corrupted one. */
+TEST(mm, a_weight_cache_keeps_the_vision_tower_as_stored) {
+    char bf16[1200], quant[1200], path[1300], src[1200];
+    snprintf(bf16, sizeof bf16, "%s/vl-a-bf16", q35_test_tmpdir());
+    snprintf(quant, sizeof quant, "%s/vl-a-bfp4-all", q35_test_tmpdir());
+    snprintf(src, sizeof src, "%s", q35_test_path("models/vl-a")); /* q35_test_path's buffer is reused */
+    q35_error err = {0};
+    q35_prepare_params p = {.checkpoint = src, .out_dir = bf16, .policy = Q35_POLICY_BF16};
+    REQUIRE_MSG(q35_prepare(&p, &err) == Q35_OK, "%s", err.msg);
+    p.out_dir = quant, p.policy = Q35_POLICY_BFP4_ALL;
+    REQUIRE_MSG(q35_prepare(&p, &err) == Q35_OK, "%s", err.msg);
+    for (int k = 0; k < 2; k++) {
+        vl_case c;
+        REQUIRE(case_load(vl_goldens[k], &c) == 0);
+        float *a = image_logits(c.model_dir, &c), *b = image_logits(bf16, &c);
+        CHECK_MSG(a && b && !memcmp(a, b, sizeof(float) * (size_t)c.n_expanded * (size_t)c.vocab),
+                  "%s: logits from the bf16 cache differ from the checkpoint's", vl_goldens[k]);
+        free(a), free(b);
+        case_free(&c);
+    }
+    q35_checkpoint ck, cache;
+    REQUIRE_MSG(q35_checkpoint_open(src, &ck, &err) == Q35_OK, "%s", err.msg);
+    REQUIRE_MSG(q35_cache_open(quant, &cache, &err) == Q35_OK, "%s", err.msg);
+    int n_vision = 0, n_block = 0;
+    const q35_tensor *victim = NULL;
+    for (int32_t i = 0; i < ck.n_index; i++) {
+        const q35_tensor *s = &ck.index[i]->tensor;
+        if (strncmp(s->name, "model.visual.", 13)) continue;
+        n_vision++;
+        const q35_st_entry *e = q35_checkpoint_find(&cache, s->name);
+        CHECK_MSG(e != NULL, "%s is not in the cache", s->name);
+        if (!e) continue;
+        CHECK_MSG(e->tensor.dtype == s->dtype && e->tensor.nbytes == s->nbytes &&
+                  !memcmp(e->tensor.data, s->data, s->nbytes), "%s changed in the cache", s->name);
+        if (!strcmp(s->name, "model.visual.blocks.0.attn.qkv.weight")) victim = &e->tensor;
+    }
+    for (int32_t i = 0; i < cache.n_index; i++) n_block += q35_dtype_is_block(cache.index[i]->tensor.dtype);
+    CHECK_EQ_INT(n_vision, 33);
+    CHECK(n_block > 0); /* the text matrices did follow the policy */
+    REQUIRE(victim != NULL);
+    size_t off = (size_t)((const char *)victim->data - (const char *)cache.files[0].map.data);
+    q35_checkpoint_close(&cache);
+    q35_checkpoint_close(&ck);
+    CHECK(q35_cache_verify(quant, NULL, NULL, NULL, NULL, &err) == Q35_OK);
+    snprintf(path, sizeof path, "%s/model.q35", quant);
+    size_t len = 0;
+    char *bytes = test_slurp(path, &len);
+    REQUIRE(bytes && off < len);
+    bytes[off] ^= 1;
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(bytes, 1, len, f) == len);
+    fclose(f);
+    free(bytes);
+    CHECK(q35_cache_verify(quant, NULL, NULL, NULL, NULL, &err) == Q35_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "model.visual.blocks.0.attn.qkv.weight") != NULL, "%s", err.msg);
 }
 
 TEST(mm, bad_image_input_is_refused_with_a_message_naming_it) {

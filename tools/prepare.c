@@ -138,19 +138,21 @@ static uint64_t row_bytes(const q35_tensor *t) {
 typedef struct {
     int32_t count[Q35_DT_COUNT];
     uint64_t bytes[Q35_DT_COUNT], total, per_token, mtp, lm_head;
-    int32_t n, skipped;
+    int32_t n, vision_n;
+    uint64_t vision; /* model.visual.*: read once per image, not per token */
 } tally;
 
 /* Bytes per generated token: every text-model weight once, the embedding as
- * one row (unless tied: then it is also the lm_head), the MTP head apart. */
+ * one row (unless tied: then it is also the lm_head), the MTP head and the
+ * vision tower apart. */
 static void add_tensor(tally *t, const char *name, const q35_tensor *x, int tied) {
-    if (!strncmp(name, "model.visual.", 13)) { t->skipped++; return; }
     q35_tensor_role role = q35_tensor_role_of(name);
     t->n++;
     t->count[x->dtype]++;
     t->bytes[x->dtype] += x->nbytes;
     t->total += x->nbytes;
-    if (!strncmp(name, "mtp.", 4)) t->mtp += x->nbytes;
+    if (!strncmp(name, "model.visual.", 13)) t->vision_n++, t->vision += x->nbytes;
+    else if (!strncmp(name, "mtp.", 4)) t->mtp += x->nbytes;
     else if (role == Q35_ROLE_EMBED)
         t->per_token += tied ? x->nbytes + row_bytes(x) : row_bytes(x);
     else t->per_token += x->nbytes;
@@ -170,6 +172,8 @@ static void print_tally(const tally *t) {
     printf("bytes read per generated token: %llu (%.3f GB), plus %llu for each MTP draft (MTP head%s)\n",
            (unsigned long long)t->per_token, (double)t->per_token / 1e9,
            (unsigned long long)(t->mtp ? t->mtp + t->lm_head : 0), t->mtp ? " and lm_head again" : ": none");
+    if (t->vision_n)
+        printf("vision tower: %d tensors, %llu bytes, read once per image\n", t->vision_n, (unsigned long long)t->vision);
 }
 
 int cmd_info(int argc, char **argv) {
@@ -206,7 +210,6 @@ int cmd_info(int argc, char **argv) {
     printf("%s: %s%s%s%s\n", path, is_cache ? "weight cache (model.q35)" : "checkpoint", policy ? ", policy " : "",
            policy ? policy : "", "");
     print_tally(&t);
-    if (t.skipped) printf("(%d model.visual.* tensors not counted: the engine is text only)\n", t.skipped);
     q35_checkpoint_close(&ck);
 
     /* the same policy on the real 9B shapes */

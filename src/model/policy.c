@@ -15,6 +15,10 @@ q35_status q35_policy_parse(const char *name, q35_policy_id *out, q35_error *err
 }
 
 q35_dtype q35_policy_dtype(q35_policy_id p, const char *name, q35_dtype src, int ndim, const int64_t *shape) {
+    /* The vision tower is read once per image, not per token: its bandwidth
+     * does not matter and its exactness does, so every policy keeps it as
+     * the checkpoint stores it (docs/weight-cache.md). */
+    if (!strncmp(name, "model.visual.", 13)) return src;
     int matrix = ndim == 2 && shape[1] % Q35_BFP_BLOCK == 0 && shape[0] > 0;
     q35_tensor_role role = q35_tensor_role_of(name);
     q35_dtype stored = ndim == 2 && src == Q35_DT_F32 && p == Q35_POLICY_BF16 ? Q35_DT_BF16 : src;

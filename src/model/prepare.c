@@ -31,8 +31,6 @@ static const char *const side_files[] = {
     "merges.txt", "special_tokens_map.json", "chat_template.jinja", "preprocessor_config.json",
 };
 
-static int is_skipped(const char *name) { return !strncmp(name, "model.visual.", 13); }
-
 /* ---- small file helpers ---- */
 
 /* Writes data to path via path.partial, fsync and rename. */
@@ -525,7 +523,6 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
         if (!items) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
         for (int32_t i = 0; !st && i < ck.n_index; i++) {
             const q35_st_entry *e = ck.index[i];
-            if (is_skipped(e->name)) continue;
             if (!e->supported) {
                 st = q35_fail(err, Q35_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which a cache cannot hold", e->file,
                               e->name, e->dtype_name);
@@ -628,7 +625,6 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
             for (int32_t i = 0; i < p->n_overrides; i++) json_array_append_new(ov, json_string(p->overrides[i]));
             json_object_set_new(manifest, "overrides", ov);
         }
-        json_object_set_new(manifest, "skipped", json_string("model.visual.* (the vision tower; text only)"));
         st = write_json(p->out_dir, "manifest.json", manifest, err);
     }
 done:

@@ -5,8 +5,8 @@
  * by its name and checked for shape and dtype here, once, so that
  * the token loop never meets a surprise. mtp.* is bound when present, and
  * so is model.visual.* when the config has a vision_config (all of it, or
- * none: a source without the tower, such as a weight cache, leaves it
- * unbound). */
+ * none: a source without the tower, such as a cache made before prepare
+ * stored it, leaves it unbound). */
 #include "model/tensors.h"
 #include "formats/safetensors.h"
 
