@@ -44,6 +44,8 @@ print(' '.join(out))" "$V" > "$WORK/ids.txt"
     j=$("$Q" eval -m "$out" "${input[@]}" --ctx 256 --kld-base "$m" --json 2>/dev/null)
     info=$("$Q" info "$out")
     total=$(sed -n 's/^total bytes: \([0-9]*\).*/\1/p' <<<"$info")
+    vision=$(sed -n 's/^vision tower: [0-9]* tensors, \([0-9]*\) bytes.*/\1/p' <<<"$info")
+    total=$((total - ${vision:-0})) # weight bytes: the text model and MTP head, the tower apart
     per=$(sed -n 's/^bytes read per generated token: \([0-9]*\).*/\1/p' <<<"$info")
     python3 -c "import json,sys; j=json.loads(sys.argv[1]); print('| %s | %s | %.3f | %.3f | %.5f | %.4f | %.1f%% | %s | %s |' % (sys.argv[2], sys.argv[3], j['base_perplexity'], j['perplexity'], j['kld_mean'], j['kld_max'], 100*j['top1_agreement'], sys.argv[4], sys.argv[5]))" "$j" "$(basename "$m")" "$name" "$total" "$per"
   done

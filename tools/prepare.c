@@ -173,7 +173,7 @@ static void print_tally(const tally *t) {
            (unsigned long long)t->per_token, (double)t->per_token / 1e9,
            (unsigned long long)(t->mtp ? t->mtp + t->lm_head : 0), t->mtp ? " and lm_head again" : ": none");
     if (t->vision_n)
-        printf("vision tower: %d tensors, %llu bytes, read once per image\n", t->vision_n, (unsigned long long)t->vision);
+        printf("vision tower: %d tensors, %llu bytes, read once per image (in the totals above)\n", t->vision_n, (unsigned long long)t->vision);
 }
 
 int cmd_info(int argc, char **argv) {

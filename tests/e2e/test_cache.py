@@ -66,6 +66,44 @@ def test_prepare_verify_info_and_load(tmp_path):
     assert v.returncode == 1 and name in v.stderr and "SHA-256" in v.stderr
 
 
+def test_a_cache_of_a_vision_model_serves_images_as_the_checkpoint(tmp_path):
+    """vl-a's bf16 cache holds its vision tower as stored: `logits --chat` with two images gives the
+    checkpoint's bytes (the processor read from the cache's copied preprocessor_config.json), `info` counts
+    the tower apart from the bytes per token, and `verify` names a flipped byte in a tower tensor."""
+    out = tmp_path / "cache"
+    p = q35("prepare", "--checkpoint", MODELS / "vl-a", "--out", out, "--policy", "bf16")
+    assert p.returncode == 0, p.stderr
+    vl = ROOT / "tests" / "data" / "golden-vl"
+    a = q35("logits", "-m", MODELS / "vl-a", "--chat", "vl-a.two.json", "-o", tmp_path / "a.f32", cwd=vl)
+    b = q35("logits", "-m", out, "--chat", "vl-a.two.json", "-o", tmp_path / "b.f32", cwd=vl)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert (tmp_path / "a.f32").stat().st_size > 0
+    assert (tmp_path / "a.f32").read_bytes() == (tmp_path / "b.f32").read_bytes()
+
+    def tower_and_per_token(path):
+        i = q35("info", path)
+        assert i.returncode == 0, i.stderr
+        line = [x for x in i.stdout.splitlines() if x.startswith("vision tower: ")]
+        return line, i.stdout.split("bytes read per generated token: ")[1].split()[0]
+
+    assert tower_and_per_token(out) == tower_and_per_token(MODELS / "vl-a")
+    assert tower_and_per_token(out)[0][0].startswith("vision tower: 33 tensors, ")
+
+    raw = bytearray((out / "model.q35").read_bytes())
+    n = int.from_bytes(raw[16:20], "little")
+    for k in range(n):
+        r = raw[128 + 256 * k:128 + 256 * (k + 1)]
+        name = r[:128].split(b"\0")[0].decode()
+        if name == "model.visual.merger.linear_fc2.weight":
+            raw[int.from_bytes(r[208:216], "little")] ^= 0x40
+            break
+    else:
+        raise AssertionError("no merger tensor in the cache")
+    (out / "model.q35").write_bytes(raw)
+    v = q35("verify", out)
+    assert v.returncode == 1 and "model.visual.merger.linear_fc2.weight" in v.stderr, v.stderr
+
+
 def test_unknown_policy_and_missing_options(tmp_path):
     p = q35("prepare", "--checkpoint", MODELS / "tiny-a", "--out", tmp_path / "c", "--policy", "int3")
     assert p.returncode == 2 and "int3" in p.stderr
