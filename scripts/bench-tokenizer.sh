@@ -14,8 +14,11 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 MODEL=${2:-tests/data/tokenizers-gen/qwen35}
 PY=.venv/bin/python
-# HF's tokenizers library is the side compared against: into the test venv
-# (scripts/install-deps.sh made it) when it is not there yet
+# The test venv and the generated Qwen3.5 tokenizer files come from
+# scripts/install-deps.sh (a no-op when they are there: a fresh clone has
+# neither); HF's tokenizers library, the side compared against, goes into
+# that venv when it is not there yet
+if [ ! -x "$PY" ] || [ ! -f "$MODEL/tokenizer.json" ]; then scripts/install-deps.sh; fi
 if ! "$PY" -c "import tokenizers" 2>/dev/null; then
     .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-bench.txt
 fi
