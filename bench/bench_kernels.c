@@ -13,7 +13,11 @@
  *     threads split the rows (aligned to 16) and meet at a spin barrier
  *     after every call, as the forward pass will;
  *  3. small batches: time of n_tok = 2, 4, 8 relative to n_tok = 1;
- *  4. prefill: GFLOP/s at n_tok = 64 (2 * n_out * n_in * n_tok flops);
+ *  4. prefill: GFLOP/s at n_tok = 64 (2 * n_out * n_in * n_tok flops),
+ *     for bfp weights also as a share of the int8 peak: the multiply-add
+ *     rate of a loop of nothing but the tile's int8 dot instructions
+ *     (avx2: vpmaddubsw, vpmaddwd, vpaddd per 32 products; avx512:
+ *     vpdpbusd, 64 products), 12 independent chains, 1 and 2 threads;
  *  5. the layout comparison: bfp4 in 16-row panels (the library's layout and
  *     AVX2 kernel) against two other bfp4 layouts with AVX2 kernels written
  *     for them here: row-major with blocks along K ([n_out][n_blk exponents
@@ -117,6 +121,67 @@ static void measure_ceiling(void) {
         }
         printf("read ceiling      %d thread%s  %6.1f GB/s\n", nt, nt > 1 ? "s" : " ", g_ceiling[nt]);
         if (g_json) fprintf(g_json, "{\"what\":\"read_ceiling\",\"threads\":%d,\"gbps\":%.2f}\n", nt, g_ceiling[nt]);
+    }
+}
+
+/* ---- the int8 peak: the dot instructions alone, 12 independent chains ---- */
+
+static double g_int8_peak[2][3]; /* [avx2, avx512][threads]: GOP/s, 2 per product */
+#define PEAK_ITERS 4000000L
+
+TARGET_AVX2 static void *peak_avx2(void *sink) {
+    __m256i acc[12], w = _mm256_set1_epi8(3), one = _mm256_set1_epi16(1);
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_epi32(i);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        __m256i x = _mm256_set1_epi32((int)it);
+        #pragma GCC unroll 12
+        for (int i = 0; i < 12; i++)
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), one));
+    }
+    for (int i = 1; i < 12; i++) acc[0] = _mm256_add_epi32(acc[0], acc[i]);
+    _mm256_storeu_si256(sink, acc[0]);
+    return NULL;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void *peak_avx512(void *sink) {
+    __m512i acc[12], w = _mm512_set1_epi8(3);
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_epi32(i);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        __m512i x = _mm512_set1_epi32((int)it);
+        #pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], w, x);
+    }
+    for (int i = 1; i < 12; i++) acc[0] = _mm512_add_epi32(acc[0], acc[i]);
+    _mm512_storeu_si512(sink, acc[0]);
+    return NULL;
+}
+
+static void measure_int8_peak(void) {
+    static int32_t sink[2][16] __attribute__((aligned(64)));
+    void *(*fn[2])(void *) = {peak_avx2, peak_avx512};
+    const char *name[2] = {"avx2", "avx512"};
+    const double products[2] = {12.0 * 32 * PEAK_ITERS, 12.0 * 64 * PEAK_ITERS};
+    for (int isa = 0; isa < 2; isa++) {
+        if (isa == 1 && !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni")))
+            continue;
+        for (int nt = 1; nt <= 2; nt++) {
+            double best = 1e30;
+            for (int rep = 0; rep < 3; rep++) {
+                pthread_t th;
+                double t0 = q35_now_seconds();
+                if (nt == 2 && pthread_create(&th, NULL, fn[isa], sink[1]) != 0) break;
+                fn[isa](sink[0]);
+                if (nt == 2) pthread_join(th, NULL);
+                double dt = q35_now_seconds() - t0;
+                if (dt < best) best = dt;
+            }
+            g_int8_peak[isa][nt] = 2.0 * products[isa] * nt / best / 1e9;
+            printf("int8 peak %-6s  %d thread%s  %6.1f GOP/s\n", name[isa], nt, nt > 1 ? "s" : " ", g_int8_peak[isa][nt]);
+            if (g_json)
+                fprintf(g_json, "{\"what\":\"int8_peak\",\"isa\":\"%s\",\"threads\":%d,\"gops\":%.1f}\n", name[isa],
+                        nt, g_int8_peak[isa][nt]);
+        }
     }
 }
 
@@ -231,8 +296,15 @@ static void bench_table(const q35_kernels *k, q35_dtype dt, const float *w, cons
         c.n_tok = 64;
         double tp = time_calls(mm_work, &c, 1, N_OUT, nt);
         double gflops = 2.0 * N_OUT * N_IN * 64 / tp / 1e9;
-        printf("  prefill(64) %6.1f GFLOP/s\n", gflops);
-        if (g_json) fprintf(g_json, ",\"prefill64_gflops\":%.1f}\n", gflops);
+        printf("  prefill(64) %6.1f GFLOP/s", gflops);
+        if (g_json) fprintf(g_json, ",\"prefill64_gflops\":%.1f", gflops);
+        double peak = g_int8_peak[strncmp(k->name, "avx512", 6) == 0][nt];
+        if ((dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8) && peak > 0) {
+            printf(" (%.0f%% of int8 peak)", 100.0 * gflops / peak);
+            if (g_json) fprintf(g_json, ",\"pct_int8_peak\":%.1f", 100.0 * gflops / peak);
+        }
+        printf("\n");
+        if (g_json) fprintf(g_json, "}\n");
         fflush(stdout);
     }
     free_copies(W, n_copies);
@@ -496,6 +568,7 @@ int main(int argc, char **argv) {
     if (q35_kernels_note()) printf("note: %s\n", q35_kernels_note());
     print_machine();
     measure_ceiling();
+    measure_int8_peak();
     float *w = malloc(sizeof(float) * N_OUT * N_IN), *x = malloc(sizeof(float) * 64 * N_IN);
     float *y = malloc(sizeof(float) * 64 * N_OUT);
     if (!w || !x || !y) return 1;
