@@ -100,6 +100,13 @@ void q35_session_free(q35_session *session);
 void q35_session_reset(q35_session *session);
 int32_t q35_session_pos(const q35_session *session); /* tokens consumed so far */
 int32_t q35_session_ctx(const q35_session *session); /* capacity in tokens */
+/* For benchmarks at a context depth: empties the session, then leaves it as
+ * if n tokens had been evaluated, its attention caches and recurrent states
+ * pseudo-random from seed (what no tokens would give; their ids are unknown,
+ * so q35_session_sync / reuse never match them). The next eval continues at
+ * position n; n = 0 is q35_session_reset. Q35_ERR_ARG for n outside
+ * [0, ctx); Q35_ERR_UNSUPPORTED on a backend without it. */
+q35_status q35_session_fill_random(q35_session *session, int32_t n, uint64_t seed, q35_error *err);
 
 enum {
     Q35_EVAL_ALL_LOGITS = 1, /* write logits for every input row, not only the last */

@@ -7,7 +7,9 @@
 #    the share of the read bandwidth it measures itself, prompt tok/s at 254,
 #    512 and 2048 tokens, time to first token at 254, batched and speculative
 #    step costs (also with reduced-vocabulary draft heads of 16k, 32k and 64k
-#    rows), peak RSS. Writes bench.json. Then decode once more with the
+#    rows), peak RSS, and at the largest thread count decode and a 512-token
+#    prompt after 8k and 32k positions of context against none, with the
+#    memory per 1k positions. Writes bench.json. Then decode once more with the
 #    weights served from the mapped file instead of huge-page memory
 #    (--mmap): bench-data/speed-mmap.json.
 # 3. Runs the kernel and tokenizer micro-benchmarks where they are built, and
@@ -15,7 +17,8 @@
 #    per masked row, and its share of the decode step above).
 # Environment: Q35_BENCH_THREADS (default "1,2"), Q35_BENCH_PROMPTS
 # (default "254,512,2048"), Q35_BENCH_POLICY (default "default"),
-# Q35_BENCH_DRAFT_ROWS (default "16384,32768,65536"; 0: none).
+# Q35_BENCH_DRAFT_ROWS (default "16384,32768,65536"; 0: none),
+# Q35_BENCH_DEPTHS (default "8192,32768").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -29,7 +32,7 @@ if [ ! -f "$CACHE/manifest.json" ]; then
     "$BIN" prepare --synthetic qwen3.5-9b --policy "$POLICY" --out "$CACHE"
 fi
 "$BIN" speed -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --prompt "${Q35_BENCH_PROMPTS:-254,512,2048}" \
-    --draft-rows "${Q35_BENCH_DRAFT_ROWS:-16384,32768,65536}" --json bench.json
+    --draft-rows "${Q35_BENCH_DRAFT_ROWS:-16384,32768,65536}" --depth "${Q35_BENCH_DEPTHS:-8192,32768}" --json bench.json
 # decode again with the weights served from the mapped file (4 KiB pages)
 echo
 echo "bench: decode with --mmap (weights served from the page cache)"

@@ -237,6 +237,55 @@ TEST(model, snapshot_restore_continues_exactly) {
     golden_free(&g);
 }
 
+/* A snapshot into sessions of other capacities, whose caches lay the KV
+ * heads n_ctx rows apart (tiny-b has two KV heads), and back. */
+TEST(model, snapshot_restores_into_any_capacity) {
+    golden g;
+    REQUIRE(golden_load("tiny-b", &g) == 0);
+    q35_engine *e = load_engine(&g);
+    REQUIRE(e);
+    REQUIRE(g.n_prompt >= 48);
+    size_t V = (size_t)g.vocab_size;
+    q35_error err;
+    q35_session *s;
+    REQUIRE(q35_session_new(e, 256, &s, &err) == Q35_OK);
+    CHECK(q35_session_eval(s, g.prompt_ids, 30, NULL, 0, &err) == Q35_OK);
+    q35_snapshot *snap;
+    REQUIRE(q35_snapshot_take(s, &snap, &err) == Q35_OK);
+    float *l1 = malloc(sizeof(float) * V * 18), *l2 = malloc(sizeof(float) * V * 18);
+    REQUIRE(l1 && l2);
+    CHECK(q35_session_eval(s, g.prompt_ids + 30, 18, l1, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    /* into sessions of other capacities (their caches lay heads n_ctx rows apart): the same continuation */
+    const int32_t caps[2] = {52, 400};
+    for (int ci = 0; ci < 2; ci++) {
+        const int32_t cap = caps[ci];
+        q35_session *u;
+        REQUIRE(q35_session_new(e, cap, &u, &err) == Q35_OK);
+        CHECK(q35_snapshot_restore(u, snap, &err) == Q35_OK);
+        CHECK(q35_session_eval(u, g.prompt_ids + 30, 18, l2, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+        CHECK_MSG(memcmp(l1, l2, sizeof(float) * V * 18) == 0, "restored into a session of %d positions", cap);
+        q35_snapshot *back;
+        REQUIRE(q35_snapshot_take(u, &back, &err) == Q35_OK); /* and a snapshot of that one back into s */
+        CHECK(q35_snapshot_restore(s, back, &err) == Q35_OK);
+        CHECK_EQ_INT(q35_session_pos(s), 48);
+        float *a = malloc(sizeof(float) * V * 4), *b = malloc(sizeof(float) * V * 4);
+        REQUIRE(a && b);
+        CHECK(q35_session_eval(s, g.greedy_ids, 4, a, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+        CHECK(q35_snapshot_restore(u, back, &err) == Q35_OK);
+        CHECK(q35_session_eval(u, g.greedy_ids, 4, b, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+        CHECK(memcmp(a, b, sizeof(float) * V * 4) == 0);
+        free(a);
+        free(b);
+        q35_snapshot_free(back);
+        q35_session_free(u);
+    }
+    q35_snapshot_free(snap);
+    free(l1); free(l2);
+    q35_session_free(s);
+    q35_engine_free(e);
+    golden_free(&g);
+}
+
 TEST(model, eval_rejects_bad_tokens_and_context_overflow) {
     golden g;
     REQUIRE(golden_load("tiny-a", &g) == 0);

@@ -285,3 +285,50 @@ TEST(sync, reuse_keeps_the_prefix_and_leaves_the_rest_to_the_caller) {
     q35_engine_free(e);
     golden_free(&g);
 }
+
+/* q35_session_fill_random (qwen35 speed --depth): a session left at a depth
+ * whose states attention and the Gated DeltaNet then read. */
+TEST(sync, a_random_fill_sets_a_depth_whose_states_are_read) {
+    golden g;
+    q35_engine *e = golden_engine("tiny-a", &g);
+    REQUIRE(e);
+    const int32_t V = g.vocab_size, tok = g.prompt_ids[0];
+    size_t row = sizeof(float) * (size_t)V;
+    float *a = malloc(row), *b = malloc(row), *c = malloc(row);
+    REQUIRE(a && b && c);
+    q35_error err;
+    q35_session *s;
+    REQUIRE(q35_session_new(e, 64, &s, &err) == Q35_OK);
+    int32_t n = -1;
+    CHECK(q35_session_fill_random(s, 40, 1, &err) == Q35_OK);
+    CHECK_EQ_INT(q35_session_pos(s), 40);
+    CHECK(q35_session_tokens(s, &n) == NULL && n == 0); /* no ids behind the depth */
+    CHECK(q35_session_eval(s, &tok, 1, a, 0, &err) == Q35_OK);
+    CHECK_EQ_INT(q35_session_pos(s), 41);
+    int finite = 1;
+    for (int32_t i = 0; i < V; i++) finite &= isfinite(a[i]) != 0;
+    CHECK(finite);
+    CHECK(q35_session_fill_random(s, 40, 1, &err) == Q35_OK); /* the same seed: the same bits */
+    CHECK(q35_session_eval(s, &tok, 1, b, 0, &err) == Q35_OK);
+    CHECK(memcmp(a, b, row) == 0);
+    CHECK(q35_session_fill_random(s, 40, 2, &err) == Q35_OK); /* another seed: other states, other logits */
+    CHECK(q35_session_eval(s, &tok, 1, b, 0, &err) == Q35_OK);
+    CHECK(memcmp(a, b, row) != 0);
+    CHECK(q35_session_fill_random(s, 39, 1, &err) == Q35_OK); /* another depth: another attention span */
+    CHECK(q35_session_eval(s, &tok, 1, b, 0, &err) == Q35_OK);
+    CHECK(memcmp(a, b, row) != 0);
+    /* depth 0 is an empty session, as q35_session_reset leaves it */
+    CHECK(q35_session_fill_random(s, 0, 1, &err) == Q35_OK);
+    CHECK(q35_session_eval(s, &tok, 1, b, 0, &err) == Q35_OK);
+    q35_session_reset(s);
+    CHECK(q35_session_eval(s, &tok, 1, c, 0, &err) == Q35_OK);
+    CHECK(memcmp(b, c, row) == 0);
+    CHECK(q35_session_fill_random(s, 64, 1, &err) == Q35_ERR_ARG && strstr(err.msg, "64"));
+    CHECK(q35_session_fill_random(s, -1, 1, &err) == Q35_ERR_ARG);
+    q35_session_free(s);
+    free(a);
+    free(b);
+    free(c);
+    q35_engine_free(e);
+    golden_free(&g);
+}

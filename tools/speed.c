@@ -68,9 +68,12 @@ static int parse_list(const char *s, int *out, int max) {
 static const char usage[] =
     "usage: qwen35 speed -m MODEL [-t 1,2] [--prompt 254,512,2048] [--decode N] [--spec-k K]\n"
     "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--mmap | --no-mmap]\n"
-    "                    [--json FILE]\n"
+    "                    [--depth 8192,32768] [--depth-prompt 512] [--json FILE]\n"
     "  Engine speed: decode and prompt tok/s, GB/s against the measured read bandwidth,\n"
     "  time to first token, batched and speculative step costs, peak RSS.\n"
+    "  --depth: also decode and a prompt (--depth-prompt tokens; 0: none) after that many positions of context\n"
+    "  (random states, q35_session_fill_random), against depth 0, and the memory a\n"
+    "  session takes per 1k positions; at the largest thread count.\n"
     "  --draft-rows: also a speculative step with a reduced-vocabulary draft head of\n"
     "  each many rows (the lowest token ids; default 32768; 0: none).\n"
     "  --mmap / --no-mmap: weights served from the mapped file / read into memory on huge pages\n"
@@ -153,6 +156,55 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
     return 0;
 }
 
+/* Decode and prompt speed at context depths: the session filled to depth d
+ * with random states (attention reads d rows of every KV cache, as after a
+ * real prompt of d tokens), then n_decode single steps (median) and one
+ * prompt of n_prompt tokens. Row 0 is depth 0. The memory per 1k positions
+ * is the resident growth over the fills alone, before anything runs. */
+typedef struct { int depth; double decode_tok_s, prompt_tok_s; } depth_row;
+
+#define DEPTH_PROMPT 512
+static int depth_prompt = DEPTH_PROMPT; /* --depth-prompt; 0: none */
+static int time_depths(q35_engine *e, const int *depths, int n_depths, int n_decode, const int32_t *toks,
+                       depth_row *out, double *bytes_per_1k, q35_error *err) {
+    int32_t max_d = 0;
+    for (int i = 0; i < n_depths; i++) if (depths[i] > max_d) max_d = depths[i];
+    q35_session *s;
+    if (q35_session_new(e, max_d + depth_prompt + n_decode + 8, &s, err)) return -1;
+    int rc = q35_session_fill_random(s, 0, 0, err) ? -1 : 0;
+    long kb0 = status_kb("RssAnon"), kb1 = kb0;
+    for (int i = 0; i < n_depths && !rc; i++) /* ascending is not required: the largest decides */
+        if (q35_session_fill_random(s, depths[i], 1, err)) rc = -1;
+        else if (depths[i] == max_d) kb1 = status_kb("RssAnon");
+    *bytes_per_1k = max_d > 0 ? (double)(kb1 - kb0) * 1024.0 / max_d * 1024.0 : 0;
+    double *dt = malloc(sizeof(double) * (size_t)n_decode);
+    if (!dt) rc = -1;
+    for (int i = 0; i <= n_depths && !rc; i++) {
+        depth_row *r = &out[i];
+        r->depth = i ? depths[i - 1] : 0;
+        if (q35_session_fill_random(s, r->depth, 1, err)) { rc = -1; break; }
+        for (int k = 0; k < n_decode && !rc; k++) {
+            double t0 = cli_now();
+            if (q35_session_eval(s, toks + k, 1, NULL, 0, err)) rc = -1;
+            dt[k] = cli_now() - t0;
+        }
+        if (rc) break;
+        r->decode_tok_s = 1.0 / median(dt, n_decode);
+        r->prompt_tok_s = 0;
+        if (depth_prompt) {
+            if (q35_session_fill_random(s, r->depth, 1, err)) { rc = -1; break; }
+            double t0 = cli_now();
+            if (q35_session_eval(s, toks, depth_prompt, NULL, 0, err)) { rc = -1; break; }
+            r->prompt_tok_s = depth_prompt / (cli_now() - t0);
+        }
+        fprintf(stderr, "depth %d: decode %.2f tok/s (%.0f%% of depth 0), prompt of %d tokens %.2f tok/s\n", r->depth,
+                r->decode_tok_s, 100.0 * r->decode_tok_s / out[0].decode_tok_s, depth_prompt, r->prompt_tok_s);
+    }
+    free(dt);
+    q35_session_free(s);
+    return rc;
+}
+
 typedef struct { int rows; double step_cost, draft_cost, tok_s, speedup, break_even; } draft_row;
 
 typedef struct { int threads; double tok_s, gb_s, pct, bw; } decode_row;
@@ -160,7 +212,9 @@ typedef struct { int threads; double tok_s, gb_s, pct, bw; } decode_row;
 int cmd_speed(int argc, char **argv) {
     const char *model = NULL, *json_path = NULL;
     int threads[8] = {1, 2}, n_threads = 2, prompts[8] = {254, 512, 2048}, n_prompts = 3, n_decode = 16, spec_k = 1;
-    int draft_rows[8] = {32768}, n_draft_rows = 1;
+    int draft_rows[8] = {32768}, n_draft_rows = 1, depths[8], n_depths = 0;
+    depth_row drow[9];
+    double ctx_bytes_per_1k = 0;
     draft_row dr[8] = {{0}};
     int n_dr = 0;
     double accept = 0.83;
@@ -176,6 +230,8 @@ int cmd_speed(int argc, char **argv) {
         else if (!strcmp(k, "--json")) json_path = v;
         else if (!strcmp(k, "--image-side")) { image_side = atoi(v); if (image_side < 32 || image_side % 32 || image_side > 4096) goto bad; }
         else if (!strcmp(k, "-t")) { if ((n_threads = parse_list(v, threads, 8)) <= 0) goto bad; }
+        else if (!strcmp(k, "--depth-prompt")) { depth_prompt = atoi(v); if (depth_prompt < 0 || depth_prompt > 8192) goto bad; }
+        else if (!strcmp(k, "--depth")) { if ((n_depths = parse_list(v, depths, 8)) <= 0) goto bad; }
         else if (!strcmp(k, "--prompt")) { if ((n_prompts = parse_list(v, prompts, 8)) <= 0) goto bad; }
         else if (!strcmp(k, "--decode")) { n_decode = atoi(v); if (n_decode < 2 || n_decode > 10000) goto bad; }
         else if (!strcmp(k, "--spec-k")) { spec_k = atoi(v); if (spec_k < 0 || spec_k > Q35_SPEC_K_MAX) goto bad; }
@@ -194,7 +250,7 @@ int cmd_speed(int argc, char **argv) {
     if (vision) return cli_speed_vision(threads, n_threads, image_side, json_path);
     if (!model) { fprintf(stderr, "qwen35 speed: -m MODEL is required\n%s", usage); return 2; }
 
-    int max_prompt = 0;
+    int max_prompt = depth_prompt > 64 ? depth_prompt : 64;
     for (int i = 0; i < n_prompts; i++) if (prompts[i] > max_prompt) max_prompt = prompts[i];
     int32_t n_ctx = max_prompt + n_decode + 64;
     int32_t spec_ctx = 8 + 8 * (1 + (n_draft_rows + 1) * (spec_k + 1)); /* time_spec_steps */
@@ -339,6 +395,11 @@ int cmd_speed(int argc, char **argv) {
                 }
             }
         }
+        if (last_t && !rc && n_depths) {
+            q35_session_free(s); /* its memory is not the depth session's */
+            s = NULL;
+            if (time_depths(e, depths, n_depths, n_decode, toks, drow, &ctx_bytes_per_1k, &err)) rc = 1;
+        }
         free(toks);
         q35_session_free(s);
         q35_engine_free(e);
@@ -381,6 +442,10 @@ int cmd_speed(int argc, char **argv) {
         printf("  draft head %6d rows: step %.2fx (draft %.2fx); %.2f tok/s at the same acceptance (%.2fx decode); "
                "break-even acceptance %.3f\n", dr[i].rows, dr[i].step_cost, dr[i].draft_cost, dr[i].tok_s, dr[i].speedup,
                dr[i].break_even);
+    for (int i = 0; n_depths && i <= n_depths; i++)
+        printf("depth %-6d decode %6.2f tok/s (%3.0f%% of depth 0), prompt %d %6.2f tok/s\n", drow[i].depth,
+               drow[i].decode_tok_s, 100.0 * drow[i].decode_tok_s / drow[0].decode_tok_s, depth_prompt, drow[i].prompt_tok_s);
+    if (n_depths) printf("context memory: %.1f MiB per 1k positions\n", ctx_bytes_per_1k / 1048576.0);
 
     if (json_path) {
         FILE *fp = fopen(json_path, "w");
@@ -407,7 +472,12 @@ int cmd_speed(int argc, char **argv) {
             fprintf(fp, "%s\n    {\"rows\": %d, \"step_cost\": %.4f, \"draft_cost\": %.4f, \"synthetic_tok_s\": %.4f, "
                     "\"speedup\": %.4f, \"break_even_acceptance\": %.4f}", i ? "," : "", dr[i].rows, dr[i].step_cost,
                     dr[i].draft_cost, dr[i].tok_s, dr[i].speedup, dr[i].break_even);
-        fprintf(fp, "%s]}\n}\n", n_dr ? "\n  " : "");
+        fprintf(fp, "%s]},\n  \"context_bytes_per_1k\": %.0f,\n  \"depth\": [", n_dr ? "\n  " : "", ctx_bytes_per_1k);
+        for (int i = 0; n_depths && i <= n_depths; i++)
+            fprintf(fp, "%s\n    {\"depth\": %d, \"decode_tok_s\": %.4f, \"decode_vs_depth0\": %.4f, \"prompt_tokens\": %d, "
+                    "\"prompt_tok_s\": %.4f}", i ? "," : "", drow[i].depth, drow[i].decode_tok_s,
+                    drow[i].decode_tok_s / drow[0].decode_tok_s, depth_prompt, drow[i].prompt_tok_s);
+        fprintf(fp, "%s]\n}\n", n_depths ? "\n  " : "");
         if (fclose(fp)) { fprintf(stderr, "qwen35 speed: cannot write %s\n", json_path); return 1; }
         printf("wrote %s\n", json_path);
     }

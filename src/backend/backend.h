@@ -87,6 +87,12 @@ typedef struct q35_backend_ops {
      * n_keep-1 (1 <= n_keep < n_rows). Attention rows past it are simply
      * overwritten later, so only recurrent states move. */
     void (*state_rewind)(q35_bstate *st, int32_t n_keep);
+    /* For timing at a context depth (qwen35 speed --depth): positions
+     * [0, pos) of every attention cache (the MTP layer's too where it has
+     * room) and the recurrent states filled with pseudo-random values from
+     * seed, small and finite, nothing a model would compute; the same seed
+     * gives the same values. NULL: the backend has none. */
+    void (*state_fill)(q35_bstate *st, int32_t pos, uint64_t seed);
 
     /* ---- snapshots: positions [0, pos), the kept rows [0, n_kept) and, with
      * mtp, the MTP layer's KV rows; *bytes is what the copy holds ---- */

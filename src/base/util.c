@@ -55,6 +55,25 @@ static char *reserve_aligned(size_t len) {
     return a;
 }
 
+void *q35_alloc_zeroed(size_t bytes) {
+    if (bytes < HUGE_PAGE) return calloc(bytes ? bytes : 1, 1);
+    size_t len = round_up(bytes, HUGE_PAGE);
+    char *a = reserve_aligned(len);
+    if (!a) return NULL;
+    if (mmap(a, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+        munmap(a, len);
+        return NULL;
+    }
+    madvise(a, len, MADV_HUGEPAGE);
+    return a;
+}
+
+void q35_free_zeroed(void *p, size_t bytes) {
+    if (!p) return;
+    if (bytes < HUGE_PAGE) free(p);
+    else munmap(p, round_up(bytes, HUGE_PAGE));
+}
+
 q35_status q35_map_file(const char *path, q35_mapped_file *out, q35_error *err) {
     memset(out, 0, sizeof *out);
     out->fd = -1;

@@ -34,6 +34,13 @@ q35_status q35_map_file(const char *path, q35_mapped_file *out, q35_error *err);
 q35_status q35_map_copy(q35_mapped_file *f, const char *path, q35_error *err);
 /* Whether the kernel gives transparent huge pages to madvise'd memory. */
 int q35_huge_pages_offered(void);
+/* bytes of zeroed memory, on transparent huge pages (2 MiB aligned, pages
+ * given as they are first touched) from 2 MiB up, else from calloc; freed
+ * with q35_free_zeroed and the same size. NULL when out of memory. Large
+ * caches read at a stride (a KV cache's rows for one head) miss the TLB on
+ * 4 KiB pages. */
+void *q35_alloc_zeroed(size_t bytes);
+void q35_free_zeroed(void *p, size_t bytes);
 /* MemAvailable in bytes (0 when unknown). */
 int64_t q35_mem_available(void);
 void q35_unmap_file(q35_mapped_file *f);

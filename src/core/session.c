@@ -60,6 +60,19 @@ void q35_session_reset(q35_session *s) {
     s->n_hist = 0;
 }
 
+q35_status q35_session_fill_random(q35_session *s, int32_t n, uint64_t seed, q35_error *err) {
+    if (n < 0 || n >= s->n_ctx)
+        return q35_fail(err, Q35_ERR_ARG, "fill of %d positions: the session holds %d", n, s->n_ctx);
+    if (!ops_of(s)->state_fill)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED, "the %s backend cannot fill a session with random states",
+                        ops_of(s)->name);
+    q35_session_reset(s);
+    if (n > 0) ops_of(s)->state_fill(s->state, n, seed);
+    s->pos = n;
+    s->n_hist = n ? -1 : 0;
+    return Q35_OK;
+}
+
 int32_t q35_session_pos(const q35_session *s) { return s->pos; }
 int32_t q35_session_ctx(const q35_session *s) { return s->n_ctx; }
 

@@ -60,12 +60,13 @@ typedef struct {
  * output gates. */
 static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t kvh, float *scores) {
     const q35_config *c = j->c;
-    const int32_t NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
+    const int32_t NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, QD = NH * HD;
     const int32_t G = NH / NKV, h0 = kvh * G, n_keys = sg->pos0 + (r - sg->row0) + 1;
     const float *q = j->qg + (size_t)r * QD * 2 + (size_t)h0 * 2 * HD;
     float *o = j->o + (size_t)r * QD + (size_t)h0 * HD;
-    j->k->attend_heads(o, (size_t)HD, q, (size_t)2 * HD, G, sg->k_cache + (size_t)kvh * HD,
-                       sg->v_cache + (size_t)kvh * HD, (size_t)KVD, n_keys, HD, 1.0f / sqrtf((float)HD), scores);
+    j->k->attend_heads(o, (size_t)HD, q, (size_t)2 * HD, G, sg->k_cache + (size_t)kvh * sg->head_stride,
+                       sg->v_cache + (size_t)kvh * sg->head_stride, (size_t)HD, n_keys, HD, 1.0f / sqrtf((float)HD),
+                       scores);
     for (int32_t g = 0; g < G; g++) {
         const float *gate = q + (size_t)g * 2 * HD + HD;
         float *oh = o + (size_t)g * HD;
@@ -115,8 +116,11 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
                 if (p3) rope3(kh, p3, c->mrope_section, RD, inv_freq);
                 else rope(kh, pos + sg->rope_delta, RD, inv_freq);
             }
-            memcpy(sg->k_cache + (size_t)pos * KVD, k + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
-            memcpy(sg->v_cache + (size_t)pos * KVD, v + (size_t)r * KVD, sizeof(float) * (size_t)KVD);
+            for (int32_t h = 0; h < NKV; h++) {
+                size_t at = (size_t)h * sg->head_stride + (size_t)pos * HD, from = (size_t)r * KVD + (size_t)h * HD;
+                memcpy(sg->k_cache + at, k + from, sizeof(float) * (size_t)HD);
+                memcpy(sg->v_cache + at, v + from, sizeof(float) * (size_t)HD);
+            }
         }
     }
     attn_job j = {c, hc->k, segs, n_segs, T, qg, o, scores, (size_t)(NH / NKV) * n_ctx};

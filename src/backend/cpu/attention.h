@@ -1,8 +1,12 @@
 /* attention.h: Qwen3.5's gated full attention with a KV cache.
  *
- * The cache of one layer holds k_cache and v_cache, each (n_ctx, NKV, HD)
- * fp32, where row p is the key/value of position p (after q/k norm and RoPE
- * for keys). The same code serves the MTP layer with its own cache. */
+ * The cache of one layer holds k_cache and v_cache, each (NKV, n_ctx, HD)
+ * fp32: head h's rows one after another, head_stride = n_ctx * HD floats
+ * apart, row p the key/value of position p (after q/k norm and RoPE for
+ * keys). A KV head's attention so reads one sequential stream (with rows
+ * (n_ctx, NKV, HD) it read a 1 KiB slice of every 4 KiB row at the 9B,
+ * which the hardware prefetcher does not follow). The same code serves the
+ * MTP layer with its own cache. */
 #ifndef Q35_ATTENTION_H
 #define Q35_ATTENTION_H
 
@@ -16,6 +20,7 @@
 typedef struct q35_attn_seg {
     int32_t row0, n_rows, pos0;
     float *k_cache, *v_cache;
+    size_t head_stride; /* floats from one KV head's rows to the next's */
     int32_t rope_delta;
     const int32_t *pos3; /* (n_rows, 3) or NULL */
 } q35_attn_seg;

@@ -78,7 +78,8 @@ static void host_layer(q35_backend *base, int32_t li) {
         for (int32_t i = 0; i < b->n_seqs; i++) {
             const q35_bseq *q = &b->seqs[i];
             segs[i] = (q35_attn_seg){q->row0, q->n_rows, q->pos0, q->state->k_cache[li], q->state->v_cache[li],
-                                     q->mm ? q->mm->rope_delta : 0, q->mm ? q->mm->pos3 : NULL};
+                                     (size_t)q->state->n_ctx * (size_t)c->head_dim, q->mm ? q->mm->rope_delta : 0,
+                                     q->mm ? q->mm->pos3 : NULL};
         }
         q35_attention_forward(&b->host, c, l, segs, b->n_seqs, b->xn, b->tmp, T, b->mixer_ctx, b->mixer);
     } else {
@@ -141,7 +142,8 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
     q35_matmul(&b->host, u, &m->fc, cat, n);
     norm_rows(un, u, &m->layer.input_norm, n, H, eps);
     /* cat is free again: it holds the blocks' outputs (n, H) */
-    q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache, mm ? mm->rope_delta : 0, mm ? mm->pos3 : NULL};
+    q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache, (size_t)s->n_ctx * (size_t)c->head_dim,
+                        mm ? mm->rope_delta : 0, mm ? mm->pos3 : NULL};
     q35_attention_forward(&b->host, c, &m->layer, &seg, 1, un, cat, n, b->mixer_ctx, b->mixer);
     add_rows(u, cat, n, H);
     norm_rows(un, u, &m->layer.post_norm, n, H, eps);
@@ -202,6 +204,7 @@ static const q35_backend_ops host_ops = {
     .state_new = q35_host_state_new,
     .state_free = q35_host_state_free,
     .state_clear = q35_host_state_clear,
+    .state_fill = q35_host_state_fill,
     .state_set_spec = q35_host_state_set_spec,
     .state_rewind = q35_host_state_rewind,
     .snapshot_take = q35_host_snapshot_take,

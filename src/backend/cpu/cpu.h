@@ -42,14 +42,14 @@ struct q35_bstate {
     int32_t n_ctx;
     float *conv_state[Q35_MAX_LAYERS]; /* (CD, CK-1) GDN layers only */
     float *ssm_state[Q35_MAX_LAYERS];  /* (HV, DK, DV) GDN layers only */
-    float *k_cache[Q35_MAX_LAYERS];    /* (n_ctx, NKV*HD) full layers only */
+    float *k_cache[Q35_MAX_LAYERS];    /* (NKV, n_ctx, HD) full layers only (attention.h) */
     float *v_cache[Q35_MAX_LAYERS];
     float *state_block;                /* one allocation behind every conv and ssm state */
     size_t state_floats;
     /* speculation (state_set_spec) */
     int32_t spec_k;
     float *row_states;                 /* (spec_k, state_floats): state_block after each row of a rewindable pass */
-    float *mtp_k_cache, *mtp_v_cache;  /* (n_ctx, NKV*HD) the MTP layer's own KV */
+    float *mtp_k_cache, *mtp_v_cache;  /* (NKV, n_ctx, HD) the MTP layer's own KV */
     float *kept;                       /* (SPEC_MAX+1, H) post-norm hidden rows waiting for the MTP */
     float *draft_hidden;               /* (H) MTP output of the last draft row (chained drafts) */
 };
@@ -65,6 +65,7 @@ void q35_host_state_free(q35_bstate *st);
 void q35_host_state_clear(q35_bstate *st);
 q35_status q35_host_state_set_spec(q35_bstate *st, int32_t k, q35_error *err);
 void q35_host_state_rewind(q35_bstate *st, int32_t n_keep);
+void q35_host_state_fill(q35_bstate *st, int32_t pos, uint64_t seed);
 q35_status q35_host_snapshot_take(const q35_bstate *st, int32_t pos, int32_t n_kept, int mtp, q35_bsnap **out,
                                   size_t *bytes, q35_error *err);
 void q35_host_snapshot_restore(q35_bstate *st, const q35_bsnap *snap);

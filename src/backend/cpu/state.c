@@ -3,8 +3,11 @@
  *
  * Layout: every GDN layer's conv state (CD, CK-1) and recurrent state
  * (HV, DK, DV) sit in one block, so a rewind or a snapshot copies one range;
- * each full-attention layer has its own K and V caches (n_ctx, NKV*HD),
- * calloc'd so that only the positions used cost memory. */
+ * each full-attention layer has its own K and V caches (NKV, n_ctx, HD),
+ * head by head (attention.h), in zeroed memory so that only the positions
+ * used cost memory, on huge pages from 2 MiB (q35_alloc_zeroed: fewer TLB
+ * misses over long contexts). A snapshot holds positions [0, pos) of each
+ * head packed, so it restores into a state of any n_ctx >= pos. */
 #include "backend/cpu/cpu.h"
 #include "base/util.h"
 
@@ -19,6 +22,19 @@ struct q35_bsnap {
 };
 
 static size_t kv_row_floats(const q35_config *c) { return (size_t)c->n_head_kv * (size_t)c->head_dim; }
+
+/* positions [0, pos) of cache (every head, head_stride = n_ctx * HD apart) to or from packed (NKV, pos, HD) */
+static void kv_pack(float *dst, const float *cache, const q35_bstate *s, int32_t pos) {
+    const size_t HD = (size_t)s->b->c->head_dim, n = (size_t)pos * HD;
+    for (int32_t h = 0; h < s->b->c->n_head_kv; h++)
+        memcpy(dst + h * n, cache + h * (size_t)s->n_ctx * HD, n * sizeof(float));
+}
+
+static void kv_unpack(float *cache, const float *src, const q35_bstate *s, int32_t pos) {
+    const size_t HD = (size_t)s->b->c->head_dim, n = (size_t)pos * HD;
+    for (int32_t h = 0; h < s->b->c->n_head_kv; h++)
+        memcpy(cache + h * (size_t)s->n_ctx * HD, src + h * n, n * sizeof(float));
+}
 
 q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out, q35_error *err) {
     q35_host_backend *b = (q35_host_backend *)base;
@@ -39,8 +55,8 @@ q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out
     float *p = s->state_block;
     for (int32_t i = 0; ok && i < c->n_layer; i++) {
         if (c->layer_is_full[i]) {
-            s->k_cache[i] = calloc(kv, sizeof(float));
-            s->v_cache[i] = calloc(kv, sizeof(float));
+            s->k_cache[i] = q35_alloc_zeroed(kv * sizeof(float));
+            s->v_cache[i] = q35_alloc_zeroed(kv * sizeof(float));
             ok = s->k_cache[i] && s->v_cache[i];
         } else {
             s->conv_state[i] = p; p += conv;
@@ -57,15 +73,46 @@ q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out
 
 void q35_host_state_free(q35_bstate *s) {
     if (!s) return;
-    for (int32_t i = 0; i < Q35_MAX_LAYERS; i++) { free(s->k_cache[i]); free(s->v_cache[i]); }
+    size_t kv_bytes = (size_t)s->n_ctx * kv_row_floats(s->b->c) * sizeof(float);
+    for (int32_t i = 0; i < Q35_MAX_LAYERS; i++) {
+        q35_free_zeroed(s->k_cache[i], kv_bytes);
+        q35_free_zeroed(s->v_cache[i], kv_bytes);
+    }
     free(s->state_block);
     free(s->row_states);
-    free(s->mtp_k_cache); free(s->mtp_v_cache); free(s->kept); free(s->draft_hidden);
+    q35_free_zeroed(s->mtp_k_cache, kv_bytes);
+    q35_free_zeroed(s->mtp_v_cache, kv_bytes);
+    free(s->kept); free(s->draft_hidden);
     free(s);
 }
 
 void q35_host_state_clear(q35_bstate *s) {
     memset(s->state_block, 0, s->state_floats * sizeof(float)); /* KV rows past the position are never read */
+}
+
+/* values in [-0.5, 0.5) from a xorshift stream */
+static void fill_random(float *p, size_t n, uint64_t *rng) {
+    for (size_t i = 0; i < n; i++) {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        p[i] = (float)(*rng >> 40) * (1.0f / 16777216.0f) - 0.5f;
+    }
+}
+
+void q35_host_state_fill(q35_bstate *s, int32_t pos, uint64_t seed) {
+    const q35_config *c = s->b->c;
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
+    const size_t n = (size_t)pos * (size_t)c->head_dim, head = (size_t)s->n_ctx * (size_t)c->head_dim;
+    fill_random(s->state_block, s->state_floats, &rng);
+    for (int32_t i = 0; i <= c->n_layer; i++) {
+        float *k = i < c->n_layer ? (c->layer_is_full[i] ? s->k_cache[i] : NULL) : s->mtp_k_cache;
+        float *v = i < c->n_layer ? (c->layer_is_full[i] ? s->v_cache[i] : NULL) : s->mtp_v_cache;
+        for (int32_t h = 0; k && h < c->n_head_kv; h++) {
+            fill_random(k + h * head, n, &rng);
+            fill_random(v + h * head, n, &rng);
+        }
+    }
 }
 
 q35_status q35_host_state_set_spec(q35_bstate *s, int32_t k, q35_error *err) {
@@ -74,8 +121,8 @@ q35_status q35_host_state_set_spec(q35_bstate *s, int32_t k, q35_error *err) {
     size_t H = (size_t)c->hidden_size, kv = (size_t)s->n_ctx * kv_row_floats(c);
     int ok = 1;
 #define ALLOC(ptr, n) do { if (!(ptr)) { (ptr) = calloc((n), sizeof(float)); ok = ok && (ptr); } } while (0)
-    ALLOC(s->mtp_k_cache, kv);
-    ALLOC(s->mtp_v_cache, kv);
+    if (!s->mtp_k_cache) ok = ok && (s->mtp_k_cache = q35_alloc_zeroed(kv * sizeof(float)));
+    if (!s->mtp_v_cache) ok = ok && (s->mtp_v_cache = q35_alloc_zeroed(kv * sizeof(float)));
     ALLOC(s->kept, (Q35_SPEC_MAX + 1) * H);
     ALLOC(s->draft_hidden, H);
 #undef ALLOC
@@ -119,14 +166,14 @@ q35_status q35_host_snapshot_take(const q35_bstate *s, int32_t pos, int32_t n_ke
     float *p = snap->kv;
     for (int32_t i = 0; i < c->n_layer; i++) {
         if (!c->layer_is_full[i]) continue;
-        memcpy(p, s->k_cache[i], rows * sizeof(float)); p += rows;
-        memcpy(p, s->v_cache[i], rows * sizeof(float)); p += rows;
+        kv_pack(p, s->k_cache[i], s, pos); p += rows;
+        kv_pack(p, s->v_cache[i], s, pos); p += rows;
     }
     *bytes = (s->state_floats + kv_floats) * sizeof(float);
     if (mtp) {
         snap->n_kept = n_kept;
-        memcpy(snap->mtp_kv, s->mtp_k_cache, rows * sizeof(float));
-        memcpy(snap->mtp_kv + rows, s->mtp_v_cache, rows * sizeof(float));
+        kv_pack(snap->mtp_kv, s->mtp_k_cache, s, pos);
+        kv_pack(snap->mtp_kv + rows, s->mtp_v_cache, s, pos);
         memcpy(snap->kept, s->kept, (size_t)n_kept * H * sizeof(float));
         *bytes += (2 * rows + (size_t)n_kept * H) * sizeof(float);
     }
@@ -141,12 +188,12 @@ void q35_host_snapshot_restore(q35_bstate *s, const q35_bsnap *snap) {
     const float *p = snap->kv;
     for (int32_t i = 0; i < c->n_layer; i++) {
         if (!c->layer_is_full[i]) continue;
-        memcpy(s->k_cache[i], p, rows * sizeof(float)); p += rows;
-        memcpy(s->v_cache[i], p, rows * sizeof(float)); p += rows;
+        kv_unpack(s->k_cache[i], p, s, snap->pos); p += rows;
+        kv_unpack(s->v_cache[i], p, s, snap->pos); p += rows;
     }
     if (snap->mtp_kv && s->mtp_k_cache) {
-        memcpy(s->mtp_k_cache, snap->mtp_kv, rows * sizeof(float));
-        memcpy(s->mtp_v_cache, snap->mtp_kv + rows, rows * sizeof(float));
+        kv_unpack(s->mtp_k_cache, snap->mtp_kv, s, snap->pos);
+        kv_unpack(s->mtp_v_cache, snap->mtp_kv + rows, s, snap->pos);
         memcpy(s->kept, snap->kept, (size_t)snap->n_kept * (size_t)c->hidden_size * sizeof(float));
     }
 }

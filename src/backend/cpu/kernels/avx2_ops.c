@@ -18,10 +18,9 @@
  * arithmetic here, and the scalar loops took 15-20% of prefill.
  *
  * Attention of the query heads that share a KV head against the KV cache:
- * for each key, every head's dot product with four accumulators, a scalar
- * softmax per head, then each value row, read once, added with every
- * head's weight to that head's output; so each key and value row comes from
- * memory once for the group. Head dims not a multiple of 32 use the reference. */
+ * attend_driver.inc over 8-float vectors (two keys per score tile); each key
+ * and value row comes from memory once for the group. Head dims not a
+ * multiple of 16 use the reference. */
 #include "backend/cpu/kernels/kernels.h"
 
 #include <immintrin.h>
@@ -134,68 +133,38 @@ void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const floa
     if (stream) _mm_sfence();
 }
 
-/* Cache rows are KV heads * HD floats apart, so the hardware prefetcher,
- * which follows one stream within a page, does not fetch the next key's
- * row; asking ATTN_PREFETCH_ROWS rows ahead hides the latency (prefetches
- * past the last row are harmless). */
-#define ATTN_PREFETCH_ROWS 4
-ALWAYS_INLINE void prefetch_row(const float *row, int32_t n) {
-    for (int32_t d = 0; d < n; d += 16) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
+/* p 2^n through the exponent bits (n integral, p in [0.5, 2)); 0 where x is below lo */
+ALWAYS_INLINE __m256 ldexp_or_zero8(__m256 p, __m256 n, __m256 x, float lo) {
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lo), _CMP_LT_OQ), _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/* Up to 4 heads' dot products with one key row (read from memory once,
- * from L1 for the other heads), each exactly as for a head alone. */
-void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
-                           const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores) {
-    if (HD % 32) {
-        q35_attend_heads_ref(o, o_stride, q, q_stride, G, k, v, kv_stride, n_keys, HD, scale, scores);
-        return;
-    }
-    for (int32_t g0 = 0; g0 < G; g0 += 4) {
-        const int32_t ng = G - g0 < 4 ? G - g0 : 4;
-        float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, inv[4];
-        for (int32_t p = 0; p < n_keys; p++) {
-            const float *kp = k + (size_t)p * kv_stride;
-            prefetch_row(kp + ATTN_PREFETCH_ROWS * kv_stride, HD);
-            for (int32_t g = 0; g < ng; g++) {
-                const float *qg = q + (size_t)(g0 + g) * q_stride;
-                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-                for (int32_t d = 0; d < HD; d += 32)
-                    #pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++)
-                        acc[u] =
-                            _mm256_fmadd_ps(_mm256_loadu_ps(qg + d + 8 * u), _mm256_loadu_ps(kp + d + 8 * u), acc[u]);
-                float sc = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) * scale;
-                scores[(size_t)g * n_keys + p] = sc;
-                if (sc > mx[g]) mx[g] = sc;
-            }
-        }
-        for (int32_t g = 0; g < ng; g++) {
-            float *sg = scores + (size_t)g * n_keys;
-            double sum = 0.0;
-            for (int32_t p = 0; p < n_keys; p++) { sg[p] = expf(sg[p] - mx[g]); sum += sg[p]; }
-            inv[g] = (float)(1.0 / sum);
-        }
-        /* o[g][d] = sum_p w[g][p] v[p][d], each column one chain over p in
-         * ascending order, accumulated in o (hot in L1): value rows are read
-         * whole and in order (column blocks walking the rows at the cache's
-         * stride of KV heads * HD floats thrashed L1 and L2) */
-        for (int32_t g = 0; g < ng; g++) memset(o + (size_t)(g0 + g) * o_stride, 0, sizeof(float) * (size_t)HD);
-        for (int32_t p = 0; p < n_keys; p++) {
-            const float *vp = v + (size_t)p * kv_stride;
-            prefetch_row(vp + ATTN_PREFETCH_ROWS * kv_stride, HD);
-            for (int32_t g = 0; g < ng; g++) {
-                const __m256 w = _mm256_set1_ps(scores[(size_t)g * n_keys + p] * inv[g]);
-                float *og = o + (size_t)(g0 + g) * o_stride;
-                for (int32_t d = 0; d < HD; d += 32)
-                    #pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++)
-                        _mm256_storeu_ps(og + d + 8 * u, _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + d + 8 * u),
-                                                                         _mm256_loadu_ps(og + d + 8 * u)));
-            }
-        }
-    }
+ALWAYS_INLINE float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
 }
+
+#define AV __m256
+#define AV_N 8
+#define av_zero() _mm256_setzero_ps()
+#define av_set1(f) _mm256_set1_ps(f)
+#define av_load(p) _mm256_loadu_ps(p)
+#define av_store(p, v) _mm256_storeu_ps((p), (v))
+#define av_fmadd(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define av_fnmadd(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
+#define av_round(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define av_add(a, b) _mm256_add_ps((a), (b))
+#define av_sub(a, b) _mm256_sub_ps((a), (b))
+#define av_mul(a, b) _mm256_mul_ps((a), (b))
+#define av_max(a, b) _mm256_max_ps((a), (b))
+#define av_hsum(v) hsum8(v)
+#define av_hmax(v) hmax8(v)
+#define av_ldexp_or_zero(p, n, x) ldexp_or_zero8((p), (n), (x), ATT_EXP_LO)
+#define ATT_KP 2
+#define ATT_FN q35_attend_heads_avx2
+#include "attend_driver.inc"
 
 /* ---- Gated DeltaNet, chunked (prompts) ---- */
 

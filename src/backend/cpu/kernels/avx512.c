@@ -32,6 +32,7 @@
 #include "base/util.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "backend/cpu/kernels/matmul_common.h"
 
@@ -406,12 +407,37 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 
 #include "matmul_driver.inc"
 
+/* ---- attention (attend_driver.inc over 16-float vectors, four keys per score tile) ---- */
+
+#define AV __m512
+#define AV_N 16
+#define av_zero() _mm512_setzero_ps()
+#define av_set1(f) _mm512_set1_ps(f)
+#define av_load(p) _mm512_loadu_ps(p)
+#define av_store(p, v) _mm512_storeu_ps((p), (v))
+#define av_fmadd(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define av_fnmadd(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
+#define av_round(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define av_add(a, b) _mm512_add_ps((a), (b))
+#define av_sub(a, b) _mm512_sub_ps((a), (b))
+#define av_mul(a, b) _mm512_mul_ps((a), (b))
+#define av_max(a, b) _mm512_max_ps((a), (b))
+#define av_hsum(v) _mm512_reduce_add_ps(v)
+#define av_hmax(v) _mm512_reduce_max_ps(v)
+/* vscalefps: p 2^n exactly; 0 where x is below the range */
+#define av_ldexp_or_zero(p, n, x) \
+    _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask((x), _mm512_set1_ps(ATT_EXP_LO), _CMP_GE_OQ), (p), (n))
+#define ATT_KP 4
+#define ATT_FN attend_heads_isa
+#define ATT_LINKAGE static
+#include "attend_driver.inc"
+
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
 #ifdef Q35_KERNELS_BF16
 const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_row_ref,
-                                             q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, q35_attend_heads_avx2,
+                                             q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, attend_heads_isa,
                                              read_stream};
 #else
 const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
-                                         q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream};
+                                         q35_gdn_chunked_avx2, attend_heads_isa, read_stream};
 #endif
