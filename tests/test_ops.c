@@ -183,3 +183,51 @@ TEST(ops, attend_heads_match_ref) {
                 free(q); free(kc); free(vc); free(scores); free(o_ref); free(o); free(o1);
             }
 }
+
+/* R rows (causal: row r one key more than row r - 1; or all the same keys):
+ * each within 1e-5 of the reference, and each the bits attend_heads gives
+ * that row alone. 130 and 300 keys span several of the fast tables' key
+ * blocks, and rows end inside and at the end of one. */
+TEST(ops, attend_rows_equal_rows_alone) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    const int32_t dims[] = {256, 32, 24}, firsts[] = {1, 130, 300}, rows[] = {1, 3, 8}, groups[] = {1, 4, 5};
+    for (size_t di = 0; di < 3; di++)
+        for (size_t fi = 0; fi < 3; fi++)
+            for (size_t ri = 0; ri < 3; ri++)
+                for (size_t gi = 0; gi < 3; gi++)
+                    for (int32_t step = 0; step <= 1; step++) {
+                        const int32_t HD = dims[di], N0 = firsts[fi], R = rows[ri], G = groups[gi];
+                        const int32_t NK = N0 + (R - 1) * step;
+                        const size_t stride = (size_t)HD * 2, q_stride = (size_t)HD * 2, q_row = q_stride * G + 8;
+                        const size_t o_row = (size_t)HD * G + 4;
+                        float *q = malloc(sizeof(float) * q_row * R), *kc = malloc(sizeof(float) * stride * NK);
+                        float *vc = malloc(sizeof(float) * stride * NK);
+                        float *scores = malloc(sizeof(float) * (size_t)NK * G * R);
+                        float *o_ref = calloc(o_row * R, sizeof(float)), *o = calloc(o_row * R, sizeof(float));
+                        float *o1 = malloc(sizeof(float) * HD * G);
+                        for (size_t i = 0; i < q_row * R; i++) q[i] = 2.0f * frand();
+                        for (size_t i = 0; i < stride * NK; i++) { kc[i] = frand(); vc[i] = frand(); }
+                        const float scale = 1.0f / sqrtf((float)HD);
+                        q35_attend_rows_ref(o_ref, o_row, HD, q, q_row, q_stride, R, G, kc, vc, stride, N0, step, HD,
+                                            scale, scores);
+                        for (int ti = 1; ti < n; ti++) {
+                            tb[ti]->attend_rows(o, o_row, HD, q, q_row, q_stride, R, G, kc, vc, stride, N0, step, HD,
+                                                scale, scores);
+                            long bad = 0;
+                            double worst = 0;
+                            for (int32_t r = 0; r < R; r++) {
+                                double d = rel_max_diff(o + r * o_row, o_ref + r * o_row, (size_t)HD * G);
+                                worst = d > worst ? d : worst;
+                                tb[ti]->attend_heads(o1, HD, q + r * q_row, q_stride, G, kc, vc, stride,
+                                                     N0 + r * step, HD, scale, scores);
+                                bad += memcmp(o1, o + r * o_row, sizeof(float) * HD * G) != 0;
+                            }
+                            CHECK_MSG(worst <= 1e-5, "%s HD=%d keys=%d R=%d G=%d step=%d: %.3g", tb[ti]->name, HD,
+                                      N0, R, G, step, worst);
+                            CHECK_MSG(bad == 0, "%s HD=%d keys=%d R=%d G=%d step=%d: %ld rows differ from alone",
+                                      tb[ti]->name, HD, N0, R, G, step, bad);
+                        }
+                        free(q); free(kc); free(vc); free(scores); free(o_ref); free(o); free(o1);
+                    }
+}

@@ -1,5 +1,6 @@
 /* attention.c: gated full attention (see attention.h); the softmax over the
- * cache is the kernel table's attend_heads, per KV head and its query heads.
+ * cache is the kernel table's attend_rows, per block of rows and KV head
+ * with its query heads.
  *
  *   qg = q_proj xn viewed (NH, 2*HD): query = first HD, gate = last HD of each head
  *   q = rmsnorm1p(query, q_norm), k = rmsnorm1p(k_proj xn, k_norm), per head
@@ -11,11 +12,17 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* Rows of one sequence that attend together (the kernels' attend_rows): a
+ * prompt's rows read each key and value block from memory once per block
+ * of rows instead of once per row. */
+#define ATTN_ROWS 8
+
 size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx, int32_t n_workers) {
     size_t T = (size_t)n_tok, NH = (size_t)c->n_head, HD = (size_t)c->head_dim, NKV = (size_t)c->n_head_kv;
-    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq, scores (NH/NKV, n_ctx) per worker */
+    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq, scores (ATTN_ROWS, NH/NKV, n_ctx) per
+     * worker */
     return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)c->rotary_dim +
-           (size_t)n_workers * (NH / NKV) * (size_t)n_ctx;
+           (size_t)n_workers * ATTN_ROWS * (NH / NKV) * (size_t)n_ctx;
 }
 
 /* transformers: inv_freq[i] = 1 / theta^(2i/RD) and angle = pos * inv_freq, in fp32. */
@@ -55,35 +62,54 @@ typedef struct {
     size_t scores_stride;
 } attn_job;
 
-/* Row r of sequence sg and KV head kvh: causal softmax attention of the
- * query heads that read kvh over the sequence's cache, then their sigmoid
- * output gates. */
-static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t kvh, float *scores) {
+/* Rows [r, r + R) of sequence sg (consecutive positions) and KV head kvh:
+ * causal softmax attention of the query heads that read kvh over the
+ * sequence's cache, then their sigmoid output gates. */
+static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t R, int32_t kvh, float *scores) {
     const q35_config *c = j->c;
     const int32_t NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, QD = NH * HD;
     const int32_t G = NH / NKV, h0 = kvh * G, n_keys = sg->pos0 + (r - sg->row0) + 1;
     const float *q = j->qg + (size_t)r * QD * 2 + (size_t)h0 * 2 * HD;
     float *o = j->o + (size_t)r * QD + (size_t)h0 * HD;
-    j->k->attend_heads(o, (size_t)HD, q, (size_t)2 * HD, G, sg->k_cache + (size_t)kvh * sg->head_stride,
-                       sg->v_cache + (size_t)kvh * sg->head_stride, (size_t)HD, n_keys, HD, 1.0f / sqrtf((float)HD),
-                       scores);
-    for (int32_t g = 0; g < G; g++) {
-        const float *gate = q + (size_t)g * 2 * HD + HD;
-        float *oh = o + (size_t)g * HD;
-        for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
-    }
+    j->k->attend_rows(o, (size_t)QD, (size_t)HD, q, (size_t)QD * 2, (size_t)2 * HD, R, G,
+                      sg->k_cache + (size_t)kvh * sg->head_stride, sg->v_cache + (size_t)kvh * sg->head_stride,
+                      (size_t)HD, n_keys, 1, HD, 1.0f / sqrtf((float)HD), scores);
+    for (int32_t t = 0; t < R; t++)
+        for (int32_t g = 0; g < G; g++) {
+            const float *gate = q + (size_t)t * QD * 2 + (size_t)g * 2 * HD + HD;
+            float *oh = o + (size_t)t * QD + (size_t)g * HD;
+            for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
+        }
+}
+
+/* The work in units of (block of ATTN_ROWS consecutive rows of one
+ * sequence, KV head), blocks in segment order. */
+static int64_t attn_units(const attn_job *j) {
+    int64_t n = 0;
+    for (int32_t si = 0; si < j->n_segs; si++) n += (j->segs[si].n_rows + ATTN_ROWS - 1) / ATTN_ROWS;
+    return n * j->c->n_head_kv;
 }
 
 static void attn_worker(void *p, int ith, int nth) {
     const attn_job *j = p;
     const int64_t NKV = j->c->n_head_kv;
     int64_t lo, hi;
-    q35_split((int64_t)j->n_tok * NKV, 1, ith, nth, &lo, &hi);
+    q35_split(attn_units(j), 1, ith, nth, &lo, &hi);
     int32_t si = 0;
+    int64_t seg_first = 0; /* the first block of segment si */
     for (int64_t i = lo; i < hi; i++) {
-        int32_t r = (int32_t)(i / NKV), kvh = (int32_t)(i % NKV);
-        while (r >= j->segs[si].row0 + j->segs[si].n_rows) si++; /* rows are in segment order */
-        attend(j, &j->segs[si], r, kvh, j->scores + (size_t)ith * j->scores_stride);
+        int64_t blk = i / NKV;
+        int32_t kvh = (int32_t)(i % NKV);
+        for (;;) {
+            int64_t nb = (j->segs[si].n_rows + ATTN_ROWS - 1) / ATTN_ROWS;
+            if (blk < seg_first + nb) break;
+            seg_first += nb;
+            si++;
+        }
+        const q35_attn_seg *sg = &j->segs[si];
+        int32_t t0 = (int32_t)(blk - seg_first) * ATTN_ROWS;
+        int32_t R = sg->n_rows - t0 < ATTN_ROWS ? sg->n_rows - t0 : ATTN_ROWS;
+        attend(j, sg, sg->row0 + t0, R, kvh, j->scores + (size_t)ith * j->scores_stride);
     }
 }
 
@@ -123,7 +149,7 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
             }
         }
     }
-    attn_job j = {c, hc->k, segs, n_segs, T, qg, o, scores, (size_t)(NH / NKV) * n_ctx};
+    attn_job j = {c, hc->k, segs, n_segs, T, qg, o, scores, (size_t)ATTN_ROWS * (NH / NKV) * n_ctx};
     double work = 0; /* multiply-adds, to keep tiny jobs off the pool */
     for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
     if (work < 1e5) attn_worker(&j, 0, 1);

@@ -164,6 +164,7 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 #define av_ldexp_or_zero(p, n, x) ldexp_or_zero8((p), (n), (x), ATT_EXP_LO)
 #define ATT_KP 2
 #define ATT_FN q35_attend_heads_avx2
+#define ATT_ROWS_FN q35_attend_rows_avx2
 #include "attend_driver.inc"
 
 /* ---- Gated DeltaNet, chunked (prompts) ---- */

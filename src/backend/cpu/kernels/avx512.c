@@ -429,6 +429,7 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
     _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask((x), _mm512_set1_ps(ATT_EXP_LO), _CMP_GE_OQ), (p), (n))
 #define ATT_KP 4
 #define ATT_FN attend_heads_isa
+#define ATT_ROWS_FN attend_rows_isa
 #define ATT_LINKAGE static
 #include "attend_driver.inc"
 
@@ -436,8 +437,8 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 #ifdef Q35_KERNELS_BF16
 const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_row_ref,
                                              q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, attend_heads_isa,
-                                             read_stream};
+                                             read_stream, attend_rows_isa};
 #else
 const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
-                                         q35_gdn_chunked_avx2, attend_heads_isa, read_stream};
+                                         q35_gdn_chunked_avx2, attend_heads_isa, read_stream, attend_rows_isa};
 #endif

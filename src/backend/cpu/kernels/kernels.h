@@ -94,6 +94,15 @@ void q35_attend_head_ref(float *o, const float *q, const float *k, const float *
  * for all G. */
 void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
                           const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
+/* attend_heads for R rows of query heads: row r's heads at q + r * q_row
+ * and o + r * o_row, against keys [0, n_keys0 + r * key_step) (key_step 1:
+ * consecutive positions of one causal sequence; 0: every row the same keys).
+ * Each row gives the bits attend_heads gives it alone; the fast tables read
+ * the keys and values from memory once for the R rows. scores
+ * (R * G * (n_keys0 + (R - 1) * key_step)) is scratch. */
+void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
+                         int32_t R, int32_t G, const float *k, const float *v, size_t kv_stride, int32_t n_keys0,
+                         int32_t key_step, int32_t HD, float scale, float *scores);
 
 /* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
@@ -103,6 +112,9 @@ void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float 
                           float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
                            const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
+void q35_attend_rows_avx2(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
+                          int32_t R, int32_t G, const float *k, const float *v, size_t kv_stride, int32_t n_keys0,
+                          int32_t key_step, int32_t HD, float scale, float *scores);
 
 typedef void (*q35_matmul_n_fn)(int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                                 int64_t n_tok, const int64_t *o0, const int64_t *o1);
@@ -115,6 +127,10 @@ typedef void (*q35_gdn_chunked_fn)(float *S, const float *q, const float *k, con
 typedef void (*q35_attend_heads_fn)(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G,
                                     const float *k, const float *v, size_t kv_stride, int32_t n_keys, int32_t HD,
                                     float scale, float *scores);
+typedef void (*q35_attend_rows_fn)(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row,
+                                   size_t q_stride, int32_t R, int32_t G, const float *k, const float *v,
+                                   size_t kv_stride, int32_t n_keys0, int32_t key_step, int32_t HD, float scale,
+                                   float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
 
 /* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
@@ -138,6 +154,7 @@ typedef struct q35_kernels {
     q35_gdn_chunked_fn gdn_chunked;
     q35_attend_heads_fn attend_heads;
     q35_read_stream_fn read_stream;
+    q35_attend_rows_fn attend_rows;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

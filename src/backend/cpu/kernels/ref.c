@@ -198,6 +198,14 @@ void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_st
                             scores);
 }
 
+void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
+                         int32_t R, int32_t G, const float *k, const float *v, size_t kv_stride, int32_t n_keys0,
+                         int32_t key_step, int32_t HD, float scale, float *scores) {
+    for (int32_t r = 0; r < R; r++)
+        q35_attend_heads_ref(o + (size_t)r * o_row, o_stride, q + (size_t)r * q_row, q_stride, G, k, v, kv_stride,
+                             n_keys0 + r * key_step, HD, scale, scores);
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -207,4 +215,5 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
 }
 
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
-                                     q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref};
+                                     q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref,
+                                     q35_attend_rows_ref};
