@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 typedef union { float f[16]; int32_t i[16]; uint32_t u[16]; int8_t b[64]; uint8_t ub[64]; uint16_t h[32]; int64_t q[8]; } emu_v;
 typedef uint16_t emu_mask16;
@@ -57,6 +58,28 @@ static inline __m256i E_maskz_loadu_epi16(emu_mask16 k, const void *p) { uint16_
 static inline emu_v E_cvtph_ps(__m256i a) { __m128i lo = _mm256_castsi256_si128(a), hi = _mm256_extracti128_si256(a, 1); emu_v r; _mm256_storeu_ps(r.f, _mm256_cvtph_ps(lo)); _mm256_storeu_ps(r.f + 8, _mm256_cvtph_ps(hi)); return r; }
 static inline emu_v E_castsi512_ps(emu_v a) { return a; }
 static inline emu_v E_slli_epi32(emu_v a, int n) { for (int i = 0; i < 16; i++) a.u[i] <<= n; return a; }
+static inline emu_v E_sub_ps(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.f[i] -= b.f[i]; return a; }
+static inline emu_v E_max_ps(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.f[i] = a.f[i] > b.f[i] ? a.f[i] : b.f[i]; return a; }
+static inline emu_v E_fnmadd_ps(emu_v a, emu_v b, emu_v c) { for (int i = 0; i < 16; i++) a.f[i] = fmaf(-a.f[i], b.f[i], c.f[i]); return a; }
+/* vrndscaleps with scale 0: imm's low bits pick the rounding; only to-nearest-even is used */
+static inline emu_v E_roundscale_ps(emu_v a, int imm) { for (int i = 0; i < 16; i++) a.f[i] = (imm & 3) == 0 ? nearbyintf(a.f[i]) : a.f[i]; return a; }
+static inline emu_v E_maskz_scalef_ps(emu_mask16 k, emu_v a, emu_v b) { emu_v r = E_scalef_ps(a, b); for (int i = 0; i < 16; i++) if (!(k >> i & 1)) r.f[i] = 0.0f; return r; }
+/* the predicates avx512.c uses: _CMP_GE_OQ and _CMP_LT_OQ (ordered: false on NaN) */
+static inline emu_mask16 E_cmp_ps_mask(emu_v a, emu_v b, int pred) {
+    emu_mask16 m = 0;
+    for (int i = 0; i < 16; i++) {
+        int t = pred == _CMP_GE_OQ ? a.f[i] >= b.f[i] : pred == _CMP_LT_OQ ? a.f[i] < b.f[i] : -1;
+        if (t < 0) abort();
+        if (t) m |= (emu_mask16)(1u << i);
+    }
+    return m;
+}
+#define _mm512_sub_ps E_sub_ps
+#define _mm512_max_ps E_max_ps
+#define _mm512_fnmadd_ps E_fnmadd_ps
+#define _mm512_roundscale_ps E_roundscale_ps
+#define _mm512_maskz_scalef_ps E_maskz_scalef_ps
+#define _mm512_cmp_ps_mask E_cmp_ps_mask
 #define _mm512_loadu_ps E_loadu_ps
 #define _mm512_loadu_si512 E_loadu_si512
 #define _mm512_reduce_max_ps E_reduce_max_ps
