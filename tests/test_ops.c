@@ -183,3 +183,47 @@ TEST(ops, attend_heads_match_ref) {
                 free(q); free(kc); free(vc); free(scores); free(o_ref); free(o); free(o1);
             }
 }
+
+/* C = A B on awkward sizes and padded strides: each fast table within float
+ * rounding of the reference, the padding untouched, and every row the same
+ * bits as when computed alone. */
+TEST(ops, gemm_f32_matches_ref_and_rows_do_not_depend_on_their_neighbours) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    const int64_t Ms[] = {1, 7, 9, 64}, Ns[] = {1, 15, 17, 33, 72, 100}, Ks[] = {1, 3, 72, 300};
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t ni = 0; ni < 6; ni++)
+            for (size_t ki = 0; ki < 4; ki++) {
+                const int64_t M = Ms[mi], N = Ns[ni], K = Ks[ki];
+                const size_t lda = (size_t)K + 3, ldb = (size_t)N + 5, ldc = (size_t)N + 2;
+                float *A = malloc(sizeof(float) * lda * M), *B = malloc(sizeof(float) * ldb * K);
+                float *ref = malloc(sizeof(float) * ldc * M), *C = malloc(sizeof(float) * ldc * M);
+                float *row = malloc(sizeof(float) * ldc);
+                double *mag = malloc(sizeof(double) * (size_t)(M * N));
+                for (size_t i = 0; i < lda * M; i++) A[i] = frand();
+                for (size_t i = 0; i < ldb * K; i++) B[i] = frand();
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t c = 0; c < N; c++) {
+                        double s = 0;
+                        for (int64_t k = 0; k < K; k++) s += fabs((double)A[m * lda + k] * B[k * ldb + c]);
+                        mag[m * N + c] = s;
+                    }
+                q35_gemm_f32_ref(ref, ldc, A, lda, B, ldb, M, N, K);
+                for (int ti = 0; ti < n; ti++) {
+                    for (size_t i = 0; i < ldc * M; i++) C[i] = 12345.0f;
+                    tb[ti]->gemm_f32(C, ldc, A, lda, B, ldb, M, N, K);
+                    long bad = 0, pad = 0, alone = 0;
+                    for (int64_t m = 0; m < M; m++) {
+                        for (int64_t c = 0; c < N; c++)
+                            bad += !(fabs((double)C[m * ldc + c] - ref[m * ldc + c]) <= 1e-5 * mag[m * N + c] + 1e-30);
+                        for (size_t c = (size_t)N; c < ldc; c++) pad += C[m * ldc + c] != 12345.0f;
+                        tb[ti]->gemm_f32(row, ldc, A + m * lda, lda, B, ldb, 1, N, K);
+                        alone += memcmp(row, C + m * ldc, sizeof(float) * (size_t)N) != 0;
+                    }
+                    CHECK_MSG(bad == 0 && pad == 0 && alone == 0,
+                              "%s M=%lld N=%lld K=%lld: %ld outside the bound, %ld padding written, %ld rows differ alone",
+                              tb[ti]->name, (long long)M, (long long)N, (long long)K, bad, pad, alone);
+                }
+                free(A), free(B), free(ref), free(C), free(row), free(mag);
+            }
+}

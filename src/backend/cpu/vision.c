@@ -86,28 +86,24 @@ static void axis_taps(int32_t index, int32_t size, int32_t side, int32_t taps[2]
 }
 
 /* Attention of one frame, one (head, block of ATTN_QBLOCK queries) at a
- * time, as two matmuls through the kernels' F32 path: S = Q K^T with the
- * head's keys as the matrix, a row softmax, then O = P V with the head's
- * values transposed as the matrix. The kernels compute every (token, row)
- * output in the same order whatever the batch or row range, so a query's
- * output does not depend on its block or on the thread that runs it. */
+ * time, as two products through the kernels' gemm_f32: S = Q K^T with the
+ * head's keys stored transposed, a row softmax, then O = P V. gemm_f32
+ * computes each row alone (kernels.h), so a query's output does not depend
+ * on its block or on the thread that runs it. (Through the matmul tiles,
+ * with K as the weight matrix, S took as long as O: the tiles' horizontal
+ * sum per output is as costly as the 72 products it sums.) */
 #define ATTN_QBLOCK 64
 
 typedef struct attn_job {
     const q35_kernels *k;
-    const float *qh, *kh; /* (n_head, len, head_dim): q and k of each head, rotated */
-    const float *vt;      /* (n_head, head_dim, len): v of each head, transposed */
+    const float *qh;      /* (n_head, len, head_dim): q of each head, rotated */
+    const float *kt;      /* (n_head, head_dim, len): k of each head, rotated, transposed */
+    const float *vh;      /* (n_head, len, head_dim): v of each head */
     float *out;           /* (len, hidden) */
-    float *scratch;       /* (nth, ATTN_QBLOCK * (len + head_dim)) */
+    float *scratch;       /* (nth, ATTN_QBLOCK * len) */
     int32_t len, n_head, head_dim, hidden;
     float scale;
 } attn_job;
-
-static q35_tensor f32_matrix(const char *name, const float *data, int64_t rows, int64_t cols) {
-    q35_tensor t = {.name = name, .dtype = Q35_DT_F32, .ndim = 2, .shape = {rows, cols}, .data = data,
-                    .nbytes = sizeof(float) * (size_t)(rows * cols)};
-    return t;
-}
 
 static void attn_worker(void *p, int ith, int nth) {
     const attn_job *j = p;
@@ -115,13 +111,12 @@ static void attn_worker(void *p, int ith, int nth) {
     const int64_t n_blk = (len + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
     int64_t lo, hi;
     q35_split((int64_t)j->n_head * n_blk, 1, ith, nth, &lo, &hi);
-    float *S = j->scratch + (size_t)ith * ATTN_QBLOCK * (len + D), *O = S + (size_t)ATTN_QBLOCK * len;
+    float *S = j->scratch + (size_t)ith * ATTN_QBLOCK * len;
     for (int64_t u = lo; u < hi; u++) {
         const int32_t hd = (int32_t)(u / n_blk), q0 = (int32_t)(u % n_blk) * ATTN_QBLOCK;
         const int32_t nq = len - q0 < ATTN_QBLOCK ? len - q0 : ATTN_QBLOCK;
-        const q35_tensor K = f32_matrix("vision attention keys", j->kh + (size_t)hd * len * D, len, D);
-        const q35_tensor V = f32_matrix("vision attention values", j->vt + (size_t)hd * D * len, D, len);
-        q35_kernels_matmul(j->k, S, &K, j->qh + ((size_t)hd * len + q0) * D, nq, 0, len);
+        j->k->gemm_f32(S, (size_t)len, j->qh + ((size_t)hd * len + q0) * D, (size_t)D, j->kt + (size_t)hd * D * len,
+                       (size_t)len, nq, len, D);
         for (int32_t r = 0; r < nq; r++) { /* softmax of scale * S, as q35_attend_head_ref */
             float *s = S + (size_t)r * len, mx = -INFINITY;
             for (int32_t c = 0; c < len; c++) {
@@ -133,22 +128,21 @@ static void attn_worker(void *p, int ith, int nth) {
             const float inv = (float)(1.0 / sum);
             for (int32_t c = 0; c < len; c++) s[c] *= inv;
         }
-        q35_kernels_matmul(j->k, O, &V, S, nq, 0, D);
-        for (int32_t r = 0; r < nq; r++)
-            memcpy(j->out + (size_t)(q0 + r) * j->hidden + (size_t)hd * D, O + (size_t)r * D, sizeof(float) * (size_t)D);
+        j->k->gemm_f32(j->out + (size_t)q0 * j->hidden + (size_t)hd * D, (size_t)j->hidden, S, (size_t)len,
+                       j->vh + (size_t)hd * len * D, (size_t)D, nq, D, len);
     }
 }
 
 /* q, k and v of one frame's rows (len, 3 * hidden) into attn_job's per-head layouts */
-static void attn_gather(float *qh, float *kh, float *vt, const float *qkv, int32_t len, int32_t n_head, int32_t D,
+static void attn_gather(float *qh, float *kt, float *vh, const float *qkv, int32_t len, int32_t n_head, int32_t D,
                         int32_t hidden) {
     for (int32_t r = 0; r < len; r++) {
         const float *row = qkv + (size_t)r * 3 * hidden;
         for (int32_t hd = 0; hd < n_head; hd++) {
             memcpy(qh + ((size_t)hd * len + r) * D, row + (size_t)hd * D, sizeof(float) * (size_t)D);
-            memcpy(kh + ((size_t)hd * len + r) * D, row + hidden + (size_t)hd * D, sizeof(float) * (size_t)D);
-            const float *v = row + 2 * (size_t)hidden + (size_t)hd * D;
-            for (int32_t d = 0; d < D; d++) vt[((size_t)hd * D + d) * len + r] = v[d];
+            memcpy(vh + ((size_t)hd * len + r) * D, row + 2 * (size_t)hidden + (size_t)hd * D, sizeof(float) * (size_t)D);
+            const float *k = row + hidden + (size_t)hd * D;
+            for (int32_t d = 0; d < D; d++) kt[((size_t)hd * D + d) * len + r] = k[d];
         }
     }
 }
@@ -182,7 +176,7 @@ q35_status q35_vision_forward(const q35_host *h, const q35_vision_config *vc, co
     float *att = malloc(sizeof(float) * (size_t)(N * VH)), *cs = malloc(sizeof(float) * (size_t)(N * D / 2));
     float *sn = malloc(sizeof(float) * (size_t)(N * D / 2));
     float *heads = malloc(sizeof(float) * (size_t)max_len * 3 * VH);
-    float *scratch = malloc(sizeof(float) * (size_t)nth * ATTN_QBLOCK * (max_len + D));
+    float *scratch = malloc(sizeof(float) * (size_t)nth * ATTN_QBLOCK * max_len);
     float *vec = malloc(sizeof(float) * (size_t)(3 * VH + VI + VM + 4 * VH + vc->out_hidden_size));
     float *mbuf = malloc(sizeof(float) * (size_t)(n_out * VM));
     q35_status st = Q35_OK;
@@ -248,9 +242,9 @@ q35_status q35_vision_forward(const q35_host *h, const q35_vision_config *vc, co
         for (int32_t im = 0; im < n_images; im++) {
             const int32_t len = grid[im][1] * grid[im][2];
             for (int32_t t = 0; t < grid[im][0]; t++, start += len) { /* attention within one frame */
-                float *qh = heads, *kh = heads + (size_t)len * VH, *vt = heads + 2 * (size_t)len * VH;
-                attn_gather(qh, kh, vt, big + start * 3 * VH, len, NH, D, VH);
-                attn_job j = {h->k, qh, kh, vt, att + start * VH, scratch, len, NH, D, VH, 1.0f / sqrtf((float)D)};
+                float *qh = heads, *kt = heads + (size_t)len * VH, *vh = heads + 2 * (size_t)len * VH;
+                attn_gather(qh, kt, vh, big + start * 3 * VH, len, NH, D, VH);
+                attn_job j = {h->k, qh, kt, vh, att + start * VH, scratch, len, NH, D, VH, 1.0f / sqrtf((float)D)};
                 if (h->pool && (int64_t)len * len * VH > 100000) q35_pool_run(h->pool, attn_worker, &j);
                 else attn_worker(&j, 0, 1);
             }

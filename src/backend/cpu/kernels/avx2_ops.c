@@ -21,7 +21,10 @@
  * for each key, every head's dot product with four accumulators, a scalar
  * softmax per head, then each value row, read once, added with every
  * head's weight to that head's output; so each key and value row comes from
- * memory once for the group. Head dims not a multiple of 32 use the reference. */
+ * memory once for the group. Head dims not a multiple of 32 use the reference.
+ *
+ * gemm_f32 (the vision tower's attention): register tiles of 6 rows of A by
+ * 16 columns of B, each C element one FMA chain over k. */
 #include "backend/cpu/kernels/kernels.h"
 
 #include <immintrin.h>
@@ -368,5 +371,51 @@ void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float 
         chunk_product(MM_VN, &m, n);
         chunk_product(MM_OUT, &m, n);
         chunk_product(MM_S, &m, DK);
+    }
+}
+
+/* ---- gemm_f32 ---- */
+
+/* Rows [0, mr) of A against columns [0, 16) of B masked to nc, C's tile. */
+ALWAYS_INLINE void gemm_tile_avx2(const int mr, float *C, size_t ldc, const float *A, size_t lda, const float *B,
+                                  size_t ldb, int64_t K, int nc) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc - 8), lane);
+    __m256 acc[6][2];
+    #pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_maskload_ps(B + (size_t)k * ldb, m0), b1 = _mm256_maskload_ps(B + (size_t)k * ldb + 8, m1);
+        #pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const __m256 a = _mm256_broadcast_ss(A + (size_t)r * lda + k);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        _mm256_maskstore_ps(C + (size_t)r * ldc, m0, acc[r][0]);
+        _mm256_maskstore_ps(C + (size_t)r * ldc + 8, m1, acc[r][1]);
+    }
+}
+
+void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                       int64_t N, int64_t K) {
+    for (int64_t n0 = 0; n0 < N; n0 += 16) { /* a 16-column panel of B stays in cache for every row tile */
+        const int nc = N - n0 < 16 ? (int)(N - n0) : 16;
+        for (int64_t m0 = 0; m0 < M; m0 += 6) {
+            float *c = C + (size_t)m0 * ldc + n0;
+            const float *a = A + (size_t)m0 * lda, *b = B + n0;
+            switch (M - m0 < 6 ? (int)(M - m0) : 6) {
+            case 1: gemm_tile_avx2(1, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 2: gemm_tile_avx2(2, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 3: gemm_tile_avx2(3, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 4: gemm_tile_avx2(4, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 5: gemm_tile_avx2(5, c, ldc, a, lda, b, ldb, K, nc); break;
+            default: gemm_tile_avx2(6, c, ldc, a, lda, b, ldb, K, nc); break;
+            }
+        }
     }
 }

@@ -95,6 +95,16 @@ void q35_attend_head_ref(float *o, const float *q, const float *k, const float *
 void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
                           const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
 
+/* C (M, N) = A (M, K) B (K, N), all row-major fp32, rows lda, ldb, ldc
+ * floats apart: the vision tower's attention products (S = Q K^T with K^T
+ * stored, O = P V). Each C[m][n] is one sum over k in ascending order (the
+ * reference in double, the fast tables one fp32 FMA chain), whatever M, N
+ * and the tiling: a row's result does not depend on the rows beside it,
+ * and the fast tables are within float rounding of the reference,
+ * |dC| <= 1e-5 * sum_k |A[m][k] B[k][n]| in the tests. */
+void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                      int64_t N, int64_t K);
+
 /* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
@@ -103,6 +113,8 @@ void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float 
                           float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
                            const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
+void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                       int64_t N, int64_t K);
 
 typedef void (*q35_matmul_n_fn)(int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                                 int64_t n_tok, const int64_t *o0, const int64_t *o1);
@@ -116,6 +128,8 @@ typedef void (*q35_attend_heads_fn)(float *o, size_t o_stride, const float *q, s
                                     const float *k, const float *v, size_t kv_stride, int32_t n_keys, int32_t HD,
                                     float scale, float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
+typedef void (*q35_gemm_f32_fn)(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb,
+                                int64_t M, int64_t N, int64_t K);
 
 /* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
  * fast as the instruction set allows: the widest aligned loads into several
@@ -138,6 +152,7 @@ typedef struct q35_kernels {
     q35_gdn_chunked_fn gdn_chunked;
     q35_attend_heads_fn attend_heads;
     q35_read_stream_fn read_stream;
+    q35_gemm_f32_fn gemm_f32;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

@@ -198,6 +198,16 @@ void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_st
                             scores);
 }
 
+void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                      int64_t N, int64_t K) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; k++) acc += (double)A[m * lda + k] * B[k * ldb + n];
+            C[m * ldc + n] = (float)acc;
+        }
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -207,4 +217,5 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
 }
 
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
-                                     q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref};
+                                     q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref,
+                                     q35_gemm_f32_ref};
