@@ -227,3 +227,41 @@ TEST(ops, gemm_f32_matches_ref_and_rows_do_not_depend_on_their_neighbours) {
                 free(A), free(B), free(ref), free(C), free(row), free(mag);
             }
 }
+
+/* Row softmax on awkward widths with padded rows: within 1e-6 of the
+ * reference per element, relative to the row's largest, rows summing to 1,
+ * the padding untouched. */
+TEST(ops, softmax_rows_match_ref) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    const int64_t widths[] = {1, 7, 8, 9, 64, 100, 784};
+    for (size_t wi = 0; wi < 7; wi++) {
+        const int64_t N = widths[wi], R = 5;
+        const size_t ld = (size_t)N + 3;
+        float *src = malloc(sizeof(float) * ld * R), *ref = malloc(sizeof(float) * ld * R);
+        float *got = malloc(sizeof(float) * ld * R);
+        for (size_t i = 0; i < ld * R; i++) src[i] = 12.0f * frand();
+        memcpy(ref, src, sizeof(float) * ld * R);
+        q35_softmax_rows_ref(ref, ld, R, N, 0.7f);
+        for (int ti = 0; ti < n; ti++) {
+            memcpy(got, src, sizeof(float) * ld * R);
+            tb[ti]->softmax_rows(got, ld, R, N, 0.7f);
+            double worst = 0, sum_err = 0;
+            long pad = 0;
+            for (int64_t r = 0; r < R; r++) {
+                double mx = 0, sum = 0;
+                for (int64_t c = 0; c < N; c++) mx = ref[r * ld + c] > mx ? ref[r * ld + c] : mx;
+                for (int64_t c = 0; c < N; c++) {
+                    double d = fabs((double)got[r * ld + c] - ref[r * ld + c]) / mx;
+                    if (!(d <= worst)) worst = d;
+                    sum += got[r * ld + c];
+                }
+                if (fabs(sum - 1) > sum_err) sum_err = fabs(sum - 1);
+                for (size_t c = (size_t)N; c < ld; c++) pad += got[r * ld + c] != src[r * ld + c];
+            }
+            CHECK_MSG(worst <= 1e-6 && sum_err <= 1e-5 && pad == 0, "%s N=%lld: worst %.3g, |sum - 1| %.3g, %ld padding written",
+                      tb[ti]->name, (long long)N, worst, sum_err, pad);
+        }
+        free(src), free(ref), free(got);
+    }
+}

@@ -87,7 +87,7 @@ static void axis_taps(int32_t index, int32_t size, int32_t side, int32_t taps[2]
 
 /* Attention of one frame, one (head, block of ATTN_QBLOCK queries) at a
  * time, as two products through the kernels' gemm_f32: S = Q K^T with the
- * head's keys stored transposed, a row softmax, then O = P V. gemm_f32
+ * head's keys stored transposed, softmax_rows, then O = P V. gemm_f32
  * computes each row alone (kernels.h), so a query's output does not depend
  * on its block or on the thread that runs it. (Through the matmul tiles,
  * with K as the weight matrix, S took as long as O: the tiles' horizontal
@@ -117,17 +117,7 @@ static void attn_worker(void *p, int ith, int nth) {
         const int32_t nq = len - q0 < ATTN_QBLOCK ? len - q0 : ATTN_QBLOCK;
         j->k->gemm_f32(S, (size_t)len, j->qh + ((size_t)hd * len + q0) * D, (size_t)D, j->kt + (size_t)hd * D * len,
                        (size_t)len, nq, len, D);
-        for (int32_t r = 0; r < nq; r++) { /* softmax of scale * S, as q35_attend_head_ref */
-            float *s = S + (size_t)r * len, mx = -INFINITY;
-            for (int32_t c = 0; c < len; c++) {
-                s[c] *= j->scale;
-                if (s[c] > mx) mx = s[c];
-            }
-            double sum = 0.0;
-            for (int32_t c = 0; c < len; c++) s[c] = expf(s[c] - mx), sum += s[c];
-            const float inv = (float)(1.0 / sum);
-            for (int32_t c = 0; c < len; c++) s[c] *= inv;
-        }
+        j->k->softmax_rows(S, (size_t)len, nq, len, j->scale);
         j->k->gemm_f32(j->out + (size_t)q0 * j->hidden + (size_t)hd * D, (size_t)j->hidden, S, (size_t)len,
                        j->vh + (size_t)hd * len * D, (size_t)D, nq, D, len);
     }

@@ -407,8 +407,8 @@ static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const flo
 #ifdef Q35_KERNELS_BF16
 const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_row_ref,
                                              q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, q35_attend_heads_avx2,
-                                             read_stream, gemm_f32};
+                                             read_stream, gemm_f32, q35_softmax_rows_avx2};
 #else
 const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
-                                         q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream, gemm_f32};
+                                         q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream, gemm_f32, q35_softmax_rows_avx2};
 #endif

@@ -105,6 +105,13 @@ void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_st
 void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
                       int64_t N, int64_t K);
 
+/* Each of rows rows of S (n floats, rows lds floats apart) in place:
+ * s = scale * s, then softmax(s) = exp(s - max s) / sum exp(s - max s).
+ * The reference takes expf and sums in double; the fast tables use a
+ * polynomial exp (within 2 ulp of expf on [-87, 0]) and fp32 lanes, within
+ * 1e-6 of the reference per element relative to the row's largest (tests). */
+void q35_softmax_rows_ref(float *S, size_t lds, int64_t rows, int64_t n, float scale);
+
 /* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
@@ -113,6 +120,7 @@ void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float 
                           float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
                            const float *v, size_t kv_stride, int32_t n_keys, int32_t HD, float scale, float *scores);
+void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float scale);
 void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
                        int64_t N, int64_t K);
 
@@ -128,6 +136,7 @@ typedef void (*q35_attend_heads_fn)(float *o, size_t o_stride, const float *q, s
                                     const float *k, const float *v, size_t kv_stride, int32_t n_keys, int32_t HD,
                                     float scale, float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
+typedef void (*q35_softmax_rows_fn)(float *S, size_t lds, int64_t rows, int64_t n, float scale);
 typedef void (*q35_gemm_f32_fn)(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb,
                                 int64_t M, int64_t N, int64_t K);
 
@@ -153,6 +162,7 @@ typedef struct q35_kernels {
     q35_attend_heads_fn attend_heads;
     q35_read_stream_fn read_stream;
     q35_gemm_f32_fn gemm_f32;
+    q35_softmax_rows_fn softmax_rows;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

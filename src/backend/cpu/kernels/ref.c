@@ -208,6 +208,20 @@ void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const fl
         }
 }
 
+void q35_softmax_rows_ref(float *S, size_t lds, int64_t rows, int64_t n, float scale) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *s = S + (size_t)r * lds, mx = -INFINITY;
+        for (int64_t c = 0; c < n; c++) {
+            s[c] *= scale;
+            if (s[c] > mx) mx = s[c];
+        }
+        double sum = 0.0;
+        for (int64_t c = 0; c < n; c++) s[c] = expf(s[c] - mx), sum += s[c];
+        const float inv = (float)(1.0 / sum);
+        for (int64_t c = 0; c < n; c++) s[c] *= inv;
+    }
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -218,4 +232,4 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
 
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
                                      q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref,
-                                     q35_gemm_f32_ref};
+                                     q35_gemm_f32_ref, q35_softmax_rows_ref};
