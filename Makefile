@@ -39,7 +39,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test asan bench bench-peer quality-peer fuzz clean help gpu-bundle gpu-check stress
+.PHONY: all test asan bench bench-peer bench-vision-peer quality-peer fuzz clean help gpu-bundle gpu-check stress
 all: $(BUILD)/qwen35 $(BUILD)/test_runner
 
 $(BUILD)/%.o: %.c
@@ -94,6 +94,10 @@ bench: all
 bench-peer: $(BUILD)/qwen35
 	@scripts/bench-peer.sh $(BUILD)
 
+# The vision tower against transformers' at the 9B tower shapes, interleaved (bench-data/vision-peer.json).
+bench-vision-peer: $(BUILD)/qwen35
+	@scripts/bench-vision-peer.sh $(BUILD)
+
 quality-peer: $(BUILD)/qwen35
 	@scripts/quality-peer.sh $(BUILD)
 
@@ -129,6 +133,7 @@ help:
 	@echo "make stress     a 60-second soak of the server with faults (scripts/stress.sh)"
 	@echo "make bench      speed benchmark: tok/s, GB/s, % of measured bandwidth; writes bench.json"
 	@echo "make bench-peer qwen35 against llama.cpp Q4_0/Q4_K_M at the 9B shapes, interleaved; writes bench-data/peer.json"
+	@echo "make bench-vision-peer the vision tower against transformers at the 9B tower shapes; bench-data/vision-peer.json"
 	@echo "make quality-peer llama.cpp's formats and qwen35's policies on the demo model (PPL, KL); bench-data/quality.json"
 	@echo "make fuzz       build the libFuzzer targets into build-fuzz/"
 	@echo "make CUDA=1 BUILD=build-cuda   the same with the cuda backend (nvcc, sm_90)"

@@ -12,7 +12,12 @@
 #    memory per 1k positions. Writes bench.json. Then decode once more with the
 #    weights served from the mapped file instead of huge-page memory
 #    (--mmap): bench-data/speed-mmap.json.
-# 3. Runs the kernel and tokenizer micro-benchmarks where they are built, and
+# 3. The vision tower at the 9B tower's shapes (synthetic BF16 weights): one
+#    448x448 image's encode time and the time to first token it adds to a
+#    short text prompt on the cache above, at each thread count
+#    (`qwen35 speed --vision`): bench-data/vision.json, also bench.json's
+#    "vision".
+# 4. Runs the kernel and tokenizer micro-benchmarks where they are built, and
 #    the json_schema token mask at the Qwen3.5 vocabulary (bench_schema: ms
 #    per masked row, and its share of the decode step above).
 # Environment: Q35_BENCH_THREADS (default "1,2"), Q35_BENCH_PROMPTS
@@ -38,6 +43,20 @@ echo
 echo "bench: decode with --mmap (weights served from the page cache)"
 "$BIN" speed -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --prompt 16 --spec-k 0 --draft-rows 0 --mmap \
     --json bench-data/speed-mmap.json
+
+# the vision tower: one 448x448 image per thread count, and the prompt time it adds
+echo
+"$BIN" speed --vision -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --json bench-data/vision.json
+python3 - <<'PY'
+import json
+b, v = json.load(open("bench.json")), json.load(open("bench-data/vision.json"))
+b["vision"] = v
+json.dump(b, open("bench.json", "w"), indent=2)
+print(f"\nvision tower, 9B shapes, {v['image'][0]}x{v['image'][1]} image ({v['tokens']} image tokens), {v['tower_dtype']} weights")
+print(f"{'threads':>7} {'encode s':>9} {'ttft text s':>12} {'ttft image s':>13} {'added s':>8}")
+for r in v["runs"]:
+    print(f"{r['threads']:>7} {r['encode_s']:>9.2f} {r['ttft_text_s']:>12.2f} {r['ttft_image_s']:>13.2f} {r['added_ttft_s']:>8.2f}")
+PY
 
 make -s "$BUILD/bench_kernels" BUILD="$BUILD" && "$BUILD/bench_kernels" --quick --json bench-data/kernels.json
 if [ -x scripts/bench-tokenizer.sh ]; then scripts/bench-tokenizer.sh "$BUILD"; fi

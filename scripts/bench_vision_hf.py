@@ -4,7 +4,11 @@
 
 Usage (the reference stack of scripts/requirements-reference.txt):
 
-    python3 scripts/bench_vision_hf.py [--side 448] [--threads 1,2] [--dtype float32|bfloat16]
+    python3 scripts/bench_vision_hf.py [--side 448] [--threads 1,2] [--dtype float32|bfloat16] [--attn sdpa|eager]
+                                       [--json FILE]
+
+It times the forward of the tower alone (no processor, no language model), as `qwen35 speed --vision` does,
+under torch.no_grad(): the best and the mean of --reps runs after one warm-up run per thread count.
 """
 
 import argparse
@@ -12,6 +16,7 @@ import json
 import time
 
 import torch
+import transformers
 from transformers import Qwen3_5Config
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5VisionModel
 
@@ -21,9 +26,13 @@ def main():
     ap.add_argument("--side", type=int, default=448)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--attn", default="sdpa", help="attention implementation (transformers' attn_implementation)")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--json", help="write the result here too")
     a = ap.parse_args()
     vcfg = Qwen3_5Config().vision_config  # transformers' defaults are the 9B tower: depth 27, width 1152, ...
     vcfg.out_hidden_size = 4096
+    vcfg._attn_implementation = a.attn
     model = Qwen3_5VisionModel(vcfg).eval().to(getattr(torch, a.dtype))
     g = a.side // vcfg.patch_size
     dim = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
@@ -34,13 +43,20 @@ def main():
         torch.set_num_threads(t)
         times = []
         with torch.no_grad():
-            for _ in range(2):
+            model(pixels, grid_thw=grid)  # warm-up: first-call allocations and kernel choices
+            for _ in range(a.reps):
                 t0 = time.perf_counter()
                 model(pixels, grid_thw=grid)
                 times.append(time.perf_counter() - t0)
         runs.append(dict(threads=t, encode_s=min(times), mean_s=sum(times) / len(times)))
-        print(f"transformers {a.dtype}, {a.side}x{a.side}, {t} thread(s): {min(times):.2f} s (best of 2)")
-    print(json.dumps(dict(side=a.side, dtype=a.dtype, depth=vcfg.depth, hidden=vcfg.hidden_size, runs=runs)))
+        print(f"transformers {a.dtype} {model.config._attn_implementation}, {a.side}x{a.side}, {t} thread(s): "
+              f"{min(times):.2f} s (best of {a.reps})")
+    res = dict(side=a.side, dtype=a.dtype, attn=model.config._attn_implementation, depth=vcfg.depth,
+               hidden=vcfg.hidden_size, torch=torch.__version__, transformers=transformers.__version__, runs=runs)
+    print(json.dumps(res))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f)
 
 
 if __name__ == "__main__":

@@ -231,3 +231,85 @@ TEST(ops, attend_rows_equal_rows_alone) {
                         free(q); free(kc); free(vc); free(scores); free(o_ref); free(o); free(o1);
                     }
 }
+
+/* C = A B on awkward sizes and padded strides: each fast table within float
+ * rounding of the reference, the padding untouched, and every row the same
+ * bits as when computed alone. */
+TEST(ops, gemm_f32_matches_ref_and_rows_do_not_depend_on_their_neighbours) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    const int64_t Ms[] = {1, 7, 9, 64}, Ns[] = {1, 15, 17, 33, 72, 100}, Ks[] = {1, 3, 72, 300};
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t ni = 0; ni < 6; ni++)
+            for (size_t ki = 0; ki < 4; ki++) {
+                const int64_t M = Ms[mi], N = Ns[ni], K = Ks[ki];
+                const size_t lda = (size_t)K + 3, ldb = (size_t)N + 5, ldc = (size_t)N + 2;
+                float *A = malloc(sizeof(float) * lda * M), *B = malloc(sizeof(float) * ldb * K);
+                float *ref = malloc(sizeof(float) * ldc * M), *C = malloc(sizeof(float) * ldc * M);
+                float *row = malloc(sizeof(float) * ldc);
+                double *mag = malloc(sizeof(double) * (size_t)(M * N));
+                for (size_t i = 0; i < lda * M; i++) A[i] = frand();
+                for (size_t i = 0; i < ldb * K; i++) B[i] = frand();
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t c = 0; c < N; c++) {
+                        double s = 0;
+                        for (int64_t k = 0; k < K; k++) s += fabs((double)A[m * lda + k] * B[k * ldb + c]);
+                        mag[m * N + c] = s;
+                    }
+                q35_gemm_f32_ref(ref, ldc, A, lda, B, ldb, M, N, K);
+                for (int ti = 0; ti < n; ti++) {
+                    for (size_t i = 0; i < ldc * M; i++) C[i] = 12345.0f;
+                    tb[ti]->gemm_f32(C, ldc, A, lda, B, ldb, M, N, K);
+                    long bad = 0, pad = 0, alone = 0;
+                    for (int64_t m = 0; m < M; m++) {
+                        for (int64_t c = 0; c < N; c++)
+                            bad += !(fabs((double)C[m * ldc + c] - ref[m * ldc + c]) <= 1e-5 * mag[m * N + c] + 1e-30);
+                        for (size_t c = (size_t)N; c < ldc; c++) pad += C[m * ldc + c] != 12345.0f;
+                        tb[ti]->gemm_f32(row, ldc, A + m * lda, lda, B, ldb, 1, N, K);
+                        alone += memcmp(row, C + m * ldc, sizeof(float) * (size_t)N) != 0;
+                    }
+                    CHECK_MSG(bad == 0 && pad == 0 && alone == 0,
+                              "%s M=%lld N=%lld K=%lld: %ld outside the bound, %ld padding written, %ld rows differ alone",
+                              tb[ti]->name, (long long)M, (long long)N, (long long)K, bad, pad, alone);
+                }
+                free(A), free(B), free(ref), free(C), free(row), free(mag);
+            }
+}
+
+/* Row softmax on awkward widths with padded rows: within 1e-6 of the
+ * reference per element, relative to the row's largest, rows summing to 1,
+ * the padding untouched. */
+TEST(ops, softmax_rows_match_ref) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    const int64_t widths[] = {1, 7, 8, 9, 64, 100, 784};
+    for (size_t wi = 0; wi < 7; wi++) {
+        const int64_t N = widths[wi], R = 5;
+        const size_t ld = (size_t)N + 3;
+        float *src = malloc(sizeof(float) * ld * R), *ref = malloc(sizeof(float) * ld * R);
+        float *got = malloc(sizeof(float) * ld * R);
+        for (size_t i = 0; i < ld * R; i++) src[i] = 12.0f * frand();
+        memcpy(ref, src, sizeof(float) * ld * R);
+        q35_softmax_rows_ref(ref, ld, R, N, 0.7f);
+        for (int ti = 0; ti < n; ti++) {
+            memcpy(got, src, sizeof(float) * ld * R);
+            tb[ti]->softmax_rows(got, ld, R, N, 0.7f);
+            double worst = 0, sum_err = 0;
+            long pad = 0;
+            for (int64_t r = 0; r < R; r++) {
+                double mx = 0, sum = 0;
+                for (int64_t c = 0; c < N; c++) mx = ref[r * ld + c] > mx ? ref[r * ld + c] : mx;
+                for (int64_t c = 0; c < N; c++) {
+                    double d = fabs((double)got[r * ld + c] - ref[r * ld + c]) / mx;
+                    if (!(d <= worst)) worst = d;
+                    sum += got[r * ld + c];
+                }
+                if (fabs(sum - 1) > sum_err) sum_err = fabs(sum - 1);
+                for (size_t c = (size_t)N; c < ld; c++) pad += got[r * ld + c] != src[r * ld + c];
+            }
+            CHECK_MSG(worst <= 1e-6 && sum_err <= 1e-5 && pad == 0, "%s N=%lld: worst %.3g, |sum - 1| %.3g, %ld padding written",
+                      tb[ti]->name, (long long)N, worst, sum_err, pad);
+        }
+        free(src), free(ref), free(got);
+    }
+}

@@ -165,6 +165,37 @@ TEST(vision, tower_output_does_not_depend_on_the_thread_count) {
     q35_pool_free(pool);
 }
 
+/* An image of 120 patches (attention in query blocks of 64 and 56, split
+ * over the pool) beside one of 8: the same bits on 1, 2 and 3 threads. */
+TEST(vision, many_patches_give_the_same_bits_on_one_two_and_three_threads) {
+    vision_case c;
+    REQUIRE(!case_load("vt-a", "vision/vt-a", &c));
+    const int32_t grids[2][3] = {{1, 12, 10}, {1, 2, 4}};
+    const int64_t n_patch = 128, pd = c.n_pix / 88, n_out = n_patch / 4 * c.cfg.vision.out_hidden_size;
+    float *px = malloc(sizeof(float) * (size_t)(n_patch * pd)), *outs[3] = {NULL, NULL, NULL};
+    REQUIRE(px);
+    for (int64_t i = 0; i < n_patch * pd; i++) px[i] = (float)((i * 7919) % 2001 - 1000) / 500.0f;
+    q35_error err;
+    for (int t = 0; t < 3; t++) {
+        q35_pool *pool = NULL;
+        if (t > 0) REQUIRE(q35_pool_new(t + 1, &pool, &err) == Q35_OK);
+        q35_host h = host_for_backend(pool);
+        outs[t] = malloc(sizeof(float) * (size_t)n_out);
+        REQUIRE(outs[t]);
+        CHECK_MSG(q35_vision_forward(&h, &c.cfg.vision, &c.w->vision, px, 2, grids, outs[t], &err) == Q35_OK, "%s",
+                  err.msg);
+        q35_pool_free(pool);
+    }
+    double mx = 0;
+    for (int64_t i = 0; i < n_out; i++) mx = fabs(outs[0][i]) > mx ? fabs(outs[0][i]) : mx;
+    CHECK(mx > 0 && mx < 1e6);
+    CHECK(!memcmp(outs[0], outs[1], sizeof(float) * (size_t)n_out));
+    CHECK(!memcmp(outs[0], outs[2], sizeof(float) * (size_t)n_out));
+    for (int t = 0; t < 3; t++) free(outs[t]);
+    free(px);
+    case_free(&c);
+}
+
 TEST(vision, refuses_bad_grids_and_a_missing_tower) {
     vision_case c;
     REQUIRE(!case_load("vt-a", "vision/vt-a", &c));

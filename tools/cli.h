@@ -20,7 +20,8 @@ int cmd_chat(int argc, char **argv);   /* tools/chat.c */
 int cmd_draft_vocab(int argc, char **argv); /* tools/draft_vocab.c */
 
 /* qwen35 speed --vision (tools/speed_vision.c). */
-int cli_speed_vision(const int *threads, int n_threads, int side, const char *json_path);
+int cli_speed_vision(const int *threads, int n_threads, int side, const char *json_path, const char *model,
+                     const char *tower_dtype);
 /* The embedded default model's directory (malloc'd). tools/cli_util.c */
 char *cli_default_model(void);
 /* Seconds on the monotonic clock. tools/cli_util.c */

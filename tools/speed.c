@@ -78,9 +78,10 @@ static const char usage[] =
     "  each many rows (the lowest token ids; default 32768; 0: none).\n"
     "  --mmap / --no-mmap: weights served from the mapped file / read into memory on huge pages\n"
     "  (default: in memory where the system offers huge pages and the memory, else mapped).\n"
-    "usage: qwen35 speed --vision [--image-side 448] [-t 1,2] [--json FILE]\n"
+    "usage: qwen35 speed --vision [--image-side 448] [-t 1,2] [--tower-dtype bf16|bfp8] [-m CACHE] [--json FILE]\n"
     "  The vision tower's encode time for one square image at Qwen3.5-9B's tower shapes\n"
-    "  (synthetic BF16 weights; no model needed).\n";
+    "  (synthetic BF16 weights, or their matrices as BFP8; no model needed). With -m, also\n"
+    "  the time to first token that the image adds to a short text prompt on that model.\n";
 
 /* Expected tokens per speculative step with k drafts each accepted with
  * probability a (given the previous one was): 1 + a + a^2 + ... + a^k. */
@@ -210,7 +211,7 @@ typedef struct { int rows; double step_cost, draft_cost, tok_s, speedup, break_e
 typedef struct { int threads; double tok_s, gb_s, pct, bw; } decode_row;
 
 int cmd_speed(int argc, char **argv) {
-    const char *model = NULL, *json_path = NULL;
+    const char *model = NULL, *json_path = NULL, *tower_dtype = NULL;
     int threads[8] = {1, 2}, n_threads = 2, prompts[8] = {254, 512, 2048}, n_prompts = 3, n_decode = 16, spec_k = 1;
     int draft_rows[8] = {32768}, n_draft_rows = 1, depths[8], n_depths = 0;
     depth_row drow[9];
@@ -228,6 +229,7 @@ int cmd_speed(int argc, char **argv) {
         if (!v) { fprintf(stderr, "qwen35 speed: %s needs a value\n%s", k, usage); return 2; }
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--json")) json_path = v;
+        else if (!strcmp(k, "--tower-dtype")) tower_dtype = v;
         else if (!strcmp(k, "--image-side")) { image_side = atoi(v); if (image_side < 32 || image_side % 32 || image_side > 4096) goto bad; }
         else if (!strcmp(k, "-t")) { if ((n_threads = parse_list(v, threads, 8)) <= 0) goto bad; }
         else if (!strcmp(k, "--depth-prompt")) { depth_prompt = atoi(v); if (depth_prompt < 0 || depth_prompt > 8192) goto bad; }
@@ -247,7 +249,8 @@ int cmd_speed(int argc, char **argv) {
         fprintf(stderr, "qwen35 speed: bad value '%s' for %s\n", v, k);
         return 2;
     }
-    if (vision) return cli_speed_vision(threads, n_threads, image_side, json_path);
+    if (tower_dtype && !vision) { fprintf(stderr, "qwen35 speed: --tower-dtype goes with --vision\n%s", usage); return 2; }
+    if (vision) return cli_speed_vision(threads, n_threads, image_side, json_path, model, tower_dtype);
     if (!model) { fprintf(stderr, "qwen35 speed: -m MODEL is required\n%s", usage); return 2; }
 
     int max_prompt = depth_prompt > 64 ? depth_prompt : 64;

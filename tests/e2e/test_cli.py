@@ -255,3 +255,25 @@ def test_speed_reports_speed_and_memory(tmp_path):
         assert "memory: weight files" in p.stdout
     bad = q35("speed", "-m", str(model), "--decode", "1")
     assert bad.returncode == 2 and "--decode" in bad.stderr
+
+
+def test_speed_vision_reports_encode_time_dtype_error_and_added_ttft(tmp_path):
+    """`qwen35 speed --vision` at the 9B tower shapes on a small image: encode time, with --tower-dtype bfp8
+    the output's distance from the BF16 tower's, with -m the time to first token the image adds; bad
+    --tower-dtype values are refused."""
+    out = tmp_path / "vision.json"
+    p = q35("speed", "--vision", "--image-side", "64", "-t", "1", "--tower-dtype", "bfp8", "-m", str(MODELS / "tiny-b"),
+            "--json", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    assert r["tower_dtype"] == "bfp8" and r["patches"] == 16 and r["tokens"] == 4
+    run = r["runs"][0]
+    assert run["threads"] == 1 and run["encode_s"] > 0
+    assert 0 < run["out_rel_rms_vs_bf16"] < 0.5 and 0 < run["out_rel_max_vs_bf16"] < 0.5
+    assert 0 < run["ttft_text_s"] < run["ttft_image_s"]
+    assert abs(run["added_ttft_s"] - (run["ttft_image_s"] - run["ttft_text_s"])) < 1e-3
+    assert "time to first token" in p.stdout
+    bad = q35("speed", "--vision", "--tower-dtype", "fp4")
+    assert bad.returncode == 2 and "--tower-dtype" in bad.stderr
+    bad = q35("speed", "-m", str(MODELS / "tiny-b"), "--tower-dtype", "bfp8")
+    assert bad.returncode == 2 and "--tower-dtype goes with --vision" in bad.stderr

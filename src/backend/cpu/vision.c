@@ -8,7 +8,9 @@
  *     first D/4 angles are r * inv_freq, the next D/4 are c * inv_freq, and
  *     the rotation pairs element i with i + D/2 (rotate_half);
  *   LayerNorm eps 1e-6 everywhere, the MLP's gelu is the tanh form, the
- *     merger's is the exact (erf) one.
+ *     merger's is the exact (erf) one. The tanh form is computed as
+ *     0.5 v (1 + tanh(u)) = v / (1 + exp(-2u)), the same function (one expf
+ *     instead of tanhf, a third of the MLP's non-matmul time).
  * Patches arrive in merge-block order, and positions are computed in that
  * order, so the merger's groups are MS*MS consecutive rows. */
 #include "backend/cpu/vision.h"
@@ -44,6 +46,12 @@ static void add_bias(float *y, const float *b, int64_t rows, int64_t n) {
         for (int64_t i = 0; i < n; i++) y[r * n + i] += b[i];
 }
 
+/* x += y + b, row by row (a loop the compiler vectorizes; an index modulo n did not) */
+static void add_residual(float *x, const float *y, const float *b, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) x[r * n + i] += y[r * n + i] + b[i];
+}
+
 static void layer_norm(float *dst, const float *src, const float *w, const float *b, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; r++) {
         const float *x = src + r * n;
@@ -77,28 +85,55 @@ static void axis_taps(int32_t index, int32_t size, int32_t side, int32_t taps[2]
     }
 }
 
+/* Attention of one frame, one (head, block of ATTN_QBLOCK queries) at a
+ * time, as two products through the kernels' gemm_f32: S = Q K^T with the
+ * head's keys stored transposed, softmax_rows, then O = P V. gemm_f32
+ * computes each row alone (kernels.h), so a query's output does not depend
+ * on its block or on the thread that runs it. (Through the matmul tiles,
+ * with K as the weight matrix, S took as long as O: the tiles' horizontal
+ * sum per output is as costly as the 72 products it sums.) */
+#define ATTN_QBLOCK 64
+
 typedef struct attn_job {
     const q35_kernels *k;
-    const float *qkv; /* (len, 3*VH) of one image, rotated */
-    float *out;       /* (len, VH) */
-    float *scores;    /* (nth, len) */
+    const float *qh;      /* (n_head, len, head_dim): q of each head, rotated */
+    const float *kt;      /* (n_head, head_dim, len): k of each head, rotated, transposed */
+    const float *vh;      /* (n_head, len, head_dim): v of each head */
+    float *out;           /* (len, hidden) */
+    float *scratch;       /* (nth, ATTN_QBLOCK * len) */
     int32_t len, n_head, head_dim, hidden;
     float scale;
 } attn_job;
 
 static void attn_worker(void *p, int ith, int nth) {
     const attn_job *j = p;
+    const int32_t len = j->len, D = j->head_dim;
+    const int64_t n_blk = (len + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
     int64_t lo, hi;
-    q35_split((int64_t)j->n_head * j->len, 1, ith, nth, &lo, &hi);
-    const size_t stride = (size_t)3 * j->hidden;
-    float *scores = j->scores + (size_t)ith * j->len;
-    for (int64_t pair = lo; pair < hi; pair++) {
-        const int32_t hd = (int32_t)(pair / j->len), qi = (int32_t)(pair % j->len);
-        const float *q = j->qkv + (size_t)qi * stride + (size_t)hd * j->head_dim;
-        const float *kk = j->qkv + j->hidden + (size_t)hd * j->head_dim;
-        const float *vv = j->qkv + 2 * (size_t)j->hidden + (size_t)hd * j->head_dim;
-        j->k->attend_heads(j->out + (size_t)qi * j->hidden + (size_t)hd * j->head_dim, (size_t)j->head_dim, q,
-                           (size_t)j->head_dim, 1, kk, vv, stride, j->len, j->head_dim, j->scale, scores);
+    q35_split((int64_t)j->n_head * n_blk, 1, ith, nth, &lo, &hi);
+    float *S = j->scratch + (size_t)ith * ATTN_QBLOCK * len;
+    for (int64_t u = lo; u < hi; u++) {
+        const int32_t hd = (int32_t)(u / n_blk), q0 = (int32_t)(u % n_blk) * ATTN_QBLOCK;
+        const int32_t nq = len - q0 < ATTN_QBLOCK ? len - q0 : ATTN_QBLOCK;
+        j->k->gemm_f32(S, (size_t)len, j->qh + ((size_t)hd * len + q0) * D, (size_t)D, j->kt + (size_t)hd * D * len,
+                       (size_t)len, nq, len, D);
+        j->k->softmax_rows(S, (size_t)len, nq, len, j->scale);
+        j->k->gemm_f32(j->out + (size_t)q0 * j->hidden + (size_t)hd * D, (size_t)j->hidden, S, (size_t)len,
+                       j->vh + (size_t)hd * len * D, (size_t)D, nq, D, len);
+    }
+}
+
+/* q, k and v of one frame's rows (len, 3 * hidden) into attn_job's per-head layouts */
+static void attn_gather(float *qh, float *kt, float *vh, const float *qkv, int32_t len, int32_t n_head, int32_t D,
+                        int32_t hidden) {
+    for (int32_t r = 0; r < len; r++) {
+        const float *row = qkv + (size_t)r * 3 * hidden;
+        for (int32_t hd = 0; hd < n_head; hd++) {
+            memcpy(qh + ((size_t)hd * len + r) * D, row + (size_t)hd * D, sizeof(float) * (size_t)D);
+            memcpy(vh + ((size_t)hd * len + r) * D, row + 2 * (size_t)hidden + (size_t)hd * D, sizeof(float) * (size_t)D);
+            const float *k = row + hidden + (size_t)hd * D;
+            for (int32_t d = 0; d < D; d++) kt[((size_t)hd * D + d) * len + r] = k[d];
+        }
     }
 }
 
@@ -129,11 +164,13 @@ q35_status q35_vision_forward(const q35_host *h, const q35_vision_config *vc, co
     float *x = malloc(sizeof(float) * (size_t)(N * VH)), *ln = malloc(sizeof(float) * (size_t)(N * VH));
     float *big = malloc(sizeof(float) * (size_t)(N * vmax));
     float *att = malloc(sizeof(float) * (size_t)(N * VH)), *cs = malloc(sizeof(float) * (size_t)(N * D / 2));
-    float *sn = malloc(sizeof(float) * (size_t)(N * D / 2)), *scores = malloc(sizeof(float) * (size_t)nth * max_len);
+    float *sn = malloc(sizeof(float) * (size_t)(N * D / 2));
+    float *heads = malloc(sizeof(float) * (size_t)max_len * 3 * VH);
+    float *scratch = malloc(sizeof(float) * (size_t)nth * ATTN_QBLOCK * max_len);
     float *vec = malloc(sizeof(float) * (size_t)(3 * VH + VI + VM + 4 * VH + vc->out_hidden_size));
     float *mbuf = malloc(sizeof(float) * (size_t)(n_out * VM));
     q35_status st = Q35_OK;
-    if (!x || !ln || !big || !att || !cs || !sn || !scores || !vec || !mbuf) {
+    if (!x || !ln || !big || !att || !cs || !sn || !heads || !scratch || !vec || !mbuf) {
         st = q35_fail(err, Q35_ERR_NOMEM, "vision: no memory for %lld patches", (long long)N);
         goto done;
     }
@@ -195,15 +232,16 @@ q35_status q35_vision_forward(const q35_host *h, const q35_vision_config *vc, co
         for (int32_t im = 0; im < n_images; im++) {
             const int32_t len = grid[im][1] * grid[im][2];
             for (int32_t t = 0; t < grid[im][0]; t++, start += len) { /* attention within one frame */
-                attn_job j = {h->k, big + start * 3 * VH, att + start * VH, scores, len, NH, D, VH,
-                              1.0f / sqrtf((float)D)};
+                float *qh = heads, *kt = heads + (size_t)len * VH, *vh = heads + 2 * (size_t)len * VH;
+                attn_gather(qh, kt, vh, big + start * 3 * VH, len, NH, D, VH);
+                attn_job j = {h->k, qh, kt, vh, att + start * VH, scratch, len, NH, D, VH, 1.0f / sqrtf((float)D)};
                 if (h->pool && (int64_t)len * len * VH > 100000) q35_pool_run(h->pool, attn_worker, &j);
                 else attn_worker(&j, 0, 1);
             }
         }
         q35_matmul(h, ln, &B->proj_w, att, N);
         vec_f32(b_proj, &B->proj_b, VH);
-        for (int64_t i = 0; i < N * VH; i++) x[i] += ln[i] + b_proj[i % VH];
+        add_residual(x, ln, b_proj, N, VH);
 
         vec_f32(lnw, &B->norm2_w, VH), vec_f32(lnb, &B->norm2_b, VH);
         layer_norm(ln, x, lnw, lnb, N, VH);
@@ -211,11 +249,11 @@ q35_status q35_vision_forward(const q35_host *h, const q35_vision_config *vc, co
         vec_f32(b_fc1, &B->fc1_b, VI);
         for (int64_t i = 0; i < N * VI; i++) {
             const float v = big[i] + b_fc1[i % VI];
-            big[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+            big[i] = v / (1.0f + expf(-1.5957691216057308f * (v + 0.044715f * v * v * v)));
         }
         q35_matmul(h, ln, &B->fc2_w, big, N);
         vec_f32(b_fc2, &B->fc2_b, VH);
-        for (int64_t i = 0; i < N * VH; i++) x[i] += ln[i] + b_fc2[i % VH];
+        add_residual(x, ln, b_fc2, N, VH);
     }
 
     /* the merger: LayerNorm per patch, MS*MS consecutive patches as one row */
@@ -232,6 +270,6 @@ q35_status q35_vision_forward(const q35_host *h, const q35_vision_config *vc, co
     vec_f32(b_m2, &w->merger_fc2_b, vc->out_hidden_size);
     add_bias(out, b_m2, n_out, vc->out_hidden_size);
 done:
-    free(x), free(ln), free(big), free(att), free(cs), free(sn), free(scores), free(vec), free(mbuf);
+    free(x), free(ln), free(big), free(att), free(cs), free(sn), free(heads), free(scratch), free(vec), free(mbuf);
     return st;
 }

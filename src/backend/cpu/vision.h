@@ -12,9 +12,9 @@
  *   out = fc2(gelu(fc1(concat_{MS x MS}(LN(x)))))   the merger: each group of MS*MS
  *                                                   consecutive rows becomes one
  * Matmuls split their output rows over the pool (compute.h), attention
- * splits (head, query) pairs in fixed ranges, so the output does not depend
- * on the thread count. Scratch is allocated per call: an image is encoded
- * once, outside the token loop. */
+ * splits (head, block of 64 queries) units in fixed ranges (vision.c), so the
+ * output does not depend on the thread count. Scratch is allocated per
+ * call: an image is encoded once, outside the token loop. */
 #ifndef Q35_CPU_VISION_H
 #define Q35_CPU_VISION_H
 

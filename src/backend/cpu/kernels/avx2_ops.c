@@ -20,7 +20,12 @@
  * Attention of the query heads that share a KV head against the KV cache:
  * attend_driver.inc over 8-float vectors (two keys per score tile); each key
  * and value row comes from memory once for the group. Head dims not a
- * multiple of 16 use the reference. */
+ * multiple of 16 use the reference.
+ *
+ * gemm_f32 (the vision tower's attention): register tiles of 6 rows of A by
+ * 16 columns of B, each C element one FMA chain over k. softmax_rows: its
+ * row softmax, with exp as 2^k * p(r) (Cody-Waite reduction by ln 2, a
+ * degree-6 polynomial), eight lanes of fp32 sums. */
 #include "backend/cpu/kernels/kernels.h"
 
 #include <immintrin.h>
@@ -338,5 +343,114 @@ void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float 
         chunk_product(MM_VN, &m, n);
         chunk_product(MM_OUT, &m, n);
         chunk_product(MM_S, &m, DK);
+    }
+}
+
+/* ---- gemm_f32 ---- */
+
+/* Rows [0, mr) of A against columns [0, 16) of B masked to nc, C's tile. */
+ALWAYS_INLINE void gemm_tile_avx2(const int mr, float *C, size_t ldc, const float *A, size_t lda, const float *B,
+                                  size_t ldb, int64_t K, int nc) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc - 8), lane);
+    __m256 acc[6][2];
+    #pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_maskload_ps(B + (size_t)k * ldb, m0), b1 = _mm256_maskload_ps(B + (size_t)k * ldb + 8, m1);
+        #pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const __m256 a = _mm256_broadcast_ss(A + (size_t)r * lda + k);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        _mm256_maskstore_ps(C + (size_t)r * ldc, m0, acc[r][0]);
+        _mm256_maskstore_ps(C + (size_t)r * ldc + 8, m1, acc[r][1]);
+    }
+}
+
+void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                       int64_t N, int64_t K) {
+    for (int64_t n0 = 0; n0 < N; n0 += 16) { /* a 16-column panel of B stays in cache for every row tile */
+        const int nc = N - n0 < 16 ? (int)(N - n0) : 16;
+        for (int64_t m0 = 0; m0 < M; m0 += 6) {
+            float *c = C + (size_t)m0 * ldc + n0;
+            const float *a = A + (size_t)m0 * lda, *b = B + n0;
+            switch (M - m0 < 6 ? (int)(M - m0) : 6) {
+            case 1: gemm_tile_avx2(1, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 2: gemm_tile_avx2(2, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 3: gemm_tile_avx2(3, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 4: gemm_tile_avx2(4, c, ldc, a, lda, b, ldb, K, nc); break;
+            case 5: gemm_tile_avx2(5, c, ldc, a, lda, b, ldb, K, nc); break;
+            default: gemm_tile_avx2(6, c, ldc, a, lda, b, ldb, K, nc); break;
+            }
+        }
+    }
+}
+
+/* ---- softmax_rows ---- */
+
+/* exp(x) for x <= 0 (inputs below -87.3 give 0): x = k ln2 + r, |r| <= ln2/2,
+ * exp(r) by its degree-6 Taylor polynomial (error below 2e-7 relative), times
+ * 2^k built in the exponent bits. */
+ALWAYS_INLINE __m256 exp_nonpos8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float scale) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int64_t n8 = n / 8 * 8;
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - n8)), lane);
+    for (int64_t r = 0; r < rows; r++) {
+        float *s = S + (size_t)r * lds;
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        int64_t c = 0;
+        for (; c < n8; c += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + c), sc);
+            _mm256_storeu_ps(s + c, v);
+            mx = _mm256_max_ps(mx, v);
+        }
+        if (c < n) {
+            __m256 v = _mm256_mul_ps(_mm256_maskload_ps(s + c, tail), sc);
+            _mm256_maskstore_ps(s + c, tail, v);
+            mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), v, _mm256_castsi256_ps(tail)));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const __m256 m = _mm256_set1_ps(_mm_cvtss_f32(m4));
+        __m256 sum = _mm256_setzero_ps();
+        for (c = 0; c < n8; c += 8) {
+            __m256 e = exp_nonpos8(_mm256_sub_ps(_mm256_loadu_ps(s + c), m));
+            _mm256_storeu_ps(s + c, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        if (c < n) {
+            __m256 e = exp_nonpos8(_mm256_sub_ps(_mm256_maskload_ps(s + c, tail), m));
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(tail));
+            _mm256_maskstore_ps(s + c, tail, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        const __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
+        for (c = 0; c < n8; c += 8) _mm256_storeu_ps(s + c, _mm256_mul_ps(_mm256_loadu_ps(s + c), inv));
+        if (c < n) _mm256_maskstore_ps(s + c, tail, _mm256_mul_ps(_mm256_maskload_ps(s + c, tail), inv));
     }
 }

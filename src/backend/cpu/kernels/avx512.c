@@ -407,6 +407,44 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 
 #include "matmul_driver.inc"
 
+/* kernels.h's gemm_f32: register tiles of 8 rows of A by 32 columns of B
+ * (two vectors, masked at the right edge), each C element one FMA chain
+ * over k; a 32-column panel of B stays in cache for every row tile. */
+ALWAYS_INLINE void gemm_tile(const int mr, float *C, size_t ldc, const float *A, size_t lda, const float *B,
+                             size_t ldb, int64_t K, __mmask16 m0, __mmask16 m1) {
+    __m512 acc[8][2];
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + (size_t)k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + (size_t)k * ldb + 16);
+        #pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            const __m512 a = _mm512_set1_ps(A[(size_t)r * lda + k]);
+            acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+        _mm512_mask_storeu_ps(C + (size_t)r * ldc, m0, acc[r][0]);
+        _mm512_mask_storeu_ps(C + (size_t)r * ldc + 16, m1, acc[r][1]);
+    }
+}
+
+static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                     int64_t N, int64_t K) {
+    for (int64_t n0 = 0; n0 < N; n0 += 32) {
+        const int nc = N - n0 < 32 ? (int)(N - n0) : 32;
+        const __mmask16 m0 = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
+        const __mmask16 m1 = nc >= 32 ? (__mmask16)0xffff : nc > 16 ? (__mmask16)((1u << (nc - 16)) - 1) : 0;
+        for (int64_t r0 = 0; r0 < M; r0 += 8) {
+            float *c = C + (size_t)r0 * ldc + n0;
+            const float *a = A + (size_t)r0 * lda, *b = B + n0;
+            DRIVER_CASES_1_TO_8(8, M - r0 < 8 ? (int)(M - r0) : 8, gemm_tile(n_, c, ldc, a, lda, b, ldb, K, m0, m1))
+        }
+    }
+}
+
 /* ---- attention (attend_driver.inc over 16-float vectors, four keys per score tile) ---- */
 
 #define AV __m512
@@ -437,8 +475,10 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 #ifdef Q35_KERNELS_BF16
 const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_row_ref,
                                              q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, attend_heads_isa,
-                                             read_stream, attend_rows_isa};
+                                             read_stream, attend_rows_isa, gemm_f32,
+                                             q35_softmax_rows_avx2};
 #else
 const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
-                                         q35_gdn_chunked_avx2, attend_heads_isa, read_stream, attend_rows_isa};
+                                         q35_gdn_chunked_avx2, attend_heads_isa, read_stream, attend_rows_isa,
+                                         gemm_f32, q35_softmax_rows_avx2};
 #endif

@@ -104,6 +104,24 @@ void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q
                          int32_t R, int32_t G, const float *k, const float *v, size_t kv_stride, int32_t n_keys0,
                          int32_t key_step, int32_t HD, float scale, float *scores);
 
+/* C (M, N) = A (M, K) B (K, N), all row-major fp32, rows lda, ldb, ldc
+ * floats apart: the vision tower's attention products (S = Q K^T with K^T
+ * stored, O = P V). Each C[m][n] is one sum over k in ascending order (the
+ * reference in double, the fast tables one fp32 FMA chain), whatever M, N
+ * and the tiling: a row's result does not depend on the rows beside it,
+ * and the fast tables are within float rounding of the reference,
+ * |dC| <= 1e-5 * sum_k |A[m][k] B[k][n]| in the tests. */
+void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                      int64_t N, int64_t K);
+
+/* Each of rows rows of S (n floats, rows lds floats apart) in place:
+ * s = scale * s, then softmax(s) = exp(s - max s) / sum exp(s - max s).
+ * The reference takes expf and sums in double; the fast tables use a
+ * polynomial exp (about 2e-7 relative on [-87, 0]; below -87.3 it gives
+ * about 1e-38, not 0) and fp32 lanes, within 1e-6 of the reference per
+ * element relative to the row's largest in the tests (about 1e-7 seen). */
+void q35_softmax_rows_ref(float *S, size_t lds, int64_t rows, int64_t n, float scale);
+
 /* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
@@ -115,6 +133,9 @@ void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_s
 void q35_attend_rows_avx2(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
                           int32_t R, int32_t G, const float *k, const float *v, size_t kv_stride, int32_t n_keys0,
                           int32_t key_step, int32_t HD, float scale, float *scores);
+void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float scale);
+void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                       int64_t N, int64_t K);
 
 typedef void (*q35_matmul_n_fn)(int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                                 int64_t n_tok, const int64_t *o0, const int64_t *o1);
@@ -132,6 +153,9 @@ typedef void (*q35_attend_rows_fn)(float *o, size_t o_row, size_t o_stride, cons
                                    size_t kv_stride, int32_t n_keys0, int32_t key_step, int32_t HD, float scale,
                                    float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
+typedef void (*q35_softmax_rows_fn)(float *S, size_t lds, int64_t rows, int64_t n, float scale);
+typedef void (*q35_gemm_f32_fn)(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb,
+                                int64_t M, int64_t N, int64_t K);
 
 /* Reads bytes (a multiple of 4096) from p (64-byte aligned) front to back as
  * fast as the instruction set allows: the widest aligned loads into several
@@ -155,6 +179,8 @@ typedef struct q35_kernels {
     q35_attend_heads_fn attend_heads;
     q35_read_stream_fn read_stream;
     q35_attend_rows_fn attend_rows;
+    q35_gemm_f32_fn gemm_f32;
+    q35_softmax_rows_fn softmax_rows;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

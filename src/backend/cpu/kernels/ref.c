@@ -206,6 +206,30 @@ void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q
                              n_keys0 + r * key_step, HD, scale, scores);
 }
 
+void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
+                      int64_t N, int64_t K) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; k++) acc += (double)A[m * lda + k] * B[k * ldb + n];
+            C[m * ldc + n] = (float)acc;
+        }
+}
+
+void q35_softmax_rows_ref(float *S, size_t lds, int64_t rows, int64_t n, float scale) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *s = S + (size_t)r * lds, mx = -INFINITY;
+        for (int64_t c = 0; c < n; c++) {
+            s[c] *= scale;
+            if (s[c] > mx) mx = s[c];
+        }
+        double sum = 0.0;
+        for (int64_t c = 0; c < n; c++) s[c] = expf(s[c] - mx), sum += s[c];
+        const float inv = (float)(1.0 / sum);
+        for (int64_t c = 0; c < n; c++) s[c] *= inv;
+    }
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -216,4 +240,4 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
 
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
                                      q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref,
-                                     q35_attend_rows_ref};
+                                     q35_attend_rows_ref, q35_gemm_f32_ref, q35_softmax_rows_ref};
