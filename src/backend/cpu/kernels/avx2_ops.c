@@ -24,8 +24,8 @@
  *
  * gemm_f32 (the vision tower's attention): register tiles of 6 rows of A by
  * 16 columns of B, each C element one FMA chain over k. softmax_rows: its
- * row softmax, with exp as 2^k * p(r) (Cody-Waite reduction by ln 2, a
- * degree-6 polynomial), eight lanes of fp32 sums. */
+ * row softmax, with attention's exp (attend_driver.inc), eight lanes of fp32
+ * sums. */
 #include "backend/cpu/kernels/kernels.h"
 
 #include <immintrin.h>
@@ -394,26 +394,7 @@ void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const f
 
 /* ---- softmax_rows ---- */
 
-/* exp(x) for x <= 0 (inputs below -87.3 give 0): x = k ln2 + r, |r| <= ln2/2,
- * exp(r) by its degree-6 Taylor polynomial (error below 2e-7 relative), times
- * 2^k built in the exponent bits. */
-ALWAYS_INLINE __m256 exp_nonpos8(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
+/* exp: attend_driver.inc's att_exp_neg (e^x for x <= 0, within 1.3 ulp; 0 below -87.34) */
 void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float scale) {
     const __m256 sc = _mm256_set1_ps(scale);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -439,12 +420,12 @@ void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float 
         const __m256 m = _mm256_set1_ps(_mm_cvtss_f32(m4));
         __m256 sum = _mm256_setzero_ps();
         for (c = 0; c < n8; c += 8) {
-            __m256 e = exp_nonpos8(_mm256_sub_ps(_mm256_loadu_ps(s + c), m));
+            __m256 e = att_exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + c), m));
             _mm256_storeu_ps(s + c, e);
             sum = _mm256_add_ps(sum, e);
         }
         if (c < n) {
-            __m256 e = exp_nonpos8(_mm256_sub_ps(_mm256_maskload_ps(s + c, tail), m));
+            __m256 e = att_exp_neg(_mm256_sub_ps(_mm256_maskload_ps(s + c, tail), m));
             e = _mm256_and_ps(e, _mm256_castsi256_ps(tail));
             _mm256_maskstore_ps(s + c, tail, e);
             sum = _mm256_add_ps(sum, e);
