@@ -26,7 +26,17 @@ What it does, on a work copy of --demo:
      --report and, only when the exact-answer accuracy reaches --min-exact, installs the checkpoint in --out
      (default --demo) with training_log.json's "vision" entry and the first held-out images as test data
      (--test-images).
-Deterministic for a given seed and --threads.
+With --train-lm (an experiment; it changes the text model, so --out must name another directory) the language
+model and the MTP head are trained too, jointly with the tower: each step adds to the image loss --text-weight
+times the demo's own objective (LM loss + 0.5 * MTP loss) on --text-batch windows of --text-ctx tokens of the
+demo's training text (train_demo_model.py: the corpus without its held-out files, plus its chat conversations;
+models/qwen35-demo-eval.txt is never trained on). It then also measures, on that held-out text, the perplexity,
+MTP acceptance and KL divergence from --demo of the old and new model (transformers, and `qwen35 eval` with
+--engine) and the reply of `qwen35 chat` to a few messages from both.
+
+    nice -n 10 python3 scripts/train_demo_vision.py --train-lm --out /work/demo-vl-try --min-exact 0 \
+        --test-images '' --steps 500 --max-minutes 15 --held-out 100 --engine build/qwen35
+Deterministic for a given seed and --threads (with --max-minutes: for the step it stopped at, --stop-after).
 """
 
 import argparse
@@ -409,27 +419,80 @@ def parse_args():
     ap.add_argument("--n-test-images", type=int, default=4)
     ap.add_argument("--eval-only", action="store_true", help="re-measure the saved tower")
     ap.add_argument("--write-template", metavar="PATH", help="only write CHAT_TEMPLATE to PATH")
+    ap.add_argument("--train-lm", action="store_true", help="train the language model and MTP head too, on the "
+                    "image task mixed with the demo's text objective (needs --out other than --demo)")
+    ap.add_argument("--lm-lr", type=float, default=5e-4, help="peak learning rate of the language model and MTP head")
+    ap.add_argument("--text-weight", type=float, default=1.0)
+    ap.add_argument("--text-batch", type=int, default=4)
+    ap.add_argument("--text-ctx", type=int, default=128)
+    ap.add_argument("--corpus", default=tdm.DEFAULT_CORPUS)
+    ap.add_argument("--eval-text", default="models/qwen35-demo-eval.txt", help="held-out text for the text measures")
+    ap.add_argument("--max-minutes", type=float, default=0, help="stop training after this many minutes")
+    ap.add_argument("--stop-after", type=int, default=0, help="stop training after this step (schedule kept)")
     a = ap.parse_args()
+    if a.train_lm and (not a.out or os.path.realpath(a.out) == os.path.realpath(a.demo)):
+        ap.error("--train-lm changes the text model: --out must name a directory other than --demo")
     if a.steps < 1 or a.batch < 1 or a.threads < 1 or a.held_out < 1 or a.lr <= 0:
         ap.error("--steps, --batch, --threads and --held-out must be positive, --lr too")
     return a
 
 
+def text_stream(demo, corpus, seed):
+    """The demo's training text as train_demo_model.py builds it (the corpus without its held-out files, plus its
+    chat conversations), tokenized with the demo's tokenizer in a seeded document order, <|endoftext|> between."""
+    import torch
+    from tokenizers import Tokenizer
+    train_texts, _, pairs, _ = tdm.load_corpus(corpus)
+    tok = Tokenizer.from_file(os.path.join(demo, "tokenizer.json"))
+    docs = train_texts + tdm.chat_documents(pairs)
+    eot = tok.token_to_id("<|endoftext|>")
+    stream = []
+    for i in torch.randperm(len(docs), generator=torch.Generator().manual_seed(seed)).tolist():
+        stream += tok.encode(docs[i]).ids + [eot]
+    return torch.tensor(stream, dtype=torch.long)
+
+
+def load_mtp(model, demo):
+    """train_demo_model's MTP head (fp32) with the weights of demo's checkpoint."""
+    from safetensors.torch import load_file
+    mtp = tdm.make_mtp_module(model)
+    tensors = load_file(os.path.join(demo, "model.safetensors"))
+    mtp.load_state_dict({k[4:]: v.float() for k, v in tensors.items() if k.startswith("mtp.")}, strict=True)
+    return mtp
+
+
 def train(a, demo, cfg_dict, pr, log):
     import torch
     model = build_model(demo, cfg_dict, a.seed)
+    mtp = None
     for name, p in model.named_parameters():
-        p.requires_grad_(name.startswith("model.visual."))
-    params = [p for p in model.parameters() if p.requires_grad]
-    log["tower_params"] = sum(p.numel() for p in params)
-    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
+        p.requires_grad_(a.train_lm or name.startswith("model.visual."))
+    groups = [dict(params=[p for n, p in model.named_parameters() if n.startswith("model.visual.")], peak=a.lr)]
+    log["tower_params"] = sum(p.numel() for p in groups[0]["params"])
+    if a.train_lm:
+        mtp = load_mtp(model, demo)
+        mtp.train()
+        text = tdm.Trainer(model, mtp)
+        data = text_stream(demo, a.corpus, a.seed)
+        tgen = torch.Generator().manual_seed(a.seed + 4)
+        groups.append(dict(params=[p for n, p in model.named_parameters() if not n.startswith("model.visual.")]
+                           + list(mtp.parameters()), peak=a.lm_lr))
+        log.update(train_lm=True, lm_lr=a.lm_lr, text_weight=a.text_weight, text_batch=a.text_batch,
+                   text_ctx=a.text_ctx, text_stream_tokens=len(data))
+    params = [p for g in groups for p in g["params"]]
+    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = random.Random(a.seed)
-    keys, curve, t0, run = set(), [], time.time(), []
+    keys, curve, t0, run, run_text = set(), [], time.time(), [], []
     model.train()
-    for step in range(1, a.steps + 1):
-        lr = a.lr * min(1.0, step / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.steps)))
+    end = a.stop_after or a.steps
+    for step in range(1, end + 1):
+        if a.max_minutes and time.time() - t0 > 60 * a.max_minutes:
+            log["stopped_early"] = f"--max-minutes stopped training after {step - 1} of {a.steps} steps"
+            print(log["stopped_early"], flush=True)
+            break
+        scale = min(1.0, step / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.steps)))
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = g["peak"] * scale
         size = (rng.randint(40, 128), rng.randint(40, 128))  # one canvas per step: prompts of one length
         items = [draw(rng, size) for _ in range(a.batch)]
         keys.update(image_key(i) for i, _, _ in items)
@@ -437,17 +500,92 @@ def train(a, demo, cfg_dict, pr, log):
         ids, lab, pixels, grids = pr.batch([i for i, _, _ in items], qs, [answer(c, s) for _, c, s in items])
         logits = forward(model, pr, ids, pixels, grids)
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), lab[:, 1:].flatten(), ignore_index=-100)
+        run.append(loss.item())
+        if a.train_lm:
+            starts = torch.randint(0, len(data) - a.text_ctx - 1, (a.text_batch,), generator=tgen).tolist()
+            lm, mt = text.losses(torch.stack([data[s:s + a.text_ctx] for s in starts]))
+            run_text.append((lm.item(), mt.item()))
+            loss = loss + a.text_weight * (lm + 0.5 * mt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        run.append(loss.item())
         if step % 10 == 0 or step == 1:
-            curve.append(dict(step=step, minutes=round((time.time() - t0) / 60, 2), loss=round(sum(run) / len(run), 4)))
-            print(f"step {step} loss {curve[-1]['loss']:.4f} lr {lr:.2e} {curve[-1]['minutes']:.1f} min", flush=True)
-            run = []
+            e = dict(step=step, minutes=round((time.time() - t0) / 60, 2), loss=round(sum(run) / len(run), 4))
+            if run_text:
+                e.update(text_lm=round(sum(x for x, _ in run_text) / len(run_text), 4),
+                         text_mtp=round(sum(y for _, y in run_text) / len(run_text), 4))
+            curve.append(e)
+            print(f"step {step} {e} lr {scale:.3f} x peak", flush=True)
+            run, run_text = [], []
     log.update(train_seconds=round(time.time() - t0, 1), train_images=len(keys), curve=curve)
-    return model, keys
+    return model, mtp, keys
+
+
+def save_all(model, mtp, demo, before):
+    """Every tensor of the checkpoint from the trained model (in its stored dtype), the tower as save_tower
+    writes it; the names, shapes and dtypes of the text tensors checked against `before`. Returns how many of
+    them changed."""
+    import torch
+    from safetensors.torch import save_file
+    path = os.path.join(demo, "model.safetensors")
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("model.visual.")}
+    state.update({"mtp." + k: v for k, v in mtp.state_dict().items()})
+    dtypes = dict(BF16=torch.bfloat16, F32=torch.float32)
+    text_keys = {k for k in before[0] if k.startswith(FROZEN)}
+    assert text_keys == set(state), sorted(text_keys ^ set(state))
+    tensors = {k: state[k].detach().to(dtypes[before[0][k]["dtype"]]).contiguous() for k in text_keys}
+    for k, v in model.model.visual.state_dict().items():
+        tensors["model.visual." + k] = v.detach().to(torch.bfloat16).contiguous()
+    save_file(dict(sorted(tensors.items())), path, metadata=before[2])
+    header, raw, _ = read_raw(path)
+    for k in text_keys:
+        assert header[k]["dtype"] == before[0][k]["dtype"] and header[k]["shape"] == before[0][k]["shape"], k
+    return sum(raw[k] != before[1][k] for k in text_keys)
+
+
+def text_measures(old_dir, new_dir, eval_path, ctx=256):
+    """On the held-out text (consecutive windows of ctx tokens, each from an empty state, as train_demo_model's
+    evaluate): each model's loss, perplexity and MTP acceptance at temperature 0, and the mean KL divergence
+    KL(old || new) of the next-token distributions and their top-1 agreement."""
+    import torch
+    import torch.nn.functional as F
+    from tokenizers import Tokenizer
+    with open(eval_path, encoding="utf-8") as f:
+        eval_ids = Tokenizer.from_file(os.path.join(old_dir, "tokenizer.json")).encode(f.read()).ids
+    trs = [tdm.Trainer(*tdm.load_checkpoint(d, torch.float32)) for d in (old_dir, new_dir)]
+    nll, acc, kl, agree, n = [0.0, 0.0], [0, 0], 0.0, 0, 0
+    with torch.no_grad():
+        for w in range(len(eval_ids) // ctx):
+            ids = torch.tensor(eval_ids[w * ctx:(w + 1) * ctx])[None]
+            lps = []
+            for i, tr in enumerate(trs):
+                logits, dlogits = tr.forward(ids)
+                lp = torch.log_softmax(logits[0, :-1].float(), -1)
+                nll[i] += float(-lp.gather(1, ids[0, 1:, None]).sum())
+                acc[i] += int((dlogits[0].argmax(-1) == logits[0, 1:].argmax(-1)).sum())
+                lps.append(lp)
+            kl += float((lps[0].exp() * (lps[0] - lps[1])).sum())
+            agree += int((lps[0].argmax(-1) == lps[1].argmax(-1)).sum())
+            n += ctx - 1
+    out = {name: dict(loss=round(nll[i] / n, 4), ppl=round(math.exp(nll[i] / n), 2), mtp_acceptance=round(acc[i] / n, 4))
+           for i, name in enumerate(("old", "new"))}
+    return out | dict(tokens=n, ctx=ctx, kl_old_new=round(kl / n, 4), top1_agreement=round(agree / n, 4))
+
+
+CHAT_MESSAGES = ["What is a dictionary?", "How do I open a file?", "hello"]
+
+
+def engine_text(engine, old_dir, new_dir, eval_path):
+    """`qwen35 eval` of the new model against the old on the held-out text, and `qwen35 chat` replies of both."""
+    r = subprocess.run([engine, "eval", "-m", new_dir, "--text", eval_path, "--kld-base", old_dir, "--ctx", "256",
+                        "-t", "1", "--json"], capture_output=True, text=True, check=True)
+    out = dict(eval=json.loads(r.stdout), chat={})
+    for name, d in (("old", old_dir), ("new", new_dir)):
+        r = subprocess.run([engine, "chat", "-m", d, "--temp", "0", "-n", "40", "-t", "1"],
+                           input="\n".join(CHAT_MESSAGES) + "\n/quit\n", capture_output=True, text=True, check=True)
+        out["chat"][name] = r.stdout
+    return out
 
 
 INSTALLED = ("config.json", "model.safetensors", "preprocessor_config.json", "chat_template.jinja",
@@ -502,8 +640,11 @@ def main():
                     f.write("\n")
                 shutil.rmtree(demo)
                 return
-        model, keys = train(a, demo, cfg_dict, pr, log)
-        log["frozen_tensors_unchanged"] = save_tower(model, demo, before)
+        model, mtp, keys = train(a, demo, cfg_dict, pr, log)
+        if a.train_lm:
+            log["text_tensors_changed"] = save_all(model, mtp, demo, before)
+        else:
+            log["frozen_tensors_unchanged"] = save_tower(model, demo, before)
         _, raw, _ = read_raw(st_path)
         log["tower_bytes"] = sum(len(v) for k, v in raw.items() if k.startswith("model.visual."))
     pr = Prompts(demo)
@@ -523,6 +664,12 @@ def main():
         log["photo_like_engine"] = eval_engine(a.engine, demo, pr, [(photo, "", "")], tmp)[0]["said"]
         print("engine:", log["held_out_engine"], "same answers:", log["engine_equals_transformers"], flush=True)
         shutil.rmtree(tmp)
+    if a.train_lm or log.get("train_lm"):
+        log["text"] = text_measures(a.demo, demo, a.eval_text)
+        print("text:", log["text"], flush=True)
+        if a.engine:
+            log["text_engine"] = engine_text(a.engine, a.demo, demo, a.eval_text)
+            print("engine text:", json.dumps(log["text_engine"], indent=1), flush=True)
     full_log["vision"] = log
     with open(log_path, "w") as f:
         json.dump(full_log, f, indent=1)
@@ -535,7 +682,8 @@ def main():
         shutil.rmtree(demo)
         raise SystemExit(f"held-out exact-answer accuracy {exact:.3f} < --min-exact {a.min_exact}: {out} is left "
                          f"as it was (the measures are in {a.report})")
-    for name in INSTALLED:
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(demo) if log.get("train_lm") else INSTALLED:
         shutil.copy(os.path.join(demo, name), os.path.join(out, name))
     shutil.rmtree(demo)
     if a.test_images:
