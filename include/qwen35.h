@@ -264,7 +264,8 @@ q35_status q35_detokenize(const q35_tokenizer *tok, const int32_t *ids, size_t n
 typedef enum q35_chat_variant {
     Q35_CHAT_QWEN35_SMALL = 0, /* Qwen3.5-0.8B's: thinks only when enable_thinking is true */
     Q35_CHAT_QWEN35_9B = 1,    /* Qwen3.5-9B's: thinks unless enable_thinking is false */
-    Q35_CHAT_DEMO = 2,         /* models/qwen35-demo's ChatML (no tools, never opens <think>) */
+    Q35_CHAT_DEMO = 2,         /* models/qwen35-demo's ChatML (no tools, never opens <think>, no images) */
+    Q35_CHAT_DEMO_VISION = 3,  /* the same with image parts (scripts/train_demo_vision.py CHAT_TEMPLATE) */
 } q35_chat_variant;
 
 typedef struct q35_chat_options {

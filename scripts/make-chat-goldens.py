@@ -9,6 +9,11 @@ apply_chat_template with
   qwen3.5-0.8b  tests/data/chat/qwen35_chat_template.jinja
   qwen3.5-9b    tests/data/chat/qwen35_9b_chat_template.jinja
   demo          models/qwen35-demo/chat_template.jinja
+  demo-vision   tests/data/chat/demo_vision_chat_template.jinja (the same with image parts; written by
+                scripts/train_demo_vision.py --write-template)
+
+and a grid of image conversations (image parts of type image and image_url, before, between and after text,
+two in one message, one in a follow-up turn, add_vision_id) rendered by the same templates.
 
 The expected text (or the template's error message) is recorded; the C
 renderer must match it byte for byte (tests/test_chat.c).
@@ -28,6 +33,7 @@ TEMPLATES = {
     "qwen3.5-0.8b": os.path.join(CHAT, "qwen35_chat_template.jinja"),
     "qwen3.5-9b": os.path.join(CHAT, "qwen35_9b_chat_template.jinja"),
     "demo": os.path.join(ROOT, "models", "qwen35-demo", "chat_template.jinja"),
+    "demo-vision": os.path.join(CHAT, "demo_vision_chat_template.jinja"),
 }
 ABSENT = object()
 
@@ -66,11 +72,38 @@ def thinking_grid(g):
     return out
 
 
+def image_grid():
+    img = {"type": "image"}
+    url = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    txt = lambda t: {"type": "text", "text": t}
+    u = lambda c: {"role": "user", "content": c}
+    convs = [
+        [u([img, txt("What is in the image?")])],
+        [u([url, txt(" What is this? ")])],
+        [u([txt("Compare"), img, txt("with"), url, txt("please.")])],
+        [{"role": "system", "content": "Be brief."}, u([img, img])],
+        [u([img, txt("What is it?")]), {"role": "assistant", "content": "A red circle."},
+         u([txt("And this one?"), url])],
+        [u([{"type": "video"}, img, txt("x")])],
+    ]
+    out = []
+    for conv in convs:
+        for vid in (False, True):
+            for think in (ABSENT, False):
+                case = dict(messages=copy.deepcopy(conv), add_generation_prompt=True)
+                if vid:
+                    case["add_vision_id"] = True
+                if think is not ABSENT:
+                    case["enable_thinking"] = think
+                out.append(case)
+    return out
+
+
 def main():
     from transformers import PreTrainedTokenizerFast
     g = load_goldens_module()
     hf = PreTrainedTokenizerFast(tokenizer_file=os.path.join(ROOT, "tests", "data", "tokenizer", "toy35", "tokenizer.json"))
-    cases = g.chat_cases() + thinking_grid(g)
+    cases = g.chat_cases() + thinking_grid(g) + image_grid()
     out = []
     for name, path in TEMPLATES.items():
         with open(path, encoding="utf-8") as f:

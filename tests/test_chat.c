@@ -67,20 +67,21 @@ TEST(chat, golden_renders) {
 }
 
 /* tests/data/chat/variants.json (scripts/make-chat-goldens.py): the 0.8B's,
- * the 9B's and the demo model's templates, enable_thinking absent, true,
- * false and null. */
+ * the 9B's, the demo model's and its vision templates, enable_thinking
+ * absent, true, false and null, and image conversations. */
 TEST(chat, golden_variant_renders) {
     json_error_t je;
     json_t *cases = json_load_file(q35_test_path("chat/variants.json"), 0, &je);
     REQUIRE_MSG(json_is_array(cases), "chat/variants.json: %s", je.text);
     static const struct { const char *name; int variant; } names[] = {
-        {"qwen3.5-0.8b", Q35_CHAT_QWEN35_SMALL}, {"qwen3.5-9b", Q35_CHAT_QWEN35_9B}, {"demo", Q35_CHAT_DEMO}};
-    size_t i, same = 0, per[3] = {0};
+        {"qwen3.5-0.8b", Q35_CHAT_QWEN35_SMALL}, {"qwen3.5-9b", Q35_CHAT_QWEN35_9B}, {"demo", Q35_CHAT_DEMO},
+        {"demo-vision", Q35_CHAT_DEMO_VISION}};
+    size_t i, same = 0, per[4] = {0};
     json_t *c;
     json_array_foreach(cases, i, c) {
         const char *tname = json_string_value(json_object_get(c, "template"));
         int variant = -1;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             if (tname && !strcmp(tname, names[k].name)) { variant = names[k].variant; per[k]++; }
         REQUIRE_MSG(variant >= 0, "case %zu: template %s", i, tname ? tname : "?");
         char *messages = json_dumps(json_object_get(c, "messages"), JSON_COMPACT | JSON_ENCODE_ANY);
@@ -97,7 +98,8 @@ TEST(chat, golden_variant_renders) {
         q35_status st = q35_chat_render(messages, tools, &opt, &text, &err);
         const char *want = json_string_value(json_object_get(c, "expected"));
         const char *want_err = json_string_value(json_object_get(c, "error"));
-        if (variant != Q35_CHAT_DEMO && string_arguments_case(c)) {
+        bool demo = variant == Q35_CHAT_DEMO || variant == Q35_CHAT_DEMO_VISION;
+        if (!demo && string_arguments_case(c)) {
             CHECK(st == Q35_OK && text && strstr(text, "<parameter=as>\nstring\n</parameter>\n"));
             same++;
         } else if (want) {
@@ -106,7 +108,7 @@ TEST(chat, golden_variant_renders) {
                                st ? err.msg : "", text ? text : "", want);
         } else {
             bool ok = st == Q35_ERR_ARG && (strstr(err.msg, want_err) || !strncmp(want_err, "Cannot apply", 12) ||
-                                            variant == Q35_CHAT_DEMO);
+                                            demo);
             if (ok) same++;
             else q35_test_fail(__FILE__, __LINE__, "case %zu (%s): want error \"%s\", got %s \"%s\"", i, tname, want_err,
                                q35_status_name(st), err.msg);
@@ -118,7 +120,7 @@ TEST(chat, golden_variant_renders) {
         free(tools);
     }
     printf("    chat/variants.json: %zu/%zu renders equal transformers'\n", same, json_array_size(cases));
-    for (int k = 0; k < 3; k++) CHECK(per[k] >= 200);
+    for (int k = 0; k < 4; k++) CHECK(per[k] >= 200);
     json_decref(cases);
 }
 
@@ -154,6 +156,18 @@ TEST(chat, identify_templates_by_hash) {
         CHECK(!strcmp(path, cfg));
     }
     remove(cfg);
+    /* the demo's template with image parts, as a checkpoint's chat_template.jinja */
+    free(text);
+    REQUIRE(q35_read_file(q35_test_path("chat/demo_vision_chat_template.jinja"), &text, &len, &err) == Q35_OK);
+    char *jinja = q35_path_join(tmp, "chat_template.jinja");
+    FILE *f = fopen(jinja, "wb");
+    REQUIRE(f && fwrite(text, 1, len, f) == len);
+    fclose(f);
+    REQUIRE(q35_chat_identify(tmp, &v, path, sizeof path, hex, &err) == Q35_OK);
+    CHECK_EQ_INT(v, Q35_CHAT_DEMO_VISION);
+    CHECK(!strcmp(hex, "2781d0707add9f1f41d46053d76ded4924989704959204a0ad15fd11e34985e2"));
+    remove(jinja);
+    free(jinja);
     rmdir(tmp);
     free(cfg);
     free(text);

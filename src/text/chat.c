@@ -347,12 +347,17 @@ static bool render_messages(render *r, const json_t *messages, const json_t *too
     return true;
 }
 
-/* The demo model's ChatML template (models/qwen35-demo/chat_template.jinja):
+/* The demo model's ChatML template (models/qwen35-demo/chat_template.jinja),
+ * and with `vision` the same template with image parts (Q35_CHAT_DEMO_VISION):
  * each message as <|im_start|>role\ncontent|trim<|im_end|>\n, content
- * being a string, none (''), or the concatenated text of its parts whose
- * type is 'text'; no tools, no reasoning; the generation prompt writes an
- * empty think block only when enable_thinking is false. */
-static bool render_demo(render *r, const json_t *messages) {
+ * being a string, none (''), or its parts concatenated: a part of type
+ * 'text' as its text, one of type 'image' or 'image_url' (with `vision`) as
+ * the image block, after "Picture N: " with add_vision_id (N counts the
+ * conversation's images), any other part as nothing; without `vision` (the
+ * text-only template) image parts are nothing too. No tools, no
+ * reasoning; the generation prompt writes an empty think block only when
+ * enable_thinking is false. */
+static bool render_demo(render *r, const json_t *messages, bool vision) {
     size_t n = json_array_size(messages);
     if (n == 0) return fail(r, "No messages provided.");
     for (size_t i = 0; i < n; i++) {
@@ -368,7 +373,14 @@ static bool render_demo(render *r, const json_t *messages) {
             size_t j;
             json_t *part;
             json_array_foreach(content, j, part) {
-                if (!json_is_object(part) || !str_is(part, "type", "text")) continue;
+                if (!json_is_object(part)) continue;
+                if (vision && (str_is(part, "type", "image") || str_is(part, "type", "image_url"))) {
+                    if (r->opt->add_vision_id) q35_buf_printf(&text, "Picture %d: ", ++r->image_count);
+                    else r->image_count++;
+                    q35_buf_puts(&text, "<|vision_start|><|image_pad|><|vision_end|>");
+                    continue;
+                }
+                if (!str_is(part, "type", "text")) continue;
                 json_t *t = json_object_get(part, "text"); /* undefined: '' */
                 if (t && !q35_py_str(t, &text)) ok = fail(r, "a text part's text is not a string");
             }
@@ -392,7 +404,8 @@ static bool render_demo(render *r, const json_t *messages) {
 int q35_chat_thinks(const q35_chat_options *opt) {
     switch (opt->variant) {
     case Q35_CHAT_QWEN35_9B: return opt->enable_thinking >= 0;
-    case Q35_CHAT_DEMO: return 0;
+    case Q35_CHAT_DEMO:
+    case Q35_CHAT_DEMO_VISION: return 0;
     default: return opt->enable_thinking > 0;
     }
 }
@@ -402,6 +415,7 @@ static const struct { const char *sha256; int variant; } known_templates[] = {
     {"ad22cb6365e58696ffc10f1fbfc5f09b8762d0486df899e8f18b0491906e0b21", Q35_CHAT_QWEN35_SMALL}, /* Qwen3.5-0.8B */
     {"a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715", Q35_CHAT_QWEN35_9B},    /* Qwen3.5-9B */
     {"9d002d01b7392892fe37a3ea70ee8f3ce5745319bb4208d01ab88440634f2259", Q35_CHAT_DEMO},         /* models/qwen35-demo */
+    {"2781d0707add9f1f41d46053d76ded4924989704959204a0ad15fd11e34985e2", Q35_CHAT_DEMO_VISION},  /* the same with images */
 };
 
 /* tokenizer_config.json's chat_template: a string, or a list of {name, template} (the "default" one). */
@@ -466,7 +480,8 @@ q35_status q35_chat_render(const char *messages_json, const char *tools_json, co
         return q35_fail(err, Q35_ERR_ARG, "chat: tools are not valid JSON: %s", je.text);
     }
     render r = {.opt = opt ? opt : &defaults, .err = err};
-    bool ok = r.opt->variant == Q35_CHAT_DEMO ? render_demo(&r, messages) : render_messages(&r, messages, tools);
+    bool demo = r.opt->variant == Q35_CHAT_DEMO || r.opt->variant == Q35_CHAT_DEMO_VISION;
+    bool ok = demo ? render_demo(&r, messages, r.opt->variant == Q35_CHAT_DEMO_VISION) : render_messages(&r, messages, tools);
     json_decref(messages);
     json_decref(tools);
     if (!ok) {
