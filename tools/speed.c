@@ -179,14 +179,15 @@ static int time_depths(q35_engine *e, const int *depths, int n_depths, int n_dec
         else if (depths[i] == max_d) kb1 = status_kb("RssAnon");
     *bytes_per_1k = max_d > 0 ? (double)(kb1 - kb0) * 1024.0 / max_d * 1024.0 : 0;
     double *dt = malloc(sizeof(double) * (size_t)n_decode);
-    if (!dt) rc = -1;
+    float *logits = malloc(sizeof(float) * (size_t)q35_engine_info(e)->vocab_size); /* a step reads lm_head too */
+    if (!dt || !logits) rc = -1;
     for (int i = 0; i <= n_depths && !rc; i++) {
         depth_row *r = &out[i];
         r->depth = i ? depths[i - 1] : 0;
         if (q35_session_fill_random(s, r->depth, 1, err)) { rc = -1; break; }
         for (int k = 0; k < n_decode && !rc; k++) {
             double t0 = cli_now();
-            if (q35_session_eval(s, toks + k, 1, NULL, 0, err)) rc = -1;
+            if (q35_session_eval(s, toks + k, 1, logits, 0, err)) rc = -1;
             dt[k] = cli_now() - t0;
         }
         if (rc) break;
@@ -195,13 +196,14 @@ static int time_depths(q35_engine *e, const int *depths, int n_depths, int n_dec
         if (depth_prompt) {
             if (q35_session_fill_random(s, r->depth, 1, err)) { rc = -1; break; }
             double t0 = cli_now();
-            if (q35_session_eval(s, toks, depth_prompt, NULL, 0, err)) { rc = -1; break; }
+            if (q35_session_eval(s, toks, depth_prompt, logits, 0, err)) { rc = -1; break; }
             r->prompt_tok_s = depth_prompt / (cli_now() - t0);
         }
         fprintf(stderr, "depth %d: decode %.2f tok/s (%.0f%% of depth 0), prompt of %d tokens %.2f tok/s\n", r->depth,
                 r->decode_tok_s, 100.0 * r->decode_tok_s / out[0].decode_tok_s, depth_prompt, r->prompt_tok_s);
     }
     free(dt);
+    free(logits);
     q35_session_free(s);
     return rc;
 }
