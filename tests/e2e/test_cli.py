@@ -257,6 +257,32 @@ def test_speed_reports_speed_and_memory(tmp_path):
     assert bad.returncode == 2 and "--decode" in bad.stderr
 
 
+def test_speed_reports_context_depths(tmp_path):
+    """`qwen35 speed --depth`: decode and a prompt after that many positions of (random) context, against
+    depth 0, and the memory a session takes per 1k positions: the demo's fp32 KV cache is 2 attention layers x
+    (K, V) x 2 KV heads x 32 x 4 bytes = 1 KiB per position, 1 MiB per 1k."""
+    out = tmp_path / "speed.json"
+    p = q35("speed", "-m", str(DEMO), "-t", "1", "--prompt", "16", "--decode", "4", "--spec-k", "0",
+            "--draft-rows", "0", "--depth", "4096,16384", "--depth-prompt", "64", "--json", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    assert [d["depth"] for d in r["depth"]] == [0, 4096, 16384]
+    assert r["depth"][0]["decode_vs_depth0"] == 1
+    for d in r["depth"]:
+        assert d["decode_tok_s"] > 0 and d["prompt_tokens"] == 64 and d["prompt_tok_s"] > 0
+    # measured as resident growth: at least the cache itself, and at most one more 2 MiB huge page for each of
+    # the 8 head regions (2 layers x K, V x 2 heads) that the 16 MiB of the fills end inside
+    assert 1024 * 1024 <= r["context_bytes_per_1k"] <= (16 + 8 * 2) / 16 * 1024 * 1024, r["context_bytes_per_1k"]
+    assert "depth 16384" in p.stdout and "context memory" in p.stdout
+    p = q35("speed", "-m", str(DEMO), "-t", "1", "--prompt", "16", "--decode", "4", "--spec-k", "0",
+            "--draft-rows", "0", "--depth", "256", "--depth-prompt", "0", "--json", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert all(d["prompt_tok_s"] == 0 for d in json.loads(out.read_text())["depth"])
+    for bad in (["--depth", "0"], ["--depth", "8k"], ["--depth-prompt", "9000"]):
+        p = q35("speed", "-m", str(DEMO), *bad)
+        assert p.returncode == 2 and bad[0] in p.stderr, (bad, p.stderr)
+
+
 def test_speed_vision_reports_encode_time_dtype_error_and_added_ttft(tmp_path):
     """`qwen35 speed --vision` at the 9B tower shapes on a small image: encode time, with --tower-dtype bfp8
     the output's distance from the BF16 tower's, with -m the time to first token the image adds; bad
