@@ -253,8 +253,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 #define BFP_GEMV_PANELS 2
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
 
-ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t panel_bytes, int64_t n_in,
-                                 const act_q8 *a, float *y) {
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
+    (void)nt, (void)n_out; /* one token (BFP_GEMV_TOKENS is 1: 16 registers hold no more) */
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int block_bytes = is4 ? 128 : 256;

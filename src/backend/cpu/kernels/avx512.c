@@ -167,13 +167,13 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
 }
 
-/* Decode (one token) over BFP_GEMV_PANELS adjacent whole panels at once,
+/* Decode (up to BFP_GEMV_TOKENS tokens) over BFP_GEMV_PANELS adjacent whole panels at once,
  * their blocks interleaved: that many sequential streams instead of one, as
  * in avx2.c. On a Zen 5 core one panel at a time streamed bfp4 at 17-19 GB/s
  * against a 34 GB/s plain read (in L2 it decodes 48 GB/s): the core is not
  * the limit, the lines in flight are. Four panels streamed 30-32 GB/s in
  * the quieter runs (avx2's two-panel tile 20-22 GB/s beside it; two panels
- * 24-30 GB/s), eight no better. Each panel's outputs are
+ * 24-30 GB/s), eight no better. Each panel's outputs, token by token, are
  * bfp_panel_tile's for nt = 1, bit for bit (the same bfp_block_fma, block
  * by block in order). */
 #ifndef BFP_GEMV_PANELS
@@ -182,16 +182,22 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 #ifndef BFP_GEMV_PREFETCH_BLOCKS
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 8)
 #endif
+/* up to 4 tokens (a verify step, a small batch) take it too: 16 sums, four
+ * panels' weights and the scales fit the 32 registers */
+#ifndef BFP_GEMV_TOKENS
+#define BFP_GEMV_TOKENS 4
+#endif
 
-ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t panel_bytes, int64_t n_in,
-                                 const act_q8 *a, float *y) {
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int block_bytes = is4 ? 128 : 256;
-    __m512 acc[BFP_GEMV_PANELS];
+    __m512 acc[BFP_GEMV_PANELS][BFP_GEMV_TOKENS];
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++) {
-        acc[p] = _mm512_setzero_ps();
+        #pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) acc[p][t] = _mm512_setzero_ps();
         bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
     }
     for (int64_t b = 0; b < n_blk; b++) {
@@ -201,11 +207,17 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const uint8_t *panel, size_t pan
             bfp_prefetch_block_ahead(exps, cb, b, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
             __m512i w[4];
             bfp_block_decode(is4, cb, w);
-            acc[p] = bfp_block_fma(is4, w, a->q + 16 * b, a->sum[b], a->d[b], bfp_row_scales(is4, exps + 16 * b), acc[p]);
+            const __m512 ws = bfp_row_scales(is4, exps + 16 * b);
+            #pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                acc[p][t] = bfp_block_fma(is4, w, a->q + t * n_in + 16 * b, a->sum[t * n_blk + b], a->d[t * n_blk + b],
+                                          ws, acc[p][t]);
         }
     }
     #pragma GCC unroll 8
-    for (int p = 0; p < np; p++) _mm512_storeu_ps(y + 16 * p, acc[p]);
+    for (int p = 0; p < np; p++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out + 16 * p, acc[p][t]);
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
