@@ -60,10 +60,6 @@ $(BUILD)/qwen35: $(TOOL_OBJ) $(BUILD)/libqwen35.a
 $(BUILD)/test_runner: $(TEST_OBJ) $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
 
-# The vision tower's encode time at the 9B shapes (synthetic weights).
-$(BUILD)/bench_vision: bench/bench_vision.c $(BUILD)/libqwen35.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
-
 # JSON-schema token masking at the Qwen3.5 vocabulary (ms per masked row).
 $(BUILD)/bench_schema: bench/bench_schema.c $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)

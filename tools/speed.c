@@ -160,14 +160,12 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
 /* Decode and prompt speed at context depths: the session filled to depth d
  * with random states (attention reads d rows of every KV cache, as after a
  * real prompt of d tokens), then n_decode single steps (median) and one
- * prompt of n_prompt tokens. Row 0 is depth 0. The memory per 1k positions
+ * prompt of depth_prompt tokens. Row 0 is depth 0. The memory per 1k positions
  * is the resident growth over the fills alone, before anything runs. */
 typedef struct { int depth; double decode_tok_s, prompt_tok_s; } depth_row;
 
-#define DEPTH_PROMPT 512
-static int depth_prompt = DEPTH_PROMPT; /* --depth-prompt; 0: none */
-static int time_depths(q35_engine *e, const int *depths, int n_depths, int n_decode, const int32_t *toks,
-                       depth_row *out, double *bytes_per_1k, q35_error *err) {
+static int time_depths(q35_engine *e, const int *depths, int n_depths, int n_decode, int depth_prompt,
+                       const int32_t *toks, depth_row *out, double *bytes_per_1k, q35_error *err) {
     int32_t max_d = 0;
     for (int i = 0; i < n_depths; i++) if (depths[i] > max_d) max_d = depths[i];
     q35_session *s;
@@ -215,7 +213,7 @@ typedef struct { int threads; double tok_s, gb_s, pct, bw; } decode_row;
 int cmd_speed(int argc, char **argv) {
     const char *model = NULL, *json_path = NULL, *tower_dtype = NULL;
     int threads[8] = {1, 2}, n_threads = 2, prompts[8] = {254, 512, 2048}, n_prompts = 3, n_decode = 16, spec_k = 1;
-    int draft_rows[8] = {32768}, n_draft_rows = 1, depths[8], n_depths = 0;
+    int draft_rows[8] = {32768}, n_draft_rows = 1, depths[8], n_depths = 0, depth_prompt = 512;
     depth_row drow[9];
     double ctx_bytes_per_1k = 0;
     draft_row dr[8] = {{0}};
@@ -255,7 +253,7 @@ int cmd_speed(int argc, char **argv) {
     if (vision) return cli_speed_vision(threads, n_threads, image_side, json_path, model, tower_dtype);
     if (!model) { fprintf(stderr, "qwen35 speed: -m MODEL is required\n%s", usage); return 2; }
 
-    int max_prompt = depth_prompt > 64 ? depth_prompt : 64;
+    int max_prompt = n_depths ? depth_prompt : 0; /* time_depths reads that many of the tokens */
     for (int i = 0; i < n_prompts; i++) if (prompts[i] > max_prompt) max_prompt = prompts[i];
     int32_t n_ctx = max_prompt + n_decode + 64;
     int32_t spec_ctx = 8 + 8 * (1 + (n_draft_rows + 1) * (spec_k + 1)); /* time_spec_steps */
@@ -403,7 +401,7 @@ int cmd_speed(int argc, char **argv) {
         if (last_t && !rc && n_depths) {
             q35_session_free(s); /* its memory is not the depth session's */
             s = NULL;
-            if (time_depths(e, depths, n_depths, n_decode, toks, drow, &ctx_bytes_per_1k, &err)) rc = 1;
+            if (time_depths(e, depths, n_depths, n_decode, depth_prompt, toks, drow, &ctx_bytes_per_1k, &err)) rc = 1;
         }
         free(toks);
         q35_session_free(s);
