@@ -86,8 +86,8 @@ static int case_load(const char *name, const char *model_dir, vision_case *c) {
 
 static q35_host host_for_backend(q35_pool *pool) {
     const char *b = getenv("Q35_BACKEND");
-    if (b && !strcmp(b, "ref")) return (q35_host){&q35_kernels_ref, NULL};
-    return (q35_host){q35_kernels_get(), pool};
+    if (b && !strcmp(b, "ref")) return (q35_host){.k = &q35_kernels_ref};
+    return (q35_host){.k = q35_kernels_get(), .pool = pool};
 }
 
 static double run_case(const char *name, const char *model_dir, q35_pool *pool, float **out_keep) {

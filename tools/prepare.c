@@ -4,11 +4,14 @@
  * token). The work is in the library (src/prepare.c, src/cache.c,
  * src/hub.c); this file parses options and draws progress. */
 #include "model/prepare.h"
+#include "core/calib.h"
+#include "formats/gptq.h"
 #include "formats/hub.h"
 #include "cli.h"
 #include "model/tensors.h"
 #include "qwen35.h"
 
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,61 @@ static void progress_bar(void *ctx, uint64_t done, uint64_t total, const char *w
     fflush(stderr);
 }
 
+/* --calibrate: the checkpoint reads the text once, on first need (after
+ * prepare has found the output out of date), and each calibrated tensor
+ * gets its input's GPTQ factor. */
+typedef struct {
+    const char *checkpoint, *text_path;
+    int32_t ctx, threads;
+    int collected;
+    q35_engine *e;
+    q35_calib *calib;
+} calib_state;
+
+static q35_status calib_factor(void *ctx, const char *name, const q35_gptq **g, q35_error *err) {
+    calib_state *c = ctx;
+    if (!c->collected) {
+        c->collected = 1;
+        char *text = NULL;
+        size_t len = 0;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        q35_tokenizer *tok = NULL;
+        q35_engine_params ep = {.n_threads = c->threads};
+        double t0 = q35_now_seconds();
+        q35_status st = q35_read_file(c->text_path, &text, &len, err);
+        if (!st) st = q35_tokenizer_load(c->checkpoint, &tok, err);
+        if (!st) st = q35_tokenize(tok, text, len, 0, &ids, &n, err);
+        if (!st && n < 2) st = q35_fail(err, Q35_ERR_ARG, "%s: %zu tokens, too few to calibrate with", c->text_path, n);
+        if (!st) st = q35_engine_load(c->checkpoint, &ep, &c->e, err);
+        if (!st) st = q35_calib_collect(c->e, ids, (int32_t)n, c->ctx, &c->calib, err);
+        if (!st) fprintf(stderr, "qwen35 prepare: calibrated on %zu tokens of %s in %.1f s\n", n, c->text_path,
+                         q35_now_seconds() - t0);
+        q35_tokenizer_free(tok);
+        free(ids);
+        free(text);
+        if (st) return st;
+    }
+    if (!c->calib) return q35_fail(err, Q35_ERR_ARG, "calibration failed earlier");
+    return q35_calib_factor(c->calib, name, g, NULL, err);
+}
+
+/* What identifies a calibration: the encoder, its damping, the text's SHA-256 and the window length. */
+static int calib_id(const char *path, int32_t ctx, char *out, size_t cap) {
+    char *text = NULL;
+    size_t len = 0;
+    q35_error err = {0};
+    if (q35_read_file(path, &text, &len, &err)) { fprintf(stderr, "qwen35 prepare: %s\n", err.msg); return -1; }
+    uint8_t sha[32];
+    unsigned n = 32;
+    char hex[65];
+    EVP_Digest(text, len, sha, &n, EVP_sha256(), NULL);
+    q35_sha256_hex(sha, hex);
+    free(text);
+    snprintf(out, cap, "gptq damp=%g text-sha256=%s ctx=%d", Q35_GPTQ_DAMP, hex, ctx);
+    return 0;
+}
+
 static const char prepare_usage[] =
     "usage: qwen35 prepare --checkpoint DIR --out CACHE_DIR [--policy NAME] [--expect FILE] [--force]\n"
     "       qwen35 prepare --download REPO --revision REV --checkpoint DIR --out CACHE_DIR [--hub-url URL] ...\n"
@@ -57,12 +115,18 @@ static const char prepare_usage[] =
     "  --synthetic   pseudo-random weights with the exact Qwen3.5-9B shapes, or those of a\n"
     "                config.json (for benchmarks and tests)\n"
     "  --set T=DTYPE store tensor T as bf16, bfp8, bfp4 or stored instead (repeatable)\n"
+    "  --calibrate TEXT  encode the block-format matrices with GPTQ (docs/weight-cache.md): the\n"
+    "                checkpoint reads TEXT (windows of --calib-ctx tokens, default 512) and each\n"
+    "                matrix's rows are coded so that its outputs on those inputs move least\n"
+    "  -t THREADS    threads for the calibration (default: one per core)\n"
     "  --force       replace a different cache already in CACHE_DIR\n";
 
 int cmd_prepare(int argc, char **argv) {
     q35_prepare_params p = {0};
     const char *policy = "default", *download = NULL, *revision = NULL, *hub = getenv("HF_ENDPOINT");
     const char *sets[64];
+    calib_state cs = {0};
+    long calib_ctx = 512, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(prepare_usage, stdout); return 0; }
@@ -77,7 +141,17 @@ int cmd_prepare(int argc, char **argv) {
         else if (!strcmp(k, "--revision")) revision = v;
         else if (!strcmp(k, "--hub-url")) hub = v;
         else if (!strcmp(k, "--set") && p.n_overrides < 64) sets[p.n_overrides++] = v;
-        else { fprintf(stderr, "qwen35 prepare: unknown option '%s'\n%s", k, prepare_usage); return 2; }
+        else if (!strcmp(k, "--calibrate")) cs.text_path = v;
+        else if (!strcmp(k, "--calib-ctx") || !strcmp(k, "-t") || !strcmp(k, "--threads")) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            int is_ctx = !strcmp(k, "--calib-ctx");
+            if (*end || x < (is_ctx ? 2 : 0) || x > (is_ctx ? 1 << 20 : 1024)) {
+                fprintf(stderr, "qwen35 prepare: bad %s '%s'\n", k, v);
+                return 2;
+            }
+            if (is_ctx) calib_ctx = x; else threads = x;
+        } else { fprintf(stderr, "qwen35 prepare: unknown option '%s'\n%s", k, prepare_usage); return 2; }
         i++;
     }
     p.overrides = sets;
@@ -91,6 +165,21 @@ int cmd_prepare(int argc, char **argv) {
         fprintf(stderr, "qwen35 prepare: --download needs --revision and --checkpoint DIR (where the files go)\n");
         return 2;
     }
+    char cid[200];
+    if (cs.text_path) {
+        if (!p.checkpoint || p.synthetic) {
+            fprintf(stderr, "qwen35 prepare: --calibrate needs --checkpoint (a model to read the text with)\n");
+            return 2;
+        }
+        if (calib_id(cs.text_path, (int32_t)calib_ctx, cid, sizeof cid)) return 2;
+        cs.checkpoint = p.checkpoint;
+        cs.ctx = (int32_t)calib_ctx;
+        cs.threads = (int32_t)threads;
+        p.gptq_factor = calib_factor;
+        p.gptq_ctx = &cs;
+        p.calibration_id = cid;
+        p.gptq_threads = threads > 0 ? (int32_t)threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    }
     progress_state ps = {isatty(2), 0, "prepare"};
     p.progress = progress_bar;
     p.progress_ctx = &ps;
@@ -102,7 +191,10 @@ int cmd_prepare(int argc, char **argv) {
         if (q35_hub_download(&d, &err)) { fprintf(stderr, "qwen35 prepare: %s\n", err.msg); return 1; }
         ps.label = "prepare";
     }
-    if (q35_prepare(&p, &err)) {
+    q35_status st = q35_prepare(&p, &err);
+    q35_calib_free(cs.calib);
+    q35_engine_free(cs.e);
+    if (st) {
         fprintf(stderr, "qwen35 prepare: %s\n", err.msg);
         return 1;
     }

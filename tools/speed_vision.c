@@ -140,7 +140,7 @@ int cli_speed_vision(const int *threads, int n_threads, int side, const char *js
            "tokens, kernels %s\n", bfp8 ? "as BFP8" : "as BF16", side, side, (long long)n_patch, (long long)n_tok, k->name);
     int rc = 0;
     for (int ti = 0; ti < n_threads && !rc; ti++) {
-        q35_host h = {k, NULL};
+        q35_host h = {.k = k};
         if (threads[ti] > 1 && q35_pool_new(threads[ti], &h.pool, &err)) {
             fprintf(stderr, "qwen35 speed --vision: %s\n", err.msg);
             return 1;

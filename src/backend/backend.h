@@ -68,6 +68,10 @@ typedef enum q35_mtp_src {
     Q35_MTP_FROM_DRAFT = 2,   /* the state's last MTP output (a chained draft); one row */
 } q35_mtp_src;
 
+/* A calibration tap (set_tap): the n matrices Ws about to be multiplied
+ * by the same input rows x (n_tok, n_in), row-major floats. */
+typedef void (*q35_matmul_tap)(void *ctx, int n, const q35_tensor *const *Ws, const float *x, int64_t n_tok);
+
 typedef struct q35_backend_ops {
     const char *name; /* "cpu", "ref", "cuda" */
     void (*close)(q35_backend *b);
@@ -132,6 +136,12 @@ typedef struct q35_backend_ops {
      * none (NULL: the same). */
     q35_status (*encode_images)(q35_backend *b, const float *pixel_values, int32_t n_images,
                                 const int32_t (*grid_thw)[3], float *out, q35_error *err);
+
+    /* Calibration (qwen35 prepare --calibrate): tap (NULL: none) sees every
+     * matmul of the text model and the MTP head before it runs, with the
+     * bound weights' tensors (the q35_weights handed to open) and their
+     * input rows. NULL: the backend cannot (its inputs live on a device). */
+    void (*set_tap)(q35_backend *b, q35_matmul_tap tap, void *ctx);
 
     /* The first failure of an operation above that returns nothing (a device
      * fault, a failed copy), or Q35_OK; after one, a backend may do nothing

@@ -170,3 +170,11 @@ q35_status q35_engine_set_weight(q35_engine *e, const char *name, const q35_tens
     fill_info(e);
     return Q35_OK;
 }
+
+q35_status q35_engine_set_tap(q35_engine *e, q35_matmul_tap tap, void *ctx, q35_error *err) {
+    if (!e->backend->ops->set_tap)
+        return q35_fail(err, Q35_ERR_UNSUPPORTED, "the %s backend cannot show its matmul inputs (calibration needs "
+                        "the cpu or ref backend)", e->backend->ops->name);
+    e->backend->ops->set_tap(e->backend, tap, ctx);
+    return Q35_OK;
+}

@@ -101,6 +101,11 @@ const q35_tensor *q35_engine_weight(const q35_engine *e, const char *name);
  * session may be open. Tied embeddings: replacing the embedding replaces
  * the lm_head too. The engine's byte counts (q35_engine_info) follow. */
 q35_status q35_engine_set_weight(q35_engine *e, const char *name, const q35_tensor *t, q35_error *err);
+/* Calibration: every matmul of the model from now on first calls tap with
+ * its matrices (the bound tensors, as q35_engine_weight returns them) and
+ * input rows (NULL: none). Host backends only (Q35_ERR_UNSUPPORTED
+ * elsewhere); replacing a weight reopens the backend without it. */
+q35_status q35_engine_set_tap(q35_engine *e, q35_matmul_tap tap, void *ctx, q35_error *err);
 /* generate.c: reads the end-of-sequence ids of the model directory dir. */
 void q35_eos_load(q35_engine *e, const char *dir);
 /* sync.c: the token history. note: rows pos0.. of tokens were evaluated;

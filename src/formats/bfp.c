@@ -38,6 +38,10 @@ static uint8_t encode_one(uint32_t u, int E, int w) {
     return (uint8_t)((sign << w) | m);
 }
 
+uint8_t q35_bfp_encode_value(q35_dtype dt, uint32_t bits, int E) {
+    return encode_one(bits, E, q35_bfp_mant_bits(dt));
+}
+
 static double decode_exact(int E, uint8_t code, int w) {
     unsigned m = code & ((1u << w) - 1);
     if (m == 0) return 0.0;

@@ -87,6 +87,10 @@ int q35_bfp_mant_bits(q35_dtype dt);
 uint8_t q35_bfp_encode_block(q35_dtype dt, const uint32_t in_bits[Q35_BFP_BLOCK], unsigned flags,
                              uint8_t codes[Q35_BFP_BLOCK]);
 
+/* One value's code under a given shared exponent E, by the encoder's rule
+ * for each value (a value whose own exponent field is above E saturates). */
+uint8_t q35_bfp_encode_value(q35_dtype dt, uint32_t bits, int E);
+
 /* One code under shared exponent exp, exactly as a float (never -0). */
 float q35_bfp_decode(q35_dtype dt, uint8_t exp, uint8_t code);
 

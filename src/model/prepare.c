@@ -412,6 +412,10 @@ static void cache_identity(const src_file *v, int32_t n, const q35_prepare_param
         EVP_DigestUpdate(md, p->overrides[i], strlen(p->overrides[i]));
         EVP_DigestUpdate(md, "\n", 1);
     }
+    if (p->calibration_id) {
+        snprintf(line, sizeof line, "calibration=%s\n", p->calibration_id);
+        EVP_DigestUpdate(md, line, strlen(line));
+    }
     for (int32_t i = 0; i < n; i++) {
         snprintf(line, sizeof line, "%s %llu %s\n", v[i].name, (unsigned long long)v[i].size, hex_of(v[i].sha));
         EVP_DigestUpdate(md, line, strlen(line));
@@ -547,6 +551,15 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
         items[i].dtype = q35_policy_dtype(p->policy, items[i].name, items[i].src_dtype, items[i].ndim, items[i].shape);
     if (!st) st = apply_overrides(p, items, n_items, err);
     for (int32_t i = 0; !st && i < n_items; i++) items[i].encode_flags = q35_policy_encode_flags(p->policy, items[i].dtype);
+    for (int32_t i = 0; !st && p->gptq_factor && p->checkpoint && i < n_items; i++) {
+        q35_cache_item *it = &items[i];
+        if (!q35_dtype_is_block(it->dtype) || it->dtype == it->src_dtype || it->ndim != 2) continue;
+        st = p->gptq_factor(p->gptq_ctx, it->name, &it->gptq, err);
+        if (!st && it->gptq && it->gptq->n != it->shape[1])
+            st = q35_fail(err, Q35_ERR_ARG, "calibration of '%s': %lld inputs, the tensor has %lld", it->name,
+                          (long long)it->gptq->n, (long long)it->shape[1]);
+        it->gptq_threads = p->gptq_threads;
+    }
     for (int32_t i = 0; !st && p->synthetic && i < n_items; i++) /* whole panels: generate the codes themselves */
         if (items[i].dtype != items[i].src_dtype && q35_dtype_is_block(items[i].dtype) &&
             items[i].shape[0] % q35_dtype_info(items[i].dtype)->panel_rows == 0)
@@ -600,7 +613,9 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
                                    q35_dtype_name(it->src_dtype), "shape", shape_json(it), "offset",
                                    (json_int_t)it->offset, "bytes", (json_int_t)it->nbytes, "sha256", hex_of(it->sha256));
             /* only where the bytes were encoded with it: synthetic codes and as-stored tensors are copied */
-            if ((it->encode_flags & Q35_BFP_EXP_SEARCH) && it->dtype != it->src_dtype)
+            if (it->gptq)
+                json_object_set_new(tj, "encoder", json_string("gptq"));
+            else if ((it->encode_flags & Q35_BFP_EXP_SEARCH) && it->dtype != it->src_dtype)
                 json_object_set_new(tj, "encoder", json_string("exponent search"));
             json_object_set_new(tensors, it->name, tj);
             total += it->nbytes;
@@ -620,6 +635,7 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
                              (json_int_t)fsize, "tensor_bytes", (json_int_t)total, "tensor_count", n_items);
         if (p->synthetic) json_object_set_new(manifest, "synthetic", json_string(p->synthetic));
         if (p->checkpoint) json_object_set_new(manifest, "source", json_string(p->checkpoint));
+        if (p->calibration_id) json_object_set_new(manifest, "calibration", json_string(p->calibration_id));
         if (p->n_overrides) {
             json_t *ov = json_array();
             for (int32_t i = 0; i < p->n_overrides; i++) json_array_append_new(ov, json_string(p->overrides[i]));

@@ -57,6 +57,7 @@ void q35_matmul(const q35_host *h, float *y, const q35_tensor *W, const float *x
 
 void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                       int64_t n_tok) {
+    if (h->tap) h->tap(h->tap_ctx, n, Ws, x, n_tok);
     for (int i = 0; i < n; i += Q35_MATMUL_MAX_PIECES) { /* callers pass 2-4 */
         matmul_job j = {h->k, n - i < Q35_MATMUL_MAX_PIECES ? n - i : Q35_MATMUL_MAX_PIECES,
                         ys + i, Ws + i, x, n_tok, 0, NULL};
@@ -87,6 +88,7 @@ void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_te
     float *ys[2] = {gate, up};
     const q35_tensor *Ws[2] = {W_gate, W_up};
     matmul_job j = {h->k, 2, ys, Ws, x, n_tok, 0, gate};
+    if (h->tap) h->tap(h->tap_ctx, 2, Ws, x, n_tok);
     run_job(h, &j, swiglu_worker);
     q35_matmul(h, out, W_down, gate, n_tok);
 }

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/threadpool.h"
+#include "backend/backend.h"
 #include "formats/tensor.h"
 
 /* The kernels and the workers of one host backend: the CPU backend's
@@ -18,6 +19,10 @@
 typedef struct q35_host {
     const q35_kernels *k;
     q35_pool *pool; /* NULL: one thread */
+    /* Calibration (backend.h set_tap): called before every matmul of the
+     * model with the matrices and their input rows, on the calling thread. */
+    q35_matmul_tap tap;
+    void *tap_ctx;
 } q35_host;
 
 /* y (n_tok, n_out) = x (n_tok, n_in) W^T, with W (n_out, n_in). */

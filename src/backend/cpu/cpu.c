@@ -172,6 +172,12 @@ static q35_status host_encode_images(q35_backend *base, const float *pixel_value
     return q35_vision_forward(&b->host, &b->c->vision, &b->w->vision, pixel_values, n_images, grid_thw, out, err);
 }
 
+static void host_set_tap(q35_backend *base, q35_matmul_tap tap, void *ctx) {
+    q35_host_backend *b = host_of(base);
+    b->host.tap = tap;
+    b->host.tap_ctx = ctx;
+}
+
 static q35_status host_status(q35_backend *base, q35_error *err) {
     (void)base; (void)err;
     return Q35_OK; /* host operations cannot fail once the state exists */
@@ -218,6 +224,7 @@ static const q35_backend_ops host_ops = {
     .mtp = host_mtp,
     .set_draft_head = host_set_draft_head,
     .encode_images = host_encode_images,
+    .set_tap = host_set_tap,
     .status = host_status,
 };
 
