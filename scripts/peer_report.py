@@ -239,7 +239,8 @@ def quality(a):
              "bytes_per_token": bpt, "perplexity": q["perplexity"], "base_perplexity": q["base_perplexity"],
              "kld_mean": q["kld_mean"], "kld_p99": q["kld_p99"], "kld_max": q["kld_max"],
              "top1_agreement": q["top1_agreement"], "eval_kld_base": {k: ev[k] for k in ("perplexity", "kld_mean", "top1_agreement")},
-             "decode_9b": speeds.get("qwen35 " + p)}
+             # a calibrated cache has its plain twin's dtypes, bytes and kernels: the same decode speed
+             "decode_9b": speeds.get("qwen35 " + (p[:-5] if p.endswith("+gptq") else p))}
         res["rows"].append(r)
     Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
     def sp(d):

@@ -11,24 +11,30 @@
 #    ids, and qwen35's BF16 perplexity on those positions must equal llama.cpp's F16 one (relative
 #    0.1%; log-probabilities of the first window within 0.02 nats), or the script stops, table-less.
 # 4. llama-quantize to Q8_0, Q4_K_M, Q4_0, IQ4_NL; llama-perplexity --kl-divergence against F16.
-# 5. qwen35 prepare --policy P of the demo model; its figures on the same positions from `qwen35 logits`
+# 5. qwen35 prepare --policy P of the demo model (P+gptq: with --calibrate on a calibration text from the
+#    model's training corpus, scripts/calib-text.py, which needs the python3.11-doc package and installs
+#    it when missing; P+mix: with the --set lines of models/qwen35-demo-mix.txt, 21 matrices at BFP8);
+#    its figures on the same positions from `qwen35 logits`
 #    (scripts/peer_quality.py measure: PPL, mean / 99th-percentile KL, top-1) and, as a cross-check,
 #    from `qwen35 eval --kld-base` (full windows less first halves).
 # 6. bench-data/quality.json and a markdown table (with decode speed at the 9B shapes from
 #    bench-data/peer.json and bench.json where they exist).
 # Usage: scripts/quality-peer.sh [BUILD_DIR] [--dry-run]
 # Environment: Q35_QUALITY_TEXT (default models/qwen35-demo-eval.txt), Q35_QUALITY_CTX (512),
-#   Q35_QUALITY_POLICIES ("bf16,default,bfp8,bfp4-all"), Q35_QUALITY_OUT (bench-data/quality.json),
-#   Q35_QUALITY_THREADS (2; the figures do not depend on it).
+#   Q35_QUALITY_POLICIES ("bf16,default,bfp8,bfp4-all,tuned,default+gptq,bfp4-all+gptq,default+gptq+mix"),
+#   Q35_QUALITY_OUT (bench-data/quality.json), Q35_QUALITY_THREADS (2; the figures do not depend on it),
+#   Q35_QUALITY_CALIB (the calibration text; default: written by scripts/calib-text.py --stride 32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NAME=quality-peer; HELP_LINES=2,25p
+NAME=quality-peer; HELP_LINES=2,29p
 # shellcheck source=peer-args.sh
 . scripts/peer-args.sh
 MODEL=models/qwen35-demo
 TEXT=${Q35_QUALITY_TEXT:-models/qwen35-demo-eval.txt}
 CTX=${Q35_QUALITY_CTX:-512}
-POLICIES=${Q35_QUALITY_POLICIES:-bf16,default,bfp8,bfp4-all}
+POLICIES=${Q35_QUALITY_POLICIES:-bf16,default,bfp8,bfp4-all,tuned,default+gptq,bfp4-all+gptq,default+gptq+mix}
+CALIB=${Q35_QUALITY_CALIB:-}
+MIX=models/qwen35-demo-mix.txt
 OUTJ=${Q35_QUALITY_OUT:-bench-data/quality.json}
 QT=${Q35_QUALITY_THREADS:-2}
 FORMATS=(Q8_0 Q4_K_M Q4_0 IQ4_NL)
@@ -38,8 +44,10 @@ FORMATS=(Q8_0 Q4_K_M Q4_0 IQ4_NL)
 [ -f "$MODEL/config.json" ] || die "no model $MODEL"
 IFS=, read -r -a PLIST <<<"$POLICIES"
 for p in "${PLIST[@]}"; do
-    case "$p" in bf16|default|bfp8|bfp4-all|tuned) ;; *) die "policy '$p' not known (bf16, default, bfp8, bfp4-all, tuned)";; esac
+    [[ "$p" =~ ^(bf16|default|bfp8|bfp4-all|tuned)(\+gptq)?(\+mix)?$ ]] \
+        || die "policy '$p' not known (bf16, default, bfp8, bfp4-all, tuned; +gptq, +mix after one)"
 done
+[ -z "$CALIB" ] || [ -f "$CALIB" ] || die "no calibration text $CALIB"
 BIN="$BUILD/qwen35"
 W=bench-data/peer/quality
 
@@ -102,12 +110,27 @@ for f in "${FORMATS[@]}"; do
 done
 "$PEER_PY" scripts/peer_gguf.py info "$F16" > "$W/info-F16.json"
 
+if [[ ",$POLICIES," == *+gptq* ]] && [ -z "$CALIB" ]; then
+    CALIB=$W/calib.txt
+    if [ ! -d /usr/share/doc/python3.11/html/_sources ]; then
+        echo "quality-peer: installing python3.11-doc (the demo model's corpus, for the calibration text)"
+        SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+        { $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3.11-doc; } \
+            > "$W/apt.log" 2>&1 || die "apt-get install python3.11-doc failed (log: $W/apt.log)"
+    fi
+    python3 scripts/calib-text.py --stride 32 -o "$CALIB" || die "writing the calibration text failed"
+fi
 margs=()
 for p in "${PLIST[@]}"; do
     c=$W/cache-$p
-    echo "quality-peer: qwen35 --policy $p (qwen35 eval --kld-base)"
-    "$BIN" prepare --checkpoint "$MODEL" --out "$c" --policy "$p" > "$W/prepare-$p.log" 2>&1 \
-        || { tail -5 "$W/prepare-$p.log" >&2; die "qwen35 prepare --policy $p failed"; }
+    pargs=(--policy "${p%%+*}")
+    [[ "$p" == *+gptq* ]] && pargs+=(--calibrate "$CALIB" -t "$QT")
+    if [[ "$p" == *+mix* ]]; then
+        while read -r line; do [[ -z "$line" || "$line" == \#* ]] || pargs+=(--set "$line"); done < "$MIX"
+    fi
+    echo "quality-peer: qwen35 $p (qwen35 eval --kld-base)"
+    "$BIN" prepare --checkpoint "$MODEL" --out "$c" "${pargs[@]}" --force > "$W/prepare-$p.log" 2>&1 \
+        || { tail -5 "$W/prepare-$p.log" >&2; die "qwen35 prepare $p failed"; }
     "$BIN" info "$c" > "$W/qinfo-$p.txt"
     "$PEER_PY" scripts/peer_quality.py eval-halves "$W/base.kld" --qwen35 "$BIN" --model "$c" --base "$MODEL" \
         -t "$QT" --work "$W" > "$W/qeval-$p.json" || die "qwen35 eval --kld-base on policy $p failed"

@@ -42,13 +42,17 @@ def test_quality_peer_arguments(tmp_path):
     assert rc == 2 and "unknown option" in err
     rc, out, err = run("quality-peer.sh", BUILD, "--dry-run", env={**peer, "Q35_QUALITY_POLICIES": "default,q2"})
     assert rc == 1 and "policy 'q2' not known" in err
+    rc, out, err = run("quality-peer.sh", BUILD, "--dry-run", env={**peer, "Q35_QUALITY_POLICIES": "default+mix+gptq"})
+    assert rc == 1 and "policy 'default+mix+gptq' not known" in err
+    rc, out, err = run("quality-peer.sh", BUILD, "--dry-run", env={**peer, "Q35_QUALITY_CALIB": str(tmp_path / "none")})
+    assert rc == 1 and "no calibration text" in err
     rc, out, err = run("quality-peer.sh", BUILD, "--dry-run", env={**peer, "Q35_QUALITY_CTX": "511"})
     assert rc == 1 and "even number" in err
     rc, out, err = run("quality-peer.sh", BUILD, "--dry-run", env={**peer, "Q35_QUALITY_TEXT": str(tmp_path / "none")})
     assert rc == 1 and "no text" in err
     rc, out, err = run("quality-peer.sh", BUILD, "--dry-run", env=peer)
     assert rc == 0, err
-    assert "Q8_0 Q4_K_M Q4_0 IQ4_NL" in out and "bf16 default bfp8 bfp4-all" in out
+    assert "Q8_0 Q4_K_M Q4_0 IQ4_NL" in out and "bf16 default bfp8 bfp4-all tuned default+gptq" in out
     assert not (tmp_path / "peer").exists()
 
 
