@@ -30,7 +30,9 @@ static const char eval_usage[] =
     "  --sweep DTYPE (bf16, bfp8, bfp4; needs --kld-base): each matrix of MODEL in turn (or each\n"
     "  group: --group kind, the same matrix in every layer; --group layer, one layer's matrices)\n"
     "  stored as DTYPE, encoded from BASE_MODEL's weights as prepare --set does, the rest as\n"
-    "  MODEL has it: the mean KL and bytes per token of each, one loaded model throughout.\n";
+    "  MODEL has it: the mean KL and bytes per token of each, one loaded model throughout.\n"
+    "  --calibrate TEXT (with --sweep): block formats coded with GPTQ on BASE_MODEL's inputs\n"
+    "  while it reads TEXT in windows of --calib-ctx tokens (default 512), as prepare --calibrate.\n";
 
 /* The text of `path` as token ids, with the tokenizer in `dir`. */
 static int tokenize_file(const char *path, const char *dir, int32_t **out, int32_t *n_out) {
@@ -163,7 +165,8 @@ int eval_windows(eval_model *m, eval_model *b, const int32_t *ids, int32_t n, in
 int cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *ids_path = NULL, *base_path = NULL, *text_path = NULL, *tok_dir = NULL;
     long ctx = 512, threads = 0;
-    const char *sweep = NULL, *group = "tensor";
+    const char *sweep = NULL, *group = "tensor", *calib_path = NULL;
+    long calib_ctx = 512;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -178,6 +181,14 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(k, "--kld-base")) base_path = v;
         else if (!strcmp(k, "--sweep")) sweep = v;
         else if (!strcmp(k, "--group")) group = v;
+        else if (!strcmp(k, "--calibrate")) calib_path = v;
+        else if (!strcmp(k, "--calib-ctx")) {
+            calib_ctx = strtol(v, &end, 10);
+            if (*end || calib_ctx < 2 || calib_ctx > (1 << 20)) {
+                fprintf(stderr, "qwen35 eval: bad --calib-ctx '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(k, "--ctx")) {
             ctx = strtol(v, &end, 10);
             if (*end || ctx < 2 || ctx > (1 << 24)) { fprintf(stderr, "qwen35 eval: bad --ctx '%s'\n", v); return 2; }
@@ -193,6 +204,10 @@ int cmd_eval(int argc, char **argv) {
     }
     if (sweep && (!base_path || (strcmp(sweep, "bf16") && strcmp(sweep, "bfp8") && strcmp(sweep, "bfp4")))) {
         fprintf(stderr, "qwen35 eval: --sweep needs a dtype (bf16, bfp8 or bfp4) and --kld-base\n%s", eval_usage);
+        return 2;
+    }
+    if (calib_path && !sweep) {
+        fprintf(stderr, "qwen35 eval: --calibrate goes with --sweep\n%s", eval_usage);
         return 2;
     }
     if (strcmp(group, "tensor") && strcmp(group, "kind") && strcmp(group, "layer")) {
@@ -214,7 +229,23 @@ int cmd_eval(int argc, char **argv) {
     }
     eval_stats r = {0};
     double t0 = q35_now_seconds();
-    if (!rc && sweep) rc = eval_sweep(&m, &b, ids, n, win, sweep, group, json);
+    q35_calib *calib = NULL;
+    if (!rc && calib_path) {
+        int32_t *cids = NULL, cn = 0;
+        q35_error err = {0};
+        if (tokenize_file(calib_path, tok_dir ? tok_dir : base_path, &cids, &cn)) {
+            rc = 2;
+        } else {
+            if (q35_calib_collect(b.e, cids, cn, (int32_t)calib_ctx, &calib, &err)) {
+                fprintf(stderr, "qwen35 eval: calibration: %s\n", err.msg);
+                rc = 1;
+            } else {
+                fprintf(stderr, "sweep: calibrated on %d tokens of %s\n", cn, calib_path);
+            }
+            free(cids);
+        }
+    }
+    if (!rc && sweep) rc = eval_sweep(&m, &b, ids, n, win, sweep, group, json, calib);
     else if (!rc) rc = eval_windows(&m, base_path ? &b : NULL, ids, n, win, &r);
     long scored = r.scored;
     double secs = q35_now_seconds() - t0;
@@ -238,6 +269,7 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "eval: %ld positions in %.2f s\n", scored, secs);
     }
     free(ids);
+    q35_calib_free(calib);
     if (m.e) eval_close(&m);
     if (b.e) eval_close(&b);
     return rc;

@@ -5,6 +5,7 @@
 #define Q35_TOOLS_EVAL_H
 
 #include "qwen35.h"
+#include "core/calib.h"
 
 #define EVAL_SLICE 64 /* rows of logits computed at a time */
 
@@ -28,9 +29,10 @@ void eval_close(eval_model *m);
  * and (when not NULL) b in step; 0, or 1 after printing why. */
 int eval_windows(eval_model *m, eval_model *b, const int32_t *ids, int32_t n, int32_t win, eval_stats *out);
 /* --sweep DTYPE (tools/eval_sweep.c): every group of m's matrices in turn
- * stored as DTYPE, encoded from b's weights; prints the table (or JSON);
- * returns the exit status. group: "tensor", "kind" or "layer". */
+ * stored as DTYPE, encoded from b's weights (block formats with GPTQ where
+ * calib, collected on b, has the input; else plainly); prints the table (or
+ * JSON); returns the exit status. group: "tensor", "kind" or "layer". */
 int eval_sweep(eval_model *m, eval_model *b, const int32_t *ids, int32_t n, int32_t win, const char *dtype,
-               const char *group, int json);
+               const char *group, int json, q35_calib *calib);
 
 #endif

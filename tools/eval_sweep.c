@@ -15,6 +15,8 @@
  * same logits). */
 #include "eval.h"
 #include "base/util.h"
+#include "core/calib.h"
+#include "formats/bfp.h"
 #include "core/session.h"
 #include "formats/cache.h"
 #include "model/tensors.h"
@@ -103,8 +105,9 @@ static int32_t make_groups(sweep_plan *p, sweep_group *g) {
     return n_groups;
 }
 
-/* The base's weight `name` encoded as dt into a new 64-byte aligned buffer (*t); 1 after printing why. */
-static int encode_from_base(const q35_engine *base, const char *name, q35_dtype dt, q35_tensor *t) {
+/* The base's weight `name` encoded as dt into a new 64-byte aligned buffer (*t), with GPTQ where calib has
+ * its input (as prepare --calibrate codes it), else plainly; 1 after printing why. */
+static int encode_from_base(const q35_engine *base, q35_calib *calib, const char *name, q35_dtype dt, q35_tensor *t) {
     const q35_tensor *src = q35_engine_weight(base, name);
     if (!src) { fprintf(stderr, "qwen35 eval: the base has no matrix '%s'\n", name); return 1; }
     if (q35_dtype_is_block(src->dtype)) {
@@ -123,10 +126,25 @@ static int encode_from_base(const q35_engine *base, const char *name, q35_dtype 
         return 1;
     }
     memset(dst, 0, bytes);
+    const q35_gptq *g = NULL;
+    q35_error err = {0};
+    if (calib && q35_dtype_is_block(dt) && q35_calib_factor(calib, name, &g, NULL, &err)) {
+        fprintf(stderr, "qwen35 eval: %s\n", err.msg);
+        free(dst);
+        free(f);
+        return 1;
+    }
     for (int64_t r0 = 0; r0 < rows; r0 += ENCODE_ROWS) {
         int64_t k = rows - r0 < ENCODE_ROWS ? rows - r0 : ENCODE_ROWS;
+        uint8_t *out = (uint8_t *)dst + q35_dtype_bytes(dt, r0, cols);
         q35_dtype_decode(src->dtype, src->data, cols, r0 * cols, k * cols, f);
-        q35_dtype_encode(dt, (uint8_t *)dst + q35_dtype_bytes(dt, r0, cols), f, k, cols);
+        if (!g) q35_dtype_encode(dt, out, f, k, cols);
+        else if (q35_bfp_pack_gptq(dt, out, f, k, cols, g, Q35_BFP_EXP_SEARCH, q35_engine_threads(base), &err)) {
+            fprintf(stderr, "qwen35 eval: %s\n", err.msg);
+            free(dst);
+            free(f);
+            return 1;
+        }
     }
     free(f);
     *t = *src;
@@ -203,7 +221,7 @@ static void print_table(const sweep_group *base, sweep_group *g, int32_t n_group
 }
 
 int eval_sweep(eval_model *m, eval_model *b, const int32_t *ids, int32_t n, int32_t win, const char *dtype,
-               const char *how, int json) {
+               const char *how, int json, q35_calib *calib) {
     q35_dtype to = !strcmp(dtype, "bf16") ? Q35_DT_BF16 : !strcmp(dtype, "bfp8") ? Q35_DT_BFP8 : Q35_DT_BFP4;
     const q35_config *c = &m->e->cfg;
     int32_t cap = (c->n_layer + 1) * q35_n_tensor_defs;
@@ -231,7 +249,8 @@ int eval_sweep(eval_model *m, eval_model *b, const int32_t *ids, int32_t n, int3
     for (int32_t gi = 0; !rc && gi < n_groups; gi++) {
         sweep_group *g = &groups[gi];
         t0 = q35_now_seconds();
-        for (int32_t k = 0; !rc && k < g->n; k++) rc = encode_from_base(b->e, p.names[g->first + k], to, &made[g->first + k]);
+        for (int32_t k = 0; !rc && k < g->n; k++) rc = encode_from_base(b->e, calib, p.names[g->first + k], to,
+                                                                          &made[g->first + k]);
         if (!rc) rc = bind_group(m, p.names + g->first, g->n, made + g->first, win);
         if (!rc) {
             g->bytes_per_token = q35_engine_info(m->e)->bytes_per_token;
