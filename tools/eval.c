@@ -236,7 +236,7 @@ int cmd_eval(int argc, char **argv) {
         if (tokenize_file(calib_path, tok_dir ? tok_dir : base_path, &cids, &cn)) {
             rc = 2;
         } else {
-            if (q35_calib_collect(b.e, cids, cn, (int32_t)calib_ctx, &calib, &err)) {
+            if (q35_calib_collect(b.e, cids, cn, (int32_t)calib_ctx, NULL, 0, &calib, &err)) {
                 fprintf(stderr, "qwen35 eval: calibration: %s\n", err.msg);
                 rc = 1;
             } else {

@@ -16,7 +16,6 @@
 #include "eval.h"
 #include "base/util.h"
 #include "core/calib.h"
-#include "formats/bfp.h"
 #include "core/session.h"
 #include "formats/cache.h"
 #include "model/tensors.h"
@@ -106,7 +105,7 @@ static int32_t make_groups(sweep_plan *p, sweep_group *g) {
 }
 
 /* The base's weight `name` encoded as dt into a new 64-byte aligned buffer (*t), with GPTQ where calib has
- * its input (as prepare --calibrate codes it), else plainly; 1 after printing why. */
+ * its input (the bytes prepare --calibrate stores), else plainly; 1 after printing why. */
 static int encode_from_base(const q35_engine *base, q35_calib *calib, const char *name, q35_dtype dt, q35_tensor *t) {
     const q35_tensor *src = q35_engine_weight(base, name);
     if (!src) { fprintf(stderr, "qwen35 eval: the base has no matrix '%s'\n", name); return 1; }
@@ -117,36 +116,31 @@ static int encode_from_base(const q35_engine *base, q35_calib *calib, const char
     }
     int64_t rows = src->shape[0], cols = src->shape[1];
     size_t bytes = q35_cache_tensor_bytes(dt, src->ndim, src->shape);
-    void *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    float *f = malloc((size_t)ENCODE_ROWS * (size_t)cols * sizeof *f);
-    if (!dst || !f) {
-        fprintf(stderr, "qwen35 eval: out of memory encoding '%s'\n", name);
-        free(dst);
-        free(f);
-        return 1;
-    }
-    memset(dst, 0, bytes);
-    const q35_gptq *g = NULL;
+    void *dst = NULL;
+    size_t made_bytes = 0;
     q35_error err = {0};
-    if (calib && q35_dtype_is_block(dt) && q35_calib_factor(calib, name, &g, NULL, &err)) {
+    if (calib && q35_dtype_is_block(dt) &&
+        q35_calib_encode(calib, name, dt, q35_engine_threads(base), &dst, &made_bytes, &err)) {
         fprintf(stderr, "qwen35 eval: %s\n", err.msg);
-        free(dst);
-        free(f);
         return 1;
     }
-    for (int64_t r0 = 0; r0 < rows; r0 += ENCODE_ROWS) {
-        int64_t k = rows - r0 < ENCODE_ROWS ? rows - r0 : ENCODE_ROWS;
-        uint8_t *out = (uint8_t *)dst + q35_dtype_bytes(dt, r0, cols);
-        q35_dtype_decode(src->dtype, src->data, cols, r0 * cols, k * cols, f);
-        if (!g) q35_dtype_encode(dt, out, f, k, cols);
-        else if (q35_bfp_pack_gptq(dt, out, f, k, cols, g, Q35_BFP_EXP_SEARCH, q35_engine_threads(base), &err)) {
-            fprintf(stderr, "qwen35 eval: %s\n", err.msg);
+    if (!dst) { /* plainly */
+        dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        float *f = malloc((size_t)ENCODE_ROWS * (size_t)cols * sizeof *f);
+        if (!dst || !f) {
+            fprintf(stderr, "qwen35 eval: out of memory encoding '%s'\n", name);
             free(dst);
             free(f);
             return 1;
         }
+        memset(dst, 0, bytes);
+        for (int64_t r0 = 0; r0 < rows; r0 += ENCODE_ROWS) {
+            int64_t k = rows - r0 < ENCODE_ROWS ? rows - r0 : ENCODE_ROWS;
+            q35_dtype_decode(src->dtype, src->data, cols, r0 * cols, k * cols, f);
+            q35_dtype_encode(dt, (uint8_t *)dst + q35_dtype_bytes(dt, r0, cols), f, k, cols);
+        }
+        free(f);
     }
-    free(f);
     *t = *src;
     t->dtype = dt;
     t->data = dst;

@@ -43,43 +43,82 @@ static void progress_bar(void *ctx, uint64_t done, uint64_t total, const char *w
     fflush(stderr);
 }
 
-/* --calibrate: the checkpoint reads the text once, on first need (after
- * prepare has found the output out of date), and each calibrated tensor
- * gets its input's GPTQ factor. */
+/* --calibrate: once prepare has planned the cache (and found the output
+ * out of date), the checkpoint reads the text and each block-format matrix
+ * whose input it summed is coded with GPTQ, before the cache is written.
+ * With --calib-layers N the text is read once per N layers, summing only
+ * those layers' inputs (the lm_head's with the first group): the memory of
+ * the sums is that of N layers, and the bytes are the same. */
 typedef struct {
     const char *checkpoint, *text_path;
-    int32_t ctx, threads;
-    int collected;
+    int32_t ctx, threads, layers_per_pass;
     q35_engine *e;
-    q35_calib *calib;
+    void **made; /* the coded tensors, freed after prepare */
+    int32_t n_made;
 } calib_state;
 
-static q35_status calib_factor(void *ctx, const char *name, const q35_gptq **g, q35_error *err) {
+static int layer_of(const char *name) { /* the N of "layers.N." (the text model's), or -1 */
+    const char *l = strstr(name, "layers.");
+    return l && strncmp(name, "mtp.", 4) ? atoi(l + 7) : -1;
+}
+
+static q35_status calibrate_items(void *ctx, q35_cache_item *items, int32_t n, q35_error *err) {
     calib_state *c = ctx;
-    if (!c->collected) {
-        c->collected = 1;
-        char *text = NULL;
-        size_t len = 0;
-        int32_t *ids = NULL;
-        size_t n = 0;
-        q35_tokenizer *tok = NULL;
-        q35_engine_params ep = {.n_threads = c->threads};
-        double t0 = q35_now_seconds();
-        q35_status st = q35_read_file(c->text_path, &text, &len, err);
-        if (!st) st = q35_tokenizer_load(c->checkpoint, &tok, err);
-        if (!st) st = q35_tokenize(tok, text, len, 0, &ids, &n, err);
-        if (!st && n < 2) st = q35_fail(err, Q35_ERR_ARG, "%s: %zu tokens, too few to calibrate with", c->text_path, n);
-        if (!st) st = q35_engine_load(c->checkpoint, &ep, &c->e, err);
-        if (!st) st = q35_calib_collect(c->e, ids, (int32_t)n, c->ctx, &c->calib, err);
-        if (!st) fprintf(stderr, "qwen35 prepare: calibrated on %zu tokens of %s in %.1f s\n", n, c->text_path,
-                         q35_now_seconds() - t0);
-        q35_tokenizer_free(tok);
-        free(ids);
-        free(text);
-        if (st) return st;
+    char *text = NULL;
+    size_t len = 0, n_ids = 0;
+    int32_t *ids = NULL;
+    q35_tokenizer *tok = NULL;
+    q35_engine_params ep = {.n_threads = c->threads};
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    int32_t *which = calloc((size_t)n + 1, sizeof *which);
+    double t0 = q35_now_seconds();
+    q35_status st = names && which ? Q35_OK : q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    if (!st) st = q35_read_file(c->text_path, &text, &len, err);
+    if (!st) st = q35_tokenizer_load(c->checkpoint, &tok, err);
+    if (!st) st = q35_tokenize(tok, text, len, 0, &ids, &n_ids, err);
+    if (!st && n_ids < 2) st = q35_fail(err, Q35_ERR_ARG, "%s: %zu tokens, too few to calibrate with", c->text_path, n_ids);
+    if (!st) st = q35_engine_load(c->checkpoint, &ep, &c->e, err);
+    if (!st) c->made = calloc((size_t)n + 1, sizeof *c->made);
+    if (!st && !c->made) st = q35_fail(err, Q35_ERR_NOMEM, "out of memory");
+    int n_layer = st ? 0 : q35_engine_info(c->e)->n_layer, step = c->layers_per_pass;
+    if (step <= 0 || step > n_layer) step = n_layer > 0 ? n_layer : 1;
+    int passes = 0;
+    for (int l0 = 0; !st && l0 < n_layer; l0 += step) {
+        int32_t k = 0;
+        for (int32_t i = 0; i < n; i++) { /* this group's candidates: block formats coded from floats */
+            const q35_cache_item *it = &items[i];
+            int l = layer_of(it->name);
+            if (!q35_dtype_is_block(it->dtype) || it->dtype == it->src_dtype || it->ndim != 2) continue;
+            if (!q35_engine_weight(c->e, it->name) || !strncmp(it->name, "mtp.", 4)) continue;
+            if (l0 == 0 ? l >= step : l < l0 || l >= l0 + step) continue;
+            names[k] = it->name;
+            which[k++] = i;
+        }
+        if (!k) continue;
+        q35_calib *cal = NULL;
+        st = q35_calib_collect(c->e, ids, (int32_t)n_ids, c->ctx, names, k, &cal, err);
+        passes++;
+        for (int32_t j = 0; !st && j < k; j++) {
+            q35_cache_item *it = &items[which[j]];
+            size_t bytes;
+            void *buf = NULL;
+            st = q35_calib_encode(cal, it->name, it->dtype, c->threads > 0 ? c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                                  &buf, &bytes, err);
+            if (!st && buf) {
+                it->encoded = buf;
+                c->made[c->n_made++] = buf;
+            }
+        }
+        q35_calib_free(cal);
     }
-    if (!c->calib) return q35_fail(err, Q35_ERR_ARG, "calibration failed earlier");
-    return q35_calib_factor(c->calib, name, g, NULL, err);
+    if (!st) fprintf(stderr, "qwen35 prepare: calibrated on %zu tokens of %s (%d pass%s) in %.1f s\n", n_ids,
+                     c->text_path, passes, passes == 1 ? "" : "es", q35_now_seconds() - t0);
+    q35_tokenizer_free(tok);
+    free(ids);
+    free(text);
+    free(names);
+    free(which);
+    return st;
 }
 
 /* What identifies a calibration: the encoder, its damping, the text's SHA-256 and the window length. */
@@ -118,6 +157,7 @@ static const char prepare_usage[] =
     "  --calibrate TEXT  encode the block-format matrices with GPTQ (docs/weight-cache.md): the\n"
     "                checkpoint reads TEXT (windows of --calib-ctx tokens, default 512) and each\n"
     "                matrix's rows are coded so that its outputs on those inputs move least\n"
+    "  --calib-layers N  read TEXT once per N layers, holding only their sums (default: all at once)\n"
     "  -t THREADS    threads for the calibration (default: one per core)\n"
     "  --force       replace a different cache already in CACHE_DIR\n";
 
@@ -126,7 +166,7 @@ int cmd_prepare(int argc, char **argv) {
     const char *policy = "default", *download = NULL, *revision = NULL, *hub = getenv("HF_ENDPOINT");
     const char *sets[64];
     calib_state cs = {0};
-    long calib_ctx = 512, threads = 0;
+    long calib_ctx = 512, threads = 0, calib_layers = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(prepare_usage, stdout); return 0; }
@@ -142,15 +182,18 @@ int cmd_prepare(int argc, char **argv) {
         else if (!strcmp(k, "--hub-url")) hub = v;
         else if (!strcmp(k, "--set") && p.n_overrides < 64) sets[p.n_overrides++] = v;
         else if (!strcmp(k, "--calibrate")) cs.text_path = v;
-        else if (!strcmp(k, "--calib-ctx") || !strcmp(k, "-t") || !strcmp(k, "--threads")) {
+        else if (!strcmp(k, "--calib-ctx") || !strcmp(k, "--calib-layers") || !strcmp(k, "-t") ||
+                 !strcmp(k, "--threads")) {
             char *end;
             long x = strtol(v, &end, 10);
-            int is_ctx = !strcmp(k, "--calib-ctx");
-            if (*end || x < (is_ctx ? 2 : 0) || x > (is_ctx ? 1 << 20 : 1024)) {
+            int is_ctx = !strcmp(k, "--calib-ctx"), is_layers = !strcmp(k, "--calib-layers");
+            if (*end || x < (is_ctx ? 2 : is_layers ? 1 : 0) || x > (is_ctx ? 1 << 20 : 1024)) {
                 fprintf(stderr, "qwen35 prepare: bad %s '%s'\n", k, v);
                 return 2;
             }
-            if (is_ctx) calib_ctx = x; else threads = x;
+            if (is_ctx) calib_ctx = x;
+            else if (is_layers) calib_layers = x;
+            else threads = x;
         } else { fprintf(stderr, "qwen35 prepare: unknown option '%s'\n%s", k, prepare_usage); return 2; }
         i++;
     }
@@ -175,10 +218,10 @@ int cmd_prepare(int argc, char **argv) {
         cs.checkpoint = p.checkpoint;
         cs.ctx = (int32_t)calib_ctx;
         cs.threads = (int32_t)threads;
-        p.gptq_factor = calib_factor;
-        p.gptq_ctx = &cs;
+        cs.layers_per_pass = (int32_t)calib_layers;
+        p.calibrate = calibrate_items;
+        p.calibrate_ctx = &cs;
         p.calibration_id = cid;
-        p.gptq_threads = threads > 0 ? (int32_t)threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     }
     progress_state ps = {isatty(2), 0, "prepare"};
     p.progress = progress_bar;
@@ -192,7 +235,8 @@ int cmd_prepare(int argc, char **argv) {
         ps.label = "prepare";
     }
     q35_status st = q35_prepare(&p, &err);
-    q35_calib_free(cs.calib);
+    for (int32_t i = 0; i < cs.n_made; i++) free(cs.made[i]);
+    free(cs.made);
     q35_engine_free(cs.e);
     if (st) {
         fprintf(stderr, "qwen35 prepare: %s\n", err.msg);

@@ -19,8 +19,12 @@
 
 typedef struct q35_calib q35_calib;
 
-q35_status q35_calib_collect(q35_engine *e, const int32_t *ids, int32_t n, int32_t win, q35_calib **out,
-                             q35_error *err);
+/* only (n_only names of bound matrices; NULL: every matrix) limits the sums
+ * to the inputs of those matrices, so a large model can be calibrated a few
+ * layers at a time; a sum shared by several matrices is kept if any of
+ * them is named, and is the same whatever else is named. */
+q35_status q35_calib_collect(q35_engine *e, const int32_t *ids, int32_t n, int32_t win, const char *const *only,
+                             int32_t n_only, q35_calib **out, q35_error *err);
 void q35_calib_free(q35_calib *c);
 
 /* *g = the GPTQ factor (q35_gptq_make with Q35_GPTQ_DAMP, act order) of the input of
@@ -28,5 +32,13 @@ void q35_calib_free(q35_calib *c);
  * statistics, or NULL when the matrix never ran; *rows (if not NULL) gets
  * the number of rows summed. */
 q35_status q35_calib_factor(q35_calib *c, const char *name, const q35_gptq **g, int64_t *rows, q35_error *err);
+
+/* The engine's bound matrix `name` (F32, F16 or BF16) coded as dt (BFP4 or
+ * BFP8) by the calibrated encoder (q35_bfp_pack_gptq with the exponent
+ * search, act order) on n_threads threads, into a new 64-byte aligned
+ * buffer of q35_cache_tensor_bytes (the bytes `prepare --calibrate` stores);
+ * *out NULL when the matrix's input was not summed. Free with free(). */
+q35_status q35_calib_encode(q35_calib *c, const char *name, q35_dtype dt, int n_threads, void **out, size_t *bytes,
+                            q35_error *err);
 
 #endif

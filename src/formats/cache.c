@@ -6,7 +6,6 @@
  * 16-row panels straight to its offset, hashed on the way, and only one
  * chunk is in memory at a time. */
 #include "formats/cache.h"
-#include "formats/gptq.h"
 #include "formats/bfp.h"
 
 #include <errno.h>
@@ -225,26 +224,22 @@ static q35_status write_all(int fd, const void *buf, size_t n, uint64_t off, con
 /* Converts rows of src (item->src_dtype) into the stored dtype, through
  * floats (tmp, when the source is not F32 already). For a block format the
  * rows start on a panel boundary, so they land at a panel's offset. */
-static q35_status convert_rows(const q35_cache_item *it, const void *src, int64_t n_rows, int64_t row_elems,
-                               void *dst, float *tmp, q35_error *err) {
+static void convert_rows(const q35_cache_item *it, const void *src, int64_t n_rows, int64_t row_elems, void *dst,
+                         float *tmp) {
     if (it->dtype == it->src_dtype) { /* already in the stored form (synthetic codes, as-stored tensors) */
         memcpy(dst, src, q35_dtype_bytes(it->dtype, n_rows, row_elems));
-        return Q35_OK;
+        return;
     }
     const float *f = src;
     if (it->src_dtype != Q35_DT_F32) {
         q35_dtype_decode(it->src_dtype, src, row_elems, 0, n_rows * row_elems, tmp);
         f = tmp;
     }
-    if (it->gptq && q35_dtype_is_block(it->dtype)) /* rows are coded independently: any chunking gives the same bytes */
-        return q35_bfp_pack_gptq(it->dtype, dst, f, n_rows, row_elems, it->gptq, Q35_BFP_EXP_SEARCH,
-                                 it->gptq_threads, err);
     if (it->encode_flags && q35_dtype_is_block(it->dtype)) /* shape and size were checked when planned */
         q35_bfp_pack_matrix(it->dtype, dst, q35_dtype_bytes(it->dtype, n_rows, row_elems), f, Q35_DT_F32, n_rows,
                             row_elems, it->encode_flags, NULL);
     else
         q35_dtype_encode(it->dtype, dst, f, n_rows, row_elems);
-    return Q35_OK;
 }
 
 static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int32_t idx, q35_cache_fill_fn fill,
@@ -270,9 +265,13 @@ static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int
     uint64_t off = it->offset;
     for (int64_t r0 = 0; !st && r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
-        st = fill(fill_ctx, it, idx, r0, n, src, err);
         size_t out_n = q35_dtype_bytes(it->dtype, n, row_elems);
-        if (!st) st = convert_rows(it, src, n, row_elems, dst, tmp, err);
+        if (it->encoded) { /* made before: rows start on a panel boundary, so the chunk is a byte range */
+            memcpy(dst, (const uint8_t *)it->encoded + q35_dtype_bytes(it->dtype, r0, row_elems), out_n);
+        } else {
+            st = fill(fill_ctx, it, idx, r0, n, src, err);
+            if (!st) convert_rows(it, src, n, row_elems, dst, tmp);
+        }
         if (!st) st = write_all(fd, dst, out_n, off, path, err);
         if (!st) EVP_DigestUpdate(md, dst, out_n);
         off += out_n;

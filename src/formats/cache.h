@@ -79,8 +79,7 @@ typedef struct q35_cache_item {
     char name[Q35_CACHE_NAME_MAX];
     q35_dtype src_dtype, dtype;
     unsigned encode_flags; /* block formats: the encoder's flags (bfp.h: Q35_BFP_EXP_SEARCH), else 0 */
-    const struct q35_gptq *gptq; /* block formats: the calibrated encoder's factor (gptq.h), or NULL */
-    int32_t gptq_threads;
+    const void *encoded;   /* the stored bytes already made (the calibrated encoder's), or NULL: from fill */
     int32_t ndim;
     int64_t shape[Q35_MAX_DIMS];
     uint64_t offset, nbytes;

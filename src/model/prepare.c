@@ -551,15 +551,7 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
         items[i].dtype = q35_policy_dtype(p->policy, items[i].name, items[i].src_dtype, items[i].ndim, items[i].shape);
     if (!st) st = apply_overrides(p, items, n_items, err);
     for (int32_t i = 0; !st && i < n_items; i++) items[i].encode_flags = q35_policy_encode_flags(p->policy, items[i].dtype);
-    for (int32_t i = 0; !st && p->gptq_factor && p->checkpoint && i < n_items; i++) {
-        q35_cache_item *it = &items[i];
-        if (!q35_dtype_is_block(it->dtype) || it->dtype == it->src_dtype || it->ndim != 2) continue;
-        st = p->gptq_factor(p->gptq_ctx, it->name, &it->gptq, err);
-        if (!st && it->gptq && it->gptq->n != it->shape[1])
-            st = q35_fail(err, Q35_ERR_ARG, "calibration of '%s': %lld inputs, the tensor has %lld", it->name,
-                          (long long)it->gptq->n, (long long)it->shape[1]);
-        it->gptq_threads = p->gptq_threads;
-    }
+    if (!st && p->calibrate && p->checkpoint) st = p->calibrate(p->calibrate_ctx, items, n_items, err);
     for (int32_t i = 0; !st && p->synthetic && i < n_items; i++) /* whole panels: generate the codes themselves */
         if (items[i].dtype != items[i].src_dtype && q35_dtype_is_block(items[i].dtype) &&
             items[i].shape[0] % q35_dtype_info(items[i].dtype)->panel_rows == 0)
@@ -613,7 +605,7 @@ q35_status q35_prepare(const q35_prepare_params *p, q35_error *err) {
                                    q35_dtype_name(it->src_dtype), "shape", shape_json(it), "offset",
                                    (json_int_t)it->offset, "bytes", (json_int_t)it->nbytes, "sha256", hex_of(it->sha256));
             /* only where the bytes were encoded with it: synthetic codes and as-stored tensors are copied */
-            if (it->gptq)
+            if (it->encoded)
                 json_object_set_new(tj, "encoder", json_string("gptq"));
             else if ((it->encode_flags & Q35_BFP_EXP_SEARCH) && it->dtype != it->src_dtype)
                 json_object_set_new(tj, "encoder", json_string("exponent search"));

@@ -6,7 +6,6 @@
 #define Q35_MODEL_PREPARE_H
 
 #include "formats/cache.h"
-#include "formats/gptq.h"
 
 /* ---- the dtype policy: which dtype each tensor gets in a cache (policy.c) ---- */
 typedef enum q35_policy_id {
@@ -37,17 +36,15 @@ typedef struct q35_prepare_params {
     int32_t n_overrides;
     q35_progress_fn progress;
     void *progress_ctx;
-    /* Calibrated encoding (formats/gptq.h; qwen35 prepare --calibrate): for
-     * each tensor stored in a block format from a float source, gptq_factor
-     * gives the GPTQ factor of its input (gptq.h; kept alive by the caller
-     * until q35_prepare returns) or NULL to encode it plainly. It is
-     * first called after the output directory is found out of date.
-     * calibration_id names what the factors came from (text, windows); it is
-     * part of the cache's identity and of the manifest. */
-    q35_status (*gptq_factor)(void *ctx, const char *name, const struct q35_gptq **g, q35_error *err);
-    void *gptq_ctx;
+    /* Calibrated encoding (qwen35 prepare --calibrate): called once with the
+     * planned items (dtypes decided, overrides applied) after the output
+     * directory is found out of date; it may set an item's `encoded` to its
+     * stored bytes, made otherwise than by the plain encoders (kept alive by
+     * the caller until q35_prepare returns). calibration_id names what they
+     * were made from; it is part of the cache's identity and of the manifest. */
+    q35_status (*calibrate)(void *ctx, q35_cache_item *items, int32_t n, q35_error *err);
+    void *calibrate_ctx;
     const char *calibration_id;
-    int32_t gptq_threads;     /* threads of the calibrated encoder (<= 1: one) */
 } q35_prepare_params;
 
 q35_status q35_prepare(const q35_prepare_params *p, q35_error *err);

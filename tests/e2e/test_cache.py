@@ -365,9 +365,10 @@ DEMO = ROOT / "models" / "qwen35-demo"
 
 
 def test_calibrated_prepare_is_gptq_deterministic_and_better(tmp_path):
-    """--calibrate: the demo model reads one half of its held-out text; the cache it writes holds the same
+    """--calibrate: the demo model reads one part of its held-out text; the cache it writes holds the same
     dtypes and bytes per token as the plain default, marks its calibrated tensors, gives the same bytes on
-    1 and 2 threads, and diverges less from the checkpoint on the other half than the plain cache does."""
+    1 and 2 threads and read in one pass or three, and diverges less from the checkpoint on another part of
+    the text than the plain cache does."""
     text = (ROOT / "models" / "qwen35-demo-eval.txt").read_text()
     calib, held = tmp_path / "calib.txt", tmp_path / "held.txt"
     calib.write_text(text[:12000])
@@ -381,9 +382,12 @@ def test_calibrated_prepare_is_gptq_deterministic_and_better(tmp_path):
     r = prepare("cal1", "--calibrate", calib, "--calib-ctx", "256", "-t", "1")
     assert "calibrated on" in r.stderr
     prepare("cal2", "--calibrate", calib, "--calib-ctx", "256", "-t", "2")
+    r = prepare("cal3", "--calibrate", calib, "--calib-ctx", "256", "-t", "1", "--calib-layers", "3")
+    assert "(3 passes)" in r.stderr  # the demo's 8 layers, 3 at a time
     prepare("plain")
     a, b = (tmp_path / "cal1" / "model.q35").read_bytes(), (tmp_path / "cal2" / "model.q35").read_bytes()
     assert a == b, "the calibrated cache depends on the thread count"
+    assert a == (tmp_path / "cal3" / "model.q35").read_bytes(), "the calibrated cache depends on --calib-layers"
     assert a != (tmp_path / "plain" / "model.q35").read_bytes()
 
     man = json.loads((tmp_path / "cal1" / "manifest.json").read_text())
@@ -424,6 +428,8 @@ def test_calibrate_refuses_what_it_cannot_use(tmp_path):
     assert r.returncode == 2 and "--calibrate needs --checkpoint" in r.stderr
     r = q35("prepare", "--checkpoint", DEMO, "--out", tmp_path / "c", "--calibrate", empty, "--calib-ctx", "1")
     assert r.returncode == 2 and "bad --calib-ctx" in r.stderr
+    r = q35("prepare", "--checkpoint", DEMO, "--out", tmp_path / "c", "--calibrate", empty, "--calib-layers", "0")
+    assert r.returncode == 2 and "bad --calib-layers" in r.stderr
 
 
 def test_calibrated_sweep_rows_equal_calibrated_caches(tmp_path):
