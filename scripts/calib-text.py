@@ -9,7 +9,7 @@ Each training document is cut into pieces of --piece characters and every
 --stride-th piece (counted over the documents in name order) is kept, so the
 text samples the whole corpus; the same package gives the same bytes.
 
-    scripts/calib-text.py [--corpus DIR] [--piece 2000] [--stride 8] -o FILE
+    scripts/calib-text.py [--corpus DIR] [--piece 2000] [--stride 32] -o FILE
 """
 import argparse
 import hashlib
@@ -24,7 +24,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default=demo.DEFAULT_CORPUS)
     ap.add_argument("--piece", type=int, default=2000)
-    ap.add_argument("--stride", type=int, default=8)
+    ap.add_argument("--stride", type=int, default=32)
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
     if a.piece < 100 or a.stride < 1:

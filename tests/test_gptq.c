@@ -190,13 +190,42 @@ TEST(gptq, bad_input_fails_cleanly) {
     CHECK(q35_gptq_make(H, 2, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_ERR_ARG);
     CHECK(strstr(err.msg, "not positive definite") != NULL);
     CHECK(g.U == NULL && g.perm == NULL);
-    /* a shape the block format cannot hold, and a factor of another width */
-    double *I = calloc(32 * 32, sizeof *I);
-    for (int k = 0; k < 32; k++) I[k * 32 + k] = 1;
-    REQUIRE(q35_gptq_make(I, 32, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_OK);
+    /* a non-finite diagonal (inputs that overflowed) is named as such */
+    double Hn[4] = {NAN, 0, 0, 1};
+    CHECK(q35_gptq_make(Hn, 2, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_ERR_ARG);
+    CHECK(strstr(err.msg, "not finite") != NULL);
+    /* a width the block format cannot hold (40), and a factor of another width (48 for 32) */
+    double *I = calloc(40 * 40, sizeof *I);
+    for (int k = 0; k < 40; k++) I[k * 40 + k] = 1;
+    REQUIRE(q35_gptq_make(I, 40, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_OK);
     float w[48] = {0};
     uint8_t dst[1024];
+    CHECK(q35_bfp_pack_gptq(Q35_DT_BFP4, dst, w, 1, 40, &g, 0, 1, &err) == Q35_ERR_ARG);
+    q35_gptq_free(&g);
+    I = calloc(32 * 32, sizeof *I);
+    for (int k = 0; k < 32; k++) I[k * 32 + k] = 1;
+    REQUIRE(q35_gptq_make(I, 32, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_OK);
     CHECK(q35_bfp_pack_gptq(Q35_DT_BFP4, dst, w, 1, 48, &g, 0, 1, &err) == Q35_ERR_ARG);
     CHECK(q35_bfp_pack_gptq(Q35_DT_BF16, dst, w, 1, 32, &g, 0, 1, &err) == Q35_ERR_ARG);
+    q35_gptq_free(&g);
+}
+
+TEST(gptq, damping_rises_until_the_factorization_holds) {
+    /* not positive definite as it stands (off-diagonal 1.05 > 1) nor damped by 0.01 of the mean diagonal,
+     * positive definite damped by 0.1: the factor must be that of H + 0.1 I */
+    double *H = malloc(4 * sizeof *H);
+    H[0] = 1, H[1] = 1.05, H[2] = 1.05, H[3] = 1;
+    q35_gptq g;
+    q35_error err = {0};
+    REQUIRE(q35_gptq_make(H, 2, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_OK);
+    double a = 1.1, b = 1.05, det = a * a - b * b; /* (H + 0.1 I)^-1 = [a -b; -b a] / det */
+    double inv[4] = {a / det, -b / det, -b / det, a / det}, worst = 0;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            double utu = 0;
+            for (int m = 0; m < 2; m++) utu += g.U[m * 2 + i] * g.U[m * 2 + j];
+            if (fabs(utu - inv[i * 2 + j]) > worst) worst = fabs(utu - inv[i * 2 + j]);
+        }
+    CHECK_MSG(worst < 1e-12, "U^T U is %g away from (H + 0.1 I)^-1", worst);
     q35_gptq_free(&g);
 }

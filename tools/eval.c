@@ -32,7 +32,8 @@ static const char eval_usage[] =
     "  stored as DTYPE, encoded from BASE_MODEL's weights as prepare --set does, the rest as\n"
     "  MODEL has it: the mean KL and bytes per token of each, one loaded model throughout.\n"
     "  --calibrate TEXT (with --sweep): block formats coded with GPTQ on BASE_MODEL's inputs\n"
-    "  while it reads TEXT in windows of --calib-ctx tokens (default 512), as prepare --calibrate.\n";
+    "  while it reads TEXT in windows of --calib-ctx tokens (default 512), as prepare --calibrate\n"
+    "  (every input's sums at once: the memory of prepare --calibrate without --calib-layers).\n";
 
 /* The text of `path` as token ids, with the tokenizer in `dir`. */
 static int tokenize_file(const char *path, const char *dir, int32_t **out, int32_t *n_out) {
@@ -204,6 +205,10 @@ int cmd_eval(int argc, char **argv) {
     }
     if (sweep && (!base_path || (strcmp(sweep, "bf16") && strcmp(sweep, "bfp8") && strcmp(sweep, "bfp4")))) {
         fprintf(stderr, "qwen35 eval: --sweep needs a dtype (bf16, bfp8 or bfp4) and --kld-base\n%s", eval_usage);
+        return 2;
+    }
+    if (!calib_path && calib_ctx != 512) {
+        fprintf(stderr, "qwen35 eval: --calib-ctx goes with --calibrate\n%s", eval_usage);
         return 2;
     }
     if (calib_path && !sweep) {

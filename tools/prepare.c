@@ -68,7 +68,7 @@ static q35_status calibrate_items(void *ctx, q35_cache_item *items, int32_t n, q
     size_t len = 0, n_ids = 0;
     int32_t *ids = NULL;
     q35_tokenizer *tok = NULL;
-    q35_engine_params ep = {.n_threads = c->threads};
+    q35_engine_params ep = {.n_threads = c->threads, .weights = Q35_WEIGHTS_MAPPED}; /* no huge-page copy */
     const char **names = calloc((size_t)n + 1, sizeof *names);
     int32_t *which = calloc((size_t)n + 1, sizeof *which);
     double t0 = q35_now_seconds();
@@ -113,6 +113,10 @@ static q35_status calibrate_items(void *ctx, q35_cache_item *items, int32_t n, q
     }
     if (!st) fprintf(stderr, "qwen35 prepare: calibrated on %zu tokens of %s (%d pass%s) in %.1f s\n", n_ids,
                      c->text_path, passes, passes == 1 ? "" : "es", q35_now_seconds() - t0);
+    if (!st && !passes) fprintf(stderr, "qwen35 prepare: note: the policy stores no matrix in a block format, so "
+                                "nothing was calibrated\n");
+    q35_engine_free(c->e); /* the coded tensors do not need it */
+    c->e = NULL;
     q35_tokenizer_free(tok);
     free(ids);
     free(text);
@@ -209,6 +213,10 @@ int cmd_prepare(int argc, char **argv) {
         return 2;
     }
     char cid[200];
+    if (!cs.text_path && (calib_ctx != 512 || calib_layers)) {
+        fprintf(stderr, "qwen35 prepare: --calib-ctx and --calib-layers go with --calibrate\n");
+        return 2;
+    }
     if (cs.text_path) {
         if (!p.checkpoint || p.synthetic) {
             fprintf(stderr, "qwen35 prepare: --calibrate needs --checkpoint (a model to read the text with)\n");

@@ -17,7 +17,7 @@ typedef struct calib_slot {
     int64_t n_in, rows;
     double *H;    /* (n_in, n_in): the upper triangle of sum x x^T, until factored; NULL: not summed */
     q35_gptq g;   /* g.U took H over */
-    int factored;
+    int factored, failed; /* failed: the factorization gave up (H is spent) */
 } calib_slot;
 
 struct q35_calib {
@@ -59,13 +59,16 @@ static calib_slot *slot_of(q35_calib *c, int n, const q35_tensor *const *Ws) {
     return s;
 }
 
-/* H += x^T x over the upper triangle, one row at a time (an axpy per input,
- * which the compiler vectorizes at -O3). */
+/* H += x^T x over the upper triangle: for each row of H, the call's tokens
+ * in order, an axpy each (which the compiler vectorizes at -O3), so a row of
+ * H stays in cache while the tokens pass; every element still takes its
+ * products in token order. */
 __attribute__((optimize("O3"))) static void add_rows(double *H, const float *x, int64_t n_tok, int64_t m) {
-    for (int64_t t = 0; t < n_tok; t++) {
-        const float *xt = x + t * m;
-        for (int64_t i = 0; i < m; i++) {
-            double xi = xt[i], *h = H + i * m;
+    for (int64_t i = 0; i < m; i++) {
+        double *h = H + i * m;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * m;
+            double xi = xt[i];
             if (xi == 0) continue;
             for (int64_t j = i; j < m; j++) h[j] += xi * (double)xt[j];
         }
@@ -147,10 +150,14 @@ q35_status q35_calib_factor(q35_calib *c, const char *name, const q35_gptq **g, 
         calib_slot *s = &c->slots[i];
         for (int j = 0; j < s->n_w; j++) {
             if (s->W[j] != w) continue;
+            if (s->failed) return q35_fail(err, Q35_ERR_ARG, "calibration of '%s': its factorization failed", name);
             if (!s->H && !s->factored) return Q35_OK; /* not summed */
             if (!s->factored) {
                 q35_status st = q35_gptq_make(s->H, s->n_in, Q35_GPTQ_DAMP, 1, &s->g, err);
-                if (st) return st;
+                if (st) {
+                    s->failed = 1;
+                    return st;
+                }
                 s->factored = 1;
                 s->H = NULL;
             }

@@ -69,6 +69,13 @@ q35_status q35_gptq_make(double *H, int64_t n, double damp, int act_order, q35_g
         free(row);
         return q35_fail(err, Q35_ERR_NOMEM, "gptq: out of memory for a %lld-input factor", (long long)n);
     }
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(H[i * n + i])) {
+            free(orig);
+            free(row);
+            return q35_fail(err, Q35_ERR_ARG, "gptq: the calibration matrix's diagonal is not finite at input %lld "
+                            "(the inputs overflowed)", (long long)i);
+        }
     for (int64_t i = 0; i < n; i++) /* the full symmetric matrix from its upper triangle */
         for (int64_t j = 0; j < i; j++) H[i * n + j] = H[j * n + i];
     for (int64_t i = 0; i < n; i++) {

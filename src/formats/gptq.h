@@ -43,7 +43,8 @@ typedef struct q35_gptq {
  * moved (H[k][k] = 0) gets H[k][k] = 1 and no coupling, so its weights are
  * coded plainly. If the damped H is not positive definite in floating
  * point, d is raised tenfold (up to three times) before giving up with
- * Q35_ERR_ARG; on failure H stays the caller's. */
+ * Q35_ERR_ARG; on failure H stays the caller's, its contents undefined.
+ * A non-finite diagonal is refused as such. */
 q35_status q35_gptq_make(double *H, int64_t n, double damp, int act_order, q35_gptq *out, q35_error *err);
 void q35_gptq_free(q35_gptq *g); /* frees U and perm */
 

@@ -430,6 +430,10 @@ def test_calibrate_refuses_what_it_cannot_use(tmp_path):
     assert r.returncode == 2 and "bad --calib-ctx" in r.stderr
     r = q35("prepare", "--checkpoint", DEMO, "--out", tmp_path / "c", "--calibrate", empty, "--calib-layers", "0")
     assert r.returncode == 2 and "bad --calib-layers" in r.stderr
+    r = q35("prepare", "--checkpoint", DEMO, "--out", tmp_path / "c", "--calib-layers", "2")
+    assert r.returncode == 2 and "go with --calibrate" in r.stderr
+    r = q35("eval", "-m", DEMO, "--text", empty, "--calib-ctx", "64")
+    assert r.returncode == 2 and "--calib-ctx goes with --calibrate" in r.stderr
 
 
 def test_calibrated_sweep_rows_equal_calibrated_caches(tmp_path):
