@@ -47,7 +47,8 @@ static void progress_bar(void *ctx, uint64_t done, uint64_t total, const char *w
  * out of date), the checkpoint reads the text and each block-format matrix
  * whose input it summed is coded with GPTQ, before the cache is written.
  * With --calib-layers N the text is read once per N layers, summing only
- * those layers' inputs (the lm_head's with the first group): the memory of
+ * those layers' inputs (the lm_head's and the MTP head's with the first
+ * group): the memory of
  * the sums is that of N layers, and the bytes are the same. */
 typedef struct {
     const char *checkpoint, *text_path;
@@ -89,7 +90,7 @@ static q35_status calibrate_items(void *ctx, q35_cache_item *items, int32_t n, q
             const q35_cache_item *it = &items[i];
             int l = layer_of(it->name);
             if (!q35_dtype_is_block(it->dtype) || it->dtype == it->src_dtype || it->ndim != 2) continue;
-            if (!q35_engine_weight(c->e, it->name) || !strncmp(it->name, "mtp.", 4)) continue;
+            if (!q35_engine_weight(c->e, it->name)) continue;
             if (l0 == 0 ? l >= step : l < l0 || l >= l0 + step) continue;
             names[k] = it->name;
             which[k++] = i;

@@ -111,6 +111,9 @@ q35_status q35_calib_collect(q35_engine *e, const int32_t *ids, int32_t n, int32
     q35_status st = !c || !logits ? q35_fail(err, Q35_ERR_NOMEM, "calibration: out of memory") : Q35_OK;
     if (!st) c->e = e;
     if (!st) st = q35_session_new(e, win, &s, err);
+    /* with an MTP head, the session speculates, so every row but a window's last also goes through the
+     * head (its KV cache and matrices: what drafting reads), and the head's inputs are summed too */
+    if (!st && e->w.mtp.present) st = q35_session_set_spec(s, 1, err);
     if (!st) st = q35_engine_set_tap(e, calib_tap, c, err);
     for (int32_t w0 = 0; !st && w0 < n; w0 += win) {
         int32_t len = n - w0 < win ? n - w0 : win;

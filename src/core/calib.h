@@ -9,8 +9,10 @@
  * DeltaNet's in_proj_qkv, z, a, b; gate and up) share one H. Sums are in
  * double precision in row order, on the calling thread, so they do not
  * depend on the engine's thread count (the rows themselves do not either).
- * Matrices that never ran (the MTP head when nothing drafts, the vision
- * tower) have none. */
+ * With an MTP head the session speculates (k = 1), so the head runs over
+ * every row but each window's last and its matrices' inputs are summed too
+ * (not the lm_head's inside the head: drafts compute no logits here).
+ * Matrices that never ran (the vision tower) have none. */
 #ifndef Q35_CORE_CALIB_H
 #define Q35_CORE_CALIB_H
 
