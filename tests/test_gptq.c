@@ -78,7 +78,7 @@ TEST(gptq, uncoupled_inputs_give_the_plain_encoder) {
             for (int64_t k = 0; k < n; k++) H[k * n + k] = 1.0 + (double)((k * 13) % 7); /* an order that permutes */
             q35_gptq g;
             q35_error err = {0};
-            REQUIRE(q35_gptq_make(H, n, Q35_GPTQ_DAMP, 1, &g, &err) == Q35_OK);
+            REQUIRE(q35_gptq_make(H, n, Q35_GPTQ_DAMP, 1, 1, &g, &err) == Q35_OK);
             CHECK(g.perm != NULL && g.perm[0] != 0);
             size_t nb = q35_bfp_tensor_bytes((q35_dtype)dt, rows, n);
             uint8_t *a = malloc(nb), *b = malloc(nb);
@@ -101,7 +101,7 @@ TEST(gptq, outputs_move_less_than_under_the_plain_encoder) {
         for (int order = 0; order <= 1; order++) {
             q35_gptq g;
             q35_error err = {0};
-            REQUIRE(q35_gptq_make(gram(x, n_tok, n), n, Q35_GPTQ_DAMP, order, &g, &err) == Q35_OK);
+            REQUIRE(q35_gptq_make(gram(x, n_tok, n), n, Q35_GPTQ_DAMP, order, 2, &g, &err) == Q35_OK);
             size_t nb = q35_bfp_tensor_bytes((q35_dtype)dt, rows, n);
             uint8_t *a = malloc(nb), *b = malloc(nb);
             REQUIRE(q35_bfp_pack_gptq((q35_dtype)dt, a, w, rows, n, &g, Q35_BFP_EXP_SEARCH, 1, &err) == Q35_OK);
@@ -124,7 +124,7 @@ TEST(gptq, bytes_do_not_depend_on_threads_or_chunks) {
     float *x = make_inputs(n_tok, n), *w = make_weights(rows, n);
     q35_gptq g;
     q35_error err = {0};
-    REQUIRE(q35_gptq_make(gram(x, n_tok, n), n, Q35_GPTQ_DAMP, 1, &g, &err) == Q35_OK);
+    REQUIRE(q35_gptq_make(gram(x, n_tok, n), n, Q35_GPTQ_DAMP, 1, 1, &g, &err) == Q35_OK);
     size_t nb = q35_bfp_tensor_bytes(Q35_DT_BFP4, rows, n), first = q35_bfp_tensor_bytes(Q35_DT_BFP4, 32, n);
     uint8_t *one = malloc(nb), *three = malloc(nb), *chunks = malloc(nb);
     REQUIRE(q35_bfp_pack_gptq(Q35_DT_BFP4, one, w, rows, n, &g, Q35_BFP_EXP_SEARCH, 1, &err) == Q35_OK);
@@ -152,7 +152,7 @@ TEST(gptq, factor_is_the_cholesky_factor_of_the_damped_inverse) {
         for (int64_t j = 0; j < n; j++) Hf[i * n + j] = i <= j ? H[i * n + j] : H[j * n + i];
     q35_gptq g;
     q35_error err = {0};
-    REQUIRE(q35_gptq_make(H, n, Q35_GPTQ_DAMP, 1, &g, &err) == Q35_OK);
+    REQUIRE(q35_gptq_make(H, n, Q35_GPTQ_DAMP, 1, 1, &g, &err) == Q35_OK);
     /* what the factor stands for: the dead input gets 1 and no coupling, then damping */
     for (int64_t j = 0; j < n; j++) Hf[7 * n + j] = Hf[j * n + 7] = 0;
     Hf[7 * n + 7] = 1;
@@ -187,24 +187,24 @@ TEST(gptq, bad_input_fails_cleanly) {
     q35_gptq g;
     /* not positive definite however damped: a negative diagonal */
     double H[4] = {-5, 0, 0, -5};
-    CHECK(q35_gptq_make(H, 2, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_ERR_ARG);
+    CHECK(q35_gptq_make(H, 2, Q35_GPTQ_DAMP, 0, 1, &g, &err) == Q35_ERR_ARG);
     CHECK(strstr(err.msg, "not positive definite") != NULL);
     CHECK(g.U == NULL && g.perm == NULL);
     /* a non-finite diagonal (inputs that overflowed) is named as such */
     double Hn[4] = {NAN, 0, 0, 1};
-    CHECK(q35_gptq_make(Hn, 2, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_ERR_ARG);
+    CHECK(q35_gptq_make(Hn, 2, Q35_GPTQ_DAMP, 0, 1, &g, &err) == Q35_ERR_ARG);
     CHECK(strstr(err.msg, "not finite") != NULL);
     /* a width the block format cannot hold (40), and a factor of another width (48 for 32) */
     double *I = calloc(40 * 40, sizeof *I);
     for (int k = 0; k < 40; k++) I[k * 40 + k] = 1;
-    REQUIRE(q35_gptq_make(I, 40, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_OK);
+    REQUIRE(q35_gptq_make(I, 40, Q35_GPTQ_DAMP, 0, 1, &g, &err) == Q35_OK);
     float w[48] = {0};
     uint8_t dst[1024];
     CHECK(q35_bfp_pack_gptq(Q35_DT_BFP4, dst, w, 1, 40, &g, 0, 1, &err) == Q35_ERR_ARG);
     q35_gptq_free(&g);
     I = calloc(32 * 32, sizeof *I);
     for (int k = 0; k < 32; k++) I[k * 32 + k] = 1;
-    REQUIRE(q35_gptq_make(I, 32, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_OK);
+    REQUIRE(q35_gptq_make(I, 32, Q35_GPTQ_DAMP, 0, 1, &g, &err) == Q35_OK);
     CHECK(q35_bfp_pack_gptq(Q35_DT_BFP4, dst, w, 1, 48, &g, 0, 1, &err) == Q35_ERR_ARG);
     CHECK(q35_bfp_pack_gptq(Q35_DT_BF16, dst, w, 1, 32, &g, 0, 1, &err) == Q35_ERR_ARG);
     q35_gptq_free(&g);
@@ -217,7 +217,7 @@ TEST(gptq, damping_rises_until_the_factorization_holds) {
     H[0] = 1, H[1] = 1.05, H[2] = 1.05, H[3] = 1;
     q35_gptq g;
     q35_error err = {0};
-    REQUIRE(q35_gptq_make(H, 2, Q35_GPTQ_DAMP, 0, &g, &err) == Q35_OK);
+    REQUIRE(q35_gptq_make(H, 2, Q35_GPTQ_DAMP, 0, 1, &g, &err) == Q35_OK);
     double a = 1.1, b = 1.05, det = a * a - b * b; /* (H + 0.1 I)^-1 = [a -b; -b a] / det */
     double inv[4] = {a / det, -b / det, -b / det, a / det}, worst = 0;
     for (int i = 0; i < 2; i++)
@@ -228,4 +228,23 @@ TEST(gptq, damping_rises_until_the_factorization_holds) {
         }
     CHECK_MSG(worst < 1e-12, "U^T U is %g away from (H + 0.1 I)^-1", worst);
     q35_gptq_free(&g);
+}
+
+TEST(gptq, the_factor_does_not_depend_on_threads) {
+    /* 1000 inputs: the middle of the factorization and the first third of the inverse are split over the
+     * threads (steps of more than 2e5 multiply-adds) */
+    const int64_t n = 1000, n_tok = 300;
+    float *x = make_inputs(n_tok, n);
+    double *H = gram(x, n_tok, n);
+    double *H2 = malloc((size_t)(n * n) * sizeof *H2);
+    memcpy(H2, H, (size_t)(n * n) * sizeof *H2);
+    q35_gptq a, b;
+    q35_error err = {0};
+    REQUIRE(q35_gptq_make(H, n, Q35_GPTQ_DAMP, 1, 1, &a, &err) == Q35_OK);
+    REQUIRE(q35_gptq_make(H2, n, Q35_GPTQ_DAMP, 1, 3, &b, &err) == Q35_OK);
+    CHECK(!memcmp(a.U, b.U, (size_t)(n * n) * sizeof *a.U));
+    CHECK(!memcmp(a.perm, b.perm, (size_t)n * sizeof *a.perm));
+    q35_gptq_free(&a);
+    q35_gptq_free(&b);
+    free(x);
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,4 +264,34 @@ double q35_now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    void (*fn)(void *ctx, int ith, int nth);
+    void *ctx;
+    int ith, nth;
+} fork_arg;
+
+static void *fork_main(void *p) {
+    fork_arg *a = p;
+    a->fn(a->ctx, a->ith, a->nth);
+    return NULL;
+}
+
+void q35_fork_join(int nth, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
+    enum { MAX_FORK = 256 };
+    if (nth < 1) nth = 1;
+    if (nth > MAX_FORK) nth = MAX_FORK;
+    pthread_t th[MAX_FORK];
+    fork_arg args[MAX_FORK];
+    int started[MAX_FORK] = {0};
+    for (int t = 1; t < nth; t++) {
+        args[t] = (fork_arg){fn, ctx, t, nth};
+        started[t] = !pthread_create(&th[t], NULL, fork_main, &args[t]);
+    }
+    fn(ctx, 0, nth);
+    for (int t = 1; t < nth; t++)
+        if (!started[t]) fn(ctx, t, nth);
+    for (int t = 1; t < nth; t++)
+        if (started[t]) pthread_join(th[t], NULL);
 }

@@ -15,6 +15,12 @@
 q35_status q35_fail(q35_error *err, q35_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Runs fn(ctx, ith, nth) for ith = 0 .. nth-1 on nth threads (the calling
+ * thread is 0) and returns when all are done; a share whose thread could not
+ * be started runs on the calling thread, so the split never changes. For
+ * long, coarse jobs (each call starts and joins threads). */
+void q35_fork_join(int nth, void (*fn)(void *ctx, int ith, int nth), void *ctx);
+
 /* Progress of a long job: bytes done so far of total, and what is at hand
  * (a file, a tensor). */
 typedef void (*q35_progress_fn)(void *ctx, uint64_t done, uint64_t total, const char *what);

@@ -1,9 +1,11 @@
 /* calib.c: calibration statistics for the GPTQ encoder (see calib.h). */
 #include "core/calib.h"
+#include "base/util.h"
 #include "formats/bfp.h"
 #include "formats/cache.h"
 #include "formats/gptq.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,7 @@ struct q35_calib {
     calib_slot *slots;
     int32_t n_slots, cap;
     int failed;   /* out of memory inside the tap */
+    int threads;  /* for the sums and the factorizations: the engine's */
     const q35_tensor **only; /* the matrices whose inputs are summed (n_only; NULL: all) */
     int32_t n_only;
 };
@@ -61,16 +64,27 @@ static calib_slot *slot_of(q35_calib *c, int n, const q35_tensor *const *Ws) {
 
 /* H += x^T x over the upper triangle: for each row of H, the call's tokens
  * in order, an axpy each (which the compiler vectorizes at -O3), so a row of
- * H stays in cache while the tokens pass; every element still takes its
- * products in token order. */
-__attribute__((optimize("O3"))) static void add_rows(double *H, const float *x, int64_t n_tok, int64_t m) {
-    for (int64_t i = 0; i < m; i++) {
-        double *h = H + i * m;
-        for (int64_t t = 0; t < n_tok; t++) {
-            const float *xt = x + t * m;
+ * H stays in cache while the tokens pass; every element takes its products in
+ * token order, whichever thread owns its row. */
+typedef struct {
+    double *H;
+    const float *x;
+    int64_t n_tok, m;
+} sum_job;
+
+__attribute__((optimize("O3"))) static void add_rows(void *p, int ith, int nth) {
+    const sum_job *j = p;
+    const int64_t m = j->m;
+    /* row i costs m - i: shares of equal work start at m - m sqrt(1 - t / nth) */
+    int64_t lo = m - (int64_t)((double)m * sqrt(1.0 - (double)ith / nth));
+    int64_t hi = ith + 1 == nth ? m : m - (int64_t)((double)m * sqrt(1.0 - (double)(ith + 1) / nth));
+    for (int64_t i = lo; i < hi; i++) {
+        double *h = j->H + i * m;
+        for (int64_t t = 0; t < j->n_tok; t++) {
+            const float *xt = j->x + t * m;
             double xi = xt[i];
             if (xi == 0) continue;
-            for (int64_t j = i; j < m; j++) h[j] += xi * (double)xt[j];
+            for (int64_t k = i; k < m; k++) h[k] += xi * (double)xt[k];
         }
     }
 }
@@ -80,7 +94,12 @@ static void calib_tap(void *ctx, int n, const q35_tensor *const *Ws, const float
     if (c->failed || n < 1) return;
     calib_slot *s = slot_of(c, n, Ws);
     if (!s) { c->failed = 1; return; }
-    if (s->H) add_rows(s->H, x, n_tok, s->n_in);
+    if (s->H) {
+        sum_job j = {s->H, x, n_tok, s->n_in};
+        double work = (double)n_tok * (double)s->n_in * (double)s->n_in / 2;
+        if (c->threads > 1 && work > 2e6) q35_fork_join(c->threads, add_rows, &j);
+        else add_rows(&j, 0, 1);
+    }
     s->rows += n_tok;
 }
 
@@ -109,7 +128,7 @@ q35_status q35_calib_collect(q35_engine *e, const int32_t *ids, int32_t n, int32
     float *logits = malloc((size_t)CALIB_SLICE * (size_t)V * sizeof *logits);
     q35_session *s = NULL;
     q35_status st = !c || !logits ? q35_fail(err, Q35_ERR_NOMEM, "calibration: out of memory") : Q35_OK;
-    if (!st) c->e = e;
+    if (!st) c->e = e, c->threads = q35_engine_threads(e);
     if (!st) st = q35_session_new(e, win, &s, err);
     /* with an MTP head, the session speculates, so every row but a window's last also goes through the
      * head (its KV cache and matrices: what drafting reads), and the head's inputs are summed too */
@@ -156,7 +175,7 @@ q35_status q35_calib_factor(q35_calib *c, const char *name, const q35_gptq **g, 
             if (s->failed) return q35_fail(err, Q35_ERR_ARG, "calibration of '%s': its factorization failed", name);
             if (!s->H && !s->factored) return Q35_OK; /* not summed */
             if (!s->factored) {
-                q35_status st = q35_gptq_make(s->H, s->n_in, Q35_GPTQ_DAMP, 1, &s->g, err);
+                q35_status st = q35_gptq_make(s->H, s->n_in, Q35_GPTQ_DAMP, 1, c->threads, &s->g, err);
                 if (st) {
                     s->failed = 1;
                     return st;

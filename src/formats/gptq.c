@@ -4,45 +4,78 @@
 #include "base/util.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define PAR_MIN_WORK 200000.0 /* multiply-adds below which a step runs on one thread */
+
+typedef struct {
+    double *A, *row;
+    int64_t n, j, i;
+    double r;
+} fact_step;
+
+/* Column j of R for rows i < j: each row's sum along two rows, rows split over the threads. */
+static void chol_rows(void *p, int ith, int nth) {
+    const fact_step *f = p;
+    const int64_t n = f->n, j = f->j;
+    const double *rj = f->A + j * n;
+    int64_t lo = (int64_t)((double)j * ith / nth), hi = (int64_t)((double)j * (ith + 1) / nth);
+    for (int64_t i = lo; i < hi; i++) {
+        double *ri = f->A + i * n;
+        double s = ri[j];
+        for (int64_t k = j + 1; k < n; k++) s -= ri[k] * rj[k];
+        ri[j] = s / f->r;
+    }
+}
+
 /* H = R R^T with R upper triangular (a Cholesky factorization taken from the
  * last index down), in place in the upper triangle; 0 when it fails (a pivot
- * that is not positive). Row-major, so each inner sum runs along two rows. */
-static int reverse_cholesky(double *A, int64_t n) {
+ * that is not positive). Row-major, so each inner sum runs along two rows;
+ * each element is the same sum in the same order on any thread count. */
+static int reverse_cholesky(double *A, int64_t n, int nth) {
     for (int64_t j = n - 1; j >= 0; j--) {
         double *rj = A + j * n;
         double d = rj[j];
         for (int64_t k = j + 1; k < n; k++) d -= rj[k] * rj[k];
         if (!(d > 0)) return 0;
-        double r = sqrt(d);
-        rj[j] = r;
-        for (int64_t i = 0; i < j; i++) {
-            double *ri = A + i * n;
-            double s = ri[j];
-            for (int64_t k = j + 1; k < n; k++) s -= ri[k] * rj[k];
-            ri[j] = s / r;
-        }
+        fact_step f = {A, NULL, n, j, 0, sqrt(d)};
+        rj[j] = f.r;
+        if (nth > 1 && (double)j * (double)(n - j) > PAR_MIN_WORK) q35_fork_join(nth, chol_rows, &f);
+        else chol_rows(&f, 0, 1);
     }
     return 1;
 }
 
+/* Row i of U into f->row: e_i - sum_{k>i} R[i][k] U[k], over the columns of
+ * one thread's share (each column takes its terms in k order, as on one thread). */
+static void inverse_cols(void *p, int ith, int nth) {
+    const fact_step *f = p;
+    const int64_t n = f->n, i = f->i;
+    /* column j costs about j - i: shares of equal work end at i + (n - i) sqrt(t / nth) */
+    int64_t lo = i + (int64_t)((double)(n - i) * sqrt((double)ith / nth));
+    int64_t hi = ith + 1 == nth ? n : i + (int64_t)((double)(n - i) * sqrt((double)(ith + 1) / nth));
+    const double *ri = f->A + i * n;
+    double *row = f->row;
+    for (int64_t j = lo; j < hi; j++) row[j] = j == i ? 1.0 : 0.0;
+    for (int64_t k = i + 1; k < hi; k++) {
+        double c = ri[k];
+        const double *uk = f->A + k * n;
+        for (int64_t j = k > lo ? k : lo; j < hi; j++) row[j] -= c * uk[j];
+    }
+}
+
 /* U = R^-1 for R upper triangular in the upper triangle of A (in place):
  * row i of U is (e_i - sum_{k>i} R[i][k] U[k]) / R[i][i], from the last row up. */
-static void upper_inverse(double *A, int64_t n, double *row) {
+static void upper_inverse(double *A, int64_t n, double *row, int nth) {
     for (int64_t i = n - 1; i >= 0; i--) {
         double *ri = A + i * n;
-        memset(row, 0, (size_t)n * sizeof *row);
-        row[i] = 1.0;
-        for (int64_t k = i + 1; k < n; k++) {
-            double c = ri[k];
-            const double *uk = A + k * n;
-            for (int64_t j = k; j < n; j++) row[j] -= c * uk[j];
-        }
+        fact_step f = {A, row, n, 0, i, 0};
+        double work = (double)(n - i) * (double)(n - i) / 2;
+        if (nth > 1 && work > PAR_MIN_WORK) q35_fork_join(nth, inverse_cols, &f);
+        else inverse_cols(&f, 0, 1);
         double inv = 1.0 / ri[i];
-        for (int64_t j = i; j < n; j++) ri[j] = row[j] * inv;
+        for (int64_t j = i; j < n; j++) ri[j] = row[j] * inv; /* after every share has read row i of R */
     }
 }
 
@@ -60,7 +93,8 @@ static int32_t *diag_order(const double *H, int64_t n) {
     return perm;
 }
 
-q35_status q35_gptq_make(double *H, int64_t n, double damp, int act_order, q35_gptq *out, q35_error *err) {
+q35_status q35_gptq_make(double *H, int64_t n, double damp, int act_order, int n_threads, q35_gptq *out,
+                          q35_error *err) {
     memset(out, 0, sizeof *out);
     if (n <= 0) return q35_fail(err, Q35_ERR_ARG, "gptq: no inputs");
     double *orig = malloc((size_t)n * (size_t)n * sizeof *orig), *row = malloc((size_t)n * sizeof *row);
@@ -102,8 +136,8 @@ q35_status q35_gptq_make(double *H, int64_t n, double damp, int act_order, q35_g
     for (int t = 0; t < 4; t++, damp *= 10) {
         if (t) memcpy(H, orig, (size_t)n * (size_t)n * sizeof *orig);
         for (int64_t i = 0; i < n; i++) H[i * n + i] += damp * mean;
-        if (reverse_cholesky(H, n)) {
-            upper_inverse(H, n, row);
+        if (reverse_cholesky(H, n, n_threads)) {
+            upper_inverse(H, n, row, n_threads);
             st = Q35_OK;
             break;
         }
@@ -137,7 +171,6 @@ typedef struct {
     int64_t n_rows, n_in;
     const q35_gptq *g;
     unsigned flags;
-    int n_threads;
     int failed;
 } gptq_job;
 
@@ -197,10 +230,8 @@ static void gptq_panel(const gptq_job *j, int64_t r0, int nr, double *w, int *E,
                               codes + ((int64_t)r * n_blk + b) * Q35_BFP_BLOCK);
 }
 
-static void *gptq_worker(void *p) {
-    void **a = p;
-    gptq_job *j = a[0];
-    int ith = (int)(intptr_t)a[1];
+static void gptq_worker(void *p, int ith, int nth) {
+    gptq_job *j = p;
     size_t cells = (size_t)Q35_BFP_PANEL * (size_t)j->n_in;
     double *w = malloc(cells * sizeof *w);
     int *E = malloc(cells / Q35_BFP_BLOCK * sizeof *E);
@@ -208,10 +239,10 @@ static void *gptq_worker(void *p) {
     if (!w || !E || !codes) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         free(w); free(E); free(codes);
-        return NULL;
+        return;
     }
     int64_t n_panels = (j->n_rows + Q35_BFP_PANEL - 1) / Q35_BFP_PANEL;
-    for (int64_t p0 = ith; p0 < n_panels; p0 += j->n_threads) {
+    for (int64_t p0 = ith; p0 < n_panels; p0 += nth) {
         int64_t r0 = p0 * Q35_BFP_PANEL;
         int nr = (int)(j->n_rows - r0 < Q35_BFP_PANEL ? j->n_rows - r0 : Q35_BFP_PANEL);
         gptq_panel(j, r0, nr, w, E, codes);
@@ -219,7 +250,6 @@ static void *gptq_worker(void *p) {
     free(w);
     free(E);
     free(codes);
-    return NULL;
 }
 
 q35_status q35_bfp_pack_gptq(q35_dtype dt, void *dst, const float *W, int64_t n_rows, int64_t n_in, const q35_gptq *g,
@@ -231,20 +261,8 @@ q35_status q35_bfp_pack_gptq(q35_dtype dt, void *dst, const float *W, int64_t n_
     int64_t n_panels = (n_rows + Q35_BFP_PANEL - 1) / Q35_BFP_PANEL;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_panels) n_threads = (int)n_panels;
-    if (n_threads > 64) n_threads = 64;
-    gptq_job j = {dt, dst, W, n_rows, n_in, g, flags, n_threads, 0};
-    pthread_t th[64];
-    void *args[64][2];
-    int started[64] = {0};
-    for (int t = 0; t < n_threads; t++) {
-        args[t][0] = &j;
-        args[t][1] = (void *)(intptr_t)t;
-        if (t) started[t] = !pthread_create(&th[t], NULL, gptq_worker, args[t]);
-    }
-    for (int t = 0; t < n_threads; t++) /* the calling thread's share, and any thread's that did not start */
-        if (!started[t]) gptq_worker(args[t]);
-    for (int t = 1; t < n_threads; t++)
-        if (started[t]) pthread_join(th[t], NULL);
+    gptq_job j = {dt, dst, W, n_rows, n_in, g, flags, 0};
+    q35_fork_join(n_threads, gptq_worker, &j); /* panels dealt round-robin: the bytes do not depend on it */
     if (j.failed) return q35_fail(err, Q35_ERR_NOMEM, "gptq: out of memory for a panel of %lld inputs", (long long)n_in);
     return Q35_OK;
 }

@@ -44,8 +44,10 @@ typedef struct q35_gptq {
  * coded plainly. If the damped H is not positive definite in floating
  * point, d is raised tenfold (up to three times) before giving up with
  * Q35_ERR_ARG; on failure H stays the caller's, its contents undefined.
- * A non-finite diagonal is refused as such. */
-q35_status q35_gptq_make(double *H, int64_t n, double damp, int act_order, q35_gptq *out, q35_error *err);
+ * A non-finite diagonal is refused as such. The factorization's long steps
+ * run on n_threads threads; U is the same on any number. */
+q35_status q35_gptq_make(double *H, int64_t n, double damp, int act_order, int n_threads, q35_gptq *out,
+                          q35_error *err);
 void q35_gptq_free(q35_gptq *g); /* frees U and perm */
 
 /* Rows of W (n_rows x n_in floats, row-major; n_rows a multiple of 16 or
