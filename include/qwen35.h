@@ -48,6 +48,7 @@ typedef struct q35_model_info {
     int32_t max_position;      /* max_position_embeddings from the config */
     int32_t eos_token_id;      /* -1 when the config names none */
     int32_t has_mtp;           /* the checkpoint carries mtp.* tensors */
+    int32_t has_vision;        /* the weights hold the vision tower (model.visual.*): images can be encoded */
     int64_t n_params;          /* text-model parameters (MTP and vision excluded) */
     int64_t weight_bytes;      /* bytes of every weight the text model holds (MTP excluded) */
     int64_t bytes_per_token;   /* weight bytes one decode step reads: all but the embedding

@@ -40,6 +40,7 @@ static void fill_info(q35_engine *e) {
     in->max_position = c->max_position_embeddings;
     in->eos_token_id = c->eos_token_id;
     in->has_mtp = w->mtp.present;
+    in->has_vision = c->vision.present && w->vision.present;
     in->file_bytes = file_bytes(&e->ck);
     in->weights_copied = e->ck.n_files > 0 && e->ck.files[0].map.copied; /* all files alike */
     int64_t n = tensor_elems(&w->embed) + tensor_elems(&w->final_norm);

@@ -67,6 +67,11 @@ static int media_setup(q35_server *srv, bool *vision, int32_t *max_images) {
         fprintf(stderr, "qwen35 serve: %s\n", msg);
         return 1;
     }
+    if (*vision && !q35_engine_info(srv->engine)->has_vision) { /* a vision_config, no tower weights */
+        fprintf(stderr, "qwen35 serve: image input is off: config.json has a vision_config, but %s holds no vision "
+                        "tower (model.visual.* weights)\n", C->model_path);
+        *vision = false;
+    }
     int32_t pad = q35_image_pad_id(srv->tok), image_id = q35_engine_image_token(srv->engine);
     if (*vision && (pad < 0 || pad != image_id)) { /* the prompt's placeholder must be the id the engine places images at */
         fprintf(stderr, "qwen35 serve: image input is off: config.json's image_token_id (%d) is not the tokenizer's "

@@ -326,6 +326,45 @@ def test_vllm_style_domain_list_and_bad_limits_at_start_up(model, origin):
     assert "--allowed-local-media-path /nonexistent/dir does not exist" in str(e.value)
 
 
+def strip_tower(src, dst):
+    """A copy of model directory src whose model.safetensors lacks the model.visual.* tensors (config.json
+    keeps its vision_config), written with the safetensors layout: a u64 header length, the JSON header,
+    the tensors' bytes."""
+    shutil.copytree(src, dst)
+    raw = (src / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    out, blobs, off = {}, [], 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            out[name] = t
+            continue
+        if name.startswith("model.visual."):
+            continue
+        b = data[t["data_offsets"][0]:t["data_offsets"][1]]
+        out[name] = {**t, "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(out).encode()
+    h += b" " * (-len(h) % 8)
+    (dst / "model.safetensors").write_bytes(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+    assert any(k.startswith("model.visual.") for k in header) and not any(k.startswith("model.visual.") for k in out)
+    return dst
+
+
+def test_a_vision_config_without_tower_weights_refuses_images_with_400(tmp_path):
+    """config.json says vision, the weights hold no tower: image input is off at start (said in the log), an
+    image part is a 400 naming it, never a 500 from the encoder; text still works."""
+    d = strip_tower(MODELS / "vl-a", tmp_path / "no-tower")
+    with Server(d) as s:
+        assert s.wait_log(lambda line: "image input is off" in line and "holds no vision tower" in line)
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        msg, param = refused(c, user(image_part(data_url(JPEG))))
+        assert msg == "messages[0].content[1].image_url: this model has no vision tower, so it takes no image input"
+        r = c.chat.completions.create(model="Qwen/Qwen3.5-9B", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert r.usage.completion_tokens == 2
+
+
 def test_a_model_without_a_vision_tower_refuses_images(tmp_path):
     d = make_text_model(tmp_path / "text")
     cfg = json.loads((d / "config.json").read_text())
