@@ -3,6 +3,9 @@
 #ifndef Q35_CLI_H
 #define Q35_CLI_H
 
+#include "qwen35.h"
+
+#include <stddef.h>
 #include <stdint.h>
 
 /* (one line per subcommand, kept in the order of the table in qwen35.c) */
@@ -26,6 +29,10 @@ int cli_speed_vision(const int *threads, int n_threads, int side, const char *js
 char *cli_default_model(void);
 /* Seconds on the monotonic clock. tools/cli_util.c */
 double cli_now(void);
+
+/* The file at path tokenized (no special tokens parsed) with the tokenizer
+ * in dir: *ids (free()) and *n. */
+q35_status cli_tokenize_file(const char *path, const char *dir, int32_t **ids, size_t *n, q35_error *err);
 /* The session's speculation counters on stderr (nothing when it does not speculate). */
 struct q35_engine;
 struct q35_session;

@@ -1,6 +1,7 @@
 /* cli_util.c: helpers shared by the subcommands. */
 #include "cli.h"
 #include "qwen35.h"
+#include "base/util.h"
 
 #include <jansson.h>
 
@@ -118,4 +119,18 @@ char *cli_render_chat(const char *path, int variant, const char *prog) {
     free(t);
     json_decref(req);
     return text;
+}
+
+q35_status cli_tokenize_file(const char *path, const char *dir, int32_t **ids, size_t *n, q35_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    q35_tokenizer *tok = NULL;
+    *ids = NULL;
+    *n = 0;
+    q35_status st = q35_read_file(path, &text, &len, err);
+    if (!st) st = q35_tokenizer_load(dir, &tok, err);
+    if (!st) st = q35_tokenize(tok, text, len, 0, ids, n, err);
+    q35_tokenizer_free(tok);
+    free(text);
+    return st;
 }

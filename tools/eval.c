@@ -37,25 +37,19 @@ static const char eval_usage[] =
 
 /* The text of `path` as token ids, with the tokenizer in `dir`. */
 static int tokenize_file(const char *path, const char *dir, int32_t **out, int32_t *n_out) {
-    char *text = NULL;
-    size_t len = 0;
     q35_error err = {0};
-    q35_tokenizer *tok = NULL;
     size_t n = 0;
-    int rc = 0;
-    if (q35_read_file(path, &text, &len, &err) || q35_tokenizer_load(dir, &tok, &err) ||
-        q35_tokenize(tok, text, len, 0, out, &n, &err)) {
+    if (cli_tokenize_file(path, dir, out, &n, &err)) {
         fprintf(stderr, "qwen35 eval: %s\n", err.msg);
-        rc = -1;
-    } else if (n < 2 || n > INT32_MAX) {
+        return -1;
+    }
+    if (n < 2 || n > INT32_MAX) {
         fprintf(stderr, "qwen35 eval: %s: %zu tokens (at least 2 needed)\n", path, n);
         free(*out);
-        rc = -1;
+        return -1;
     }
     *n_out = (int32_t)n;
-    q35_tokenizer_free(tok);
-    free(text);
-    return rc;
+    return 0;
 }
 
 static int read_ids(const char *path, int32_t **out, int32_t *n_out) {

@@ -65,18 +65,14 @@ static int layer_of(const char *name) { /* the N of "layers.N." (the text model'
 
 static q35_status calibrate_items(void *ctx, q35_cache_item *items, int32_t n, q35_error *err) {
     calib_state *c = ctx;
-    char *text = NULL;
-    size_t len = 0, n_ids = 0;
+    size_t n_ids = 0;
     int32_t *ids = NULL;
-    q35_tokenizer *tok = NULL;
     q35_engine_params ep = {.n_threads = c->threads, .weights = Q35_WEIGHTS_MAPPED}; /* no huge-page copy */
     const char **names = calloc((size_t)n + 1, sizeof *names);
     int32_t *which = calloc((size_t)n + 1, sizeof *which);
     double t0 = q35_now_seconds();
     q35_status st = names && which ? Q35_OK : q35_fail(err, Q35_ERR_NOMEM, "out of memory");
-    if (!st) st = q35_read_file(c->text_path, &text, &len, err);
-    if (!st) st = q35_tokenizer_load(c->checkpoint, &tok, err);
-    if (!st) st = q35_tokenize(tok, text, len, 0, &ids, &n_ids, err);
+    if (!st) st = cli_tokenize_file(c->text_path, c->checkpoint, &ids, &n_ids, err);
     if (!st && n_ids < 2) st = q35_fail(err, Q35_ERR_ARG, "%s: %zu tokens, too few to calibrate with", c->text_path, n_ids);
     if (!st) st = q35_engine_load(c->checkpoint, &ep, &c->e, err);
     if (!st) c->made = calloc((size_t)n + 1, sizeof *c->made);
@@ -103,8 +99,7 @@ static q35_status calibrate_items(void *ctx, q35_cache_item *items, int32_t n, q
             q35_cache_item *it = &items[which[j]];
             size_t bytes;
             void *buf = NULL;
-            st = q35_calib_encode(cal, it->name, it->dtype, c->threads > 0 ? c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-                                  &buf, &bytes, err);
+            st = q35_calib_encode(cal, it->name, it->dtype, q35_engine_threads(c->e), &buf, &bytes, err);
             if (!st && buf) {
                 it->encoded = buf;
                 c->made[c->n_made++] = buf;
@@ -118,9 +113,7 @@ static q35_status calibrate_items(void *ctx, q35_cache_item *items, int32_t n, q
                                 "nothing was calibrated\n");
     q35_engine_free(c->e); /* the coded tensors do not need it */
     c->e = NULL;
-    q35_tokenizer_free(tok);
     free(ids);
-    free(text);
     free(names);
     free(which);
     return st;
