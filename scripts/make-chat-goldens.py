@@ -8,9 +8,10 @@ apply_chat_template with
 
   qwen3.5-0.8b  tests/data/chat/qwen35_chat_template.jinja
   qwen3.5-9b    tests/data/chat/qwen35_9b_chat_template.jinja
-  demo          models/qwen35-demo/chat_template.jinja
+  demo          tests/data/chat/demo_chat_template.jinja (the demo model's text-only ChatML, as
+                scripts/train_demo_model.py writes it)
   demo-vision   tests/data/chat/demo_vision_chat_template.jinja (the same with image parts; written by
-                scripts/train_demo_vision.py --write-template)
+                scripts/train_demo_vision.py --write-template; models/qwen35-demo ships it)
 
 and a grid of image conversations (image parts of type image and image_url, before, between and after text,
 two in one message, one in a follow-up turn, add_vision_id) rendered by the same templates.
@@ -32,7 +33,7 @@ CHAT = os.path.join(ROOT, "tests", "data", "chat")
 TEMPLATES = {
     "qwen3.5-0.8b": os.path.join(CHAT, "qwen35_chat_template.jinja"),
     "qwen3.5-9b": os.path.join(CHAT, "qwen35_9b_chat_template.jinja"),
-    "demo": os.path.join(ROOT, "models", "qwen35-demo", "chat_template.jinja"),
+    "demo": os.path.join(CHAT, "demo_chat_template.jinja"),
     "demo-vision": os.path.join(CHAT, "demo_vision_chat_template.jinja"),
 }
 ABSENT = object()

@@ -635,8 +635,11 @@ def main():
         if not os.path.exists(os.path.join(a.out, "model.safetensors")):
             fail(f"--eval-only: no checkpoint in {a.out}")
         tok = Tokenizer.from_file(os.path.join(a.out, "tokenizer.json"))
-        write_tokenizer_config(a.out, tok.get_vocab_size() - len(ADDED_TOKENS))
-        write_model_config(a.out, tok)
+        with open(os.path.join(a.out, "training_log.json")) as f:
+            has_tower = "vision" in json.load(f)
+        if not has_tower:  # a checkpoint with the tower of train_demo_vision.py keeps its configs and template
+            write_tokenizer_config(a.out, tok.get_vocab_size() - len(ADDED_TOKENS))
+            write_model_config(a.out, tok)
     else:
         tok = train_tokenizer(train_texts + chats, a.base_vocab, a.out)
     eos_ids = (tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>"))
@@ -738,7 +741,7 @@ def main():
         with open(os.path.join(a.out, "training_log.json")) as f:
             old = json.load(f)
         for k in ("train_tokens", "chars_per_token", "params_main", "params_mtp", "params_main_non_embedding",
-                  "stopped_early", "steps_run", "train_seconds", "curve", "args"):
+                  "stopped_early", "steps_run", "train_seconds", "curve", "args", "vision"):
             if k in old:
                 log[k] = old[k]
 

@@ -67,6 +67,9 @@ PROC = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=T
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 40), "blue": (30, 60, 220), "yellow": (240, 220, 30),
            "purple": (140, 40, 180), "orange": (250, 140, 20)}
 SHAPES = ["circle", "square", "triangle", "star"]
+SHAPE_RADIUS = (0.2, 0.4)  # of the canvas' shorter side
+ROTATION = math.pi  # each shape turned by up to this much either way (pi: any angle)
+UPRIGHT = False  # with a small ROTATION: triangles and stars point up, squares stand on a side
 QUESTIONS = ["What is in the image?", "What do you see?", "Describe the image.", "What is this?"]
 QUESTION = QUESTIONS[0]  # the one the held-out measure and the tests ask
 FROZEN = ("model.language_model.", "lm_head.", "mtp.")
@@ -96,10 +99,18 @@ def answer(colour, shape):
 # Images
 
 
+def canvas(rng):
+    """A random canvas size: any 40-128 x 40-128 (upright mode: 48-128 wide, at most 4:3 either way)."""
+    if UPRIGHT:
+        w = rng.randint(48, 128)
+        return w, max(40, min(128, round(w * rng.uniform(0.75, 1.33))))
+    return rng.randint(40, 128), rng.randint(40, 128)
+
+
 def draw(rng, size=None):
     """One random image (PIL RGB) and its (colour, shape)."""
     from PIL import Image, ImageDraw
-    w, h = size or (rng.randint(40, 128), rng.randint(40, 128))
+    w, h = size or canvas(rng)
     colour, shape = rng.choice(sorted(COLOURS)), rng.choice(SHAPES)
     g = rng.randint(60, 200)
     bg = tuple(max(0, min(255, g + rng.randint(-20, 20))) for _ in range(3))
@@ -107,13 +118,14 @@ def draw(rng, size=None):
     img = Image.new("RGB", (w, h), bg)
     d = ImageDraw.Draw(img)
     m = min(w, h)
-    r = rng.uniform(0.2, 0.4) * m
+    r = rng.uniform(*SHAPE_RADIUS) * m
     cx, cy = rng.uniform(r, w - r), rng.uniform(r, h - r)
-    rot = rng.uniform(0, 2 * math.pi)
+    rot = rng.uniform(-ROTATION, ROTATION) + (-math.pi / 2 if UPRIGHT else 0)
     if shape == "circle":
         d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fg)
     else:
         if shape == "square":
+            rot += math.pi / 4 if UPRIGHT else 0
             pts = [(r * math.cos(rot + k * math.pi / 2), r * math.sin(rot + k * math.pi / 2)) for k in range(4)]
         elif shape == "triangle":
             pts = [(r * math.cos(rot + k * 2 * math.pi / 3), r * math.sin(rot + k * 2 * math.pi / 3)) for k in range(3)]
@@ -218,10 +230,13 @@ class Prompts:
         self.pad = self.tok.convert_tokens_to_ids("<|image_pad|>")
         self.end = self.tok.convert_tokens_to_ids("<|im_end|>")
 
-    def render(self, question):
+    def render(self, question, think_block=True):
+        """The prompt of one image and a question; think_block: with enable_thinking=False (an empty think block
+        after the generation prompt, as the server's requests that say so get), else with it unset (`qwen35 chat`)."""
         msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        kw = dict(enable_thinking=False) if think_block else {}
         return self.tok.apply_chat_template(msgs, chat_template=CHAT_TEMPLATE, tokenize=False,
-                                            add_generation_prompt=True, enable_thinking=False)
+                                            add_generation_prompt=True, **kw)
 
     def ids(self, text, grid):
         merge = TOWER["spatial_merge_size"]
@@ -230,14 +245,14 @@ class Prompts:
             out += [t] * (grid[0] * grid[1] * grid[2] // merge ** 2) if t == self.pad else [t]
         return out
 
-    def batch(self, images, questions, answers):
+    def batch(self, images, questions, answers, think_blocks=None):
         """input ids (right-padded), labels, pixel values and grids for one batch."""
         import torch
         im = self.proc(images=images, return_tensors="pt")
         grids = im["image_grid_thw"].tolist()
         seqs, labels = [], []
-        for q, a, g in zip(questions, answers, grids):
-            p = self.ids(self.render(q), g)
+        for i, (q, a, g) in enumerate(zip(questions, answers, grids)):
+            p = self.ids(self.render(q, think_blocks[i] if think_blocks else True), g)
             ans = self.tok(a, add_special_tokens=False)["input_ids"] + [self.end] if a is not None else []
             seqs.append(p + ans)
             labels.append([-100] * len(p) + ans)
@@ -277,7 +292,7 @@ def summary(results):
     return {k: round(sum(r[k] for r in results) / n, 4) for k in ("exact", "colour", "shape")} | {"n": n}
 
 
-def eval_hf(demo, pr, items, max_new=8):
+def eval_hf(demo, pr, items, max_new=16):
     import torch
     from transformers import Qwen3_5ForConditionalGeneration
     model = Qwen3_5ForConditionalGeneration.from_pretrained(demo, dtype=torch.float32,
@@ -364,7 +379,7 @@ def eval_engine(engine, demo, pr, items, tmp):
     for i, (img, c, s) in enumerate(items):
         path = os.path.join(tmp, f"{i}.png")
         img.save(path)
-        r = subprocess.run([engine, "run", "-m", demo, "--image", path, "--prompt", text, "-n", "8", "-t", "1"],
+        r = subprocess.run([engine, "run", "-m", demo, "--image", path, "--prompt", text, "-n", "16", "-t", "1"],
                            capture_output=True, text=True, check=True)
         out.append(dict(said=r.stdout, **score(r.stdout, c, s)))
     return out
@@ -427,13 +442,38 @@ def parse_args():
     ap.add_argument("--text-ctx", type=int, default=128)
     ap.add_argument("--corpus", default=tdm.DEFAULT_CORPUS)
     ap.add_argument("--eval-text", default="models/qwen35-demo-eval.txt", help="held-out text for the text measures")
+    ap.add_argument("--distill", action="store_true", help="with --train-lm: the text objective is the KL divergence "
+                    "from the old model (its main and MTP distributions) instead of cross-entropy on the text, so "
+                    "the text model stays where it was; adds --chat-batch text-only chat conversations per step")
+    ap.add_argument("--chat-batch", type=int, default=4, help="with --distill: text-only chat conversations per step")
+    ap.add_argument("--pretrain-steps", type=int, default=0, help="first train the tower alone for this many steps "
+                    "with a linear probe (colour and shape from its mean output), so that it resolves shapes before "
+                    "the language model sees it")
+    ap.add_argument("--pretrain-lr", type=float, default=2e-3)
+    ap.add_argument("--tower-depth", type=int, default=TOWER["depth"])
+    ap.add_argument("--tower-hidden", type=int, default=TOWER["hidden_size"], help="the tower's width (its MLP: 2x)")
+    ap.add_argument("--upright", type=float, metavar="DEG", help="draw the shapes upright, turned by at most DEG "
+                    "degrees (default: any angle), with radii 0.3-0.45 of the shorter side (default 0.2-0.4)")
+    ap.add_argument("--heads", type=int, default=TOWER["num_heads"], help="the tower's attention heads")
+    ap.add_argument("--patch", type=int, default=TOWER["patch_size"], help="the tower's patch size")
+    ap.add_argument("--min-pixels", type=int, default=PIXELS["shortest_edge"],
+                    help="the processor's min_pixels (max_pixels stays %d)" % PIXELS["longest_edge"])
     ap.add_argument("--max-minutes", type=float, default=0, help="stop training after this many minutes")
     ap.add_argument("--stop-after", type=int, default=0, help="stop training after this step (schedule kept)")
     a = ap.parse_args()
+    if a.distill and not a.train_lm:
+        ap.error("--distill is a text objective of --train-lm")
     if a.train_lm and (not a.out or os.path.realpath(a.out) == os.path.realpath(a.demo)):
         ap.error("--train-lm changes the text model: --out must name a directory other than --demo")
     if a.steps < 1 or a.batch < 1 or a.threads < 1 or a.held_out < 1 or a.lr <= 0:
         ap.error("--steps, --batch, --threads and --held-out must be positive, --lr too")
+    TOWER.update(depth=a.tower_depth, hidden_size=a.tower_hidden, intermediate_size=2 * a.tower_hidden,
+                 patch_size=a.patch, num_heads=a.heads)
+    PROC["patch_size"] = a.patch
+    if a.upright is not None:
+        global ROTATION, UPRIGHT, SHAPE_RADIUS
+        ROTATION, UPRIGHT, SHAPE_RADIUS = math.radians(a.upright), True, (0.3, 0.45)
+    PIXELS["shortest_edge"] = a.min_pixels
     return a
 
 
@@ -461,10 +501,79 @@ def load_mtp(model, demo):
     return mtp
 
 
+def pretrain_tower(a, model, pr, log):
+    """The tower alone, with a linear probe on its mean output token that names the colour and the shape (cross-
+    entropy on both): a tower that already tells the shapes apart before the language model reads it. The probe
+    is thrown away; images are drawn from their own seed, sizes vary within a batch."""
+    import torch
+    visual = model.model.visual
+    probe = torch.nn.Linear(TOWER["out_hidden_size"], len(COLOURS) + len(SHAPES))
+    params = list(visual.parameters()) + list(probe.parameters())
+    opt = torch.optim.AdamW(params, lr=a.pretrain_lr, betas=(0.9, 0.95), weight_decay=0.01)
+    rng = random.Random(a.seed + 5)
+    colours = sorted(COLOURS)
+    curve, run, hits, t0 = [], [], [], time.time()
+    for step in range(1, a.pretrain_steps + 1):
+        scale = min(1.0, step / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.pretrain_steps)))
+        for g in opt.param_groups:
+            g["lr"] = a.pretrain_lr * scale
+        items = [draw(rng) for _ in range(a.batch)]
+        im = pr.proc(images=[i for i, _, _ in items], return_tensors="pt")
+        feats = model.model.get_image_features(im["pixel_values"], im["image_grid_thw"]).pooler_output
+        out = probe(torch.stack([f.mean(0) for f in feats]))
+        col = torch.tensor([colours.index(c) for _, c, _ in items])
+        shp = torch.tensor([SHAPES.index(s) for _, _, s in items])
+        loss = (torch.nn.functional.cross_entropy(out[:, :len(colours)], col)
+                + torch.nn.functional.cross_entropy(out[:, len(colours):], shp))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        run.append(loss.item())
+        hits.append(float((out[:, len(colours):].argmax(-1) == shp).float().mean()))
+        if step % 25 == 0 or step == 1:
+            e = dict(step=step, minutes=round((time.time() - t0) / 60, 2), loss=round(sum(run) / len(run), 4),
+                     shape_acc=round(sum(hits) / len(hits), 3))
+            curve.append(e)
+            print(f"pretrain {e}", flush=True)
+            run, hits = [], []
+    log.update(pretrain=dict(steps=a.pretrain_steps, lr=a.pretrain_lr, seconds=round(time.time() - t0, 1),
+                             curve=curve))
+
+
+def kl_rows(teacher_logits, student_logits):
+    """Mean over rows of KL(teacher || student) of the softmax distributions."""
+    import torch.nn.functional as F
+    v = teacher_logits.shape[-1]
+    t = F.log_softmax(teacher_logits.reshape(-1, v).float(), -1)
+    s = F.log_softmax(student_logits.reshape(-1, v).float(), -1)
+    return (t.exp() * (t - s)).sum(-1).mean()
+
+
+def chat_stream(pr, corpus, seed):
+    """The demo's text-only chat conversations (train_demo_model.chat_documents: the training files' headings as
+    questions), token ids each, in a seeded order."""
+    import torch
+    _, _, pairs, _ = tdm.load_corpus(corpus)
+    out = []
+    for i in torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed + 6)).tolist():
+        heading, reply = pairs[i]
+        msgs = [{"role": "user", "content": tdm.CHAT_PROMPTS[i % len(tdm.CHAT_PROMPTS)].format(heading)}]
+        kw = dict(enable_thinking=False) if i % 2 else {}  # both prompts the engine sends (see Prompts.render)
+        text = pr.tok.apply_chat_template(msgs, chat_template=CHAT_TEMPLATE, tokenize=False, add_generation_prompt=True,
+                                          **kw) + reply + "<|im_end|>\n"
+        out.append(pr.tok(text, add_special_tokens=False)["input_ids"][:192])
+    return out
+
+
 def train(a, demo, cfg_dict, pr, log):
+    import copy
     import torch
     model = build_model(demo, cfg_dict, a.seed)
     mtp = None
+    if a.pretrain_steps:
+        model.train()
+        pretrain_tower(a, model, pr, log)
     for name, p in model.named_parameters():
         p.requires_grad_(a.train_lm or name.startswith("model.visual."))
     groups = [dict(params=[p for n, p in model.named_parameters() if n.startswith("model.visual.")], peak=a.lr)]
@@ -475,6 +584,12 @@ def train(a, demo, cfg_dict, pr, log):
         text = tdm.Trainer(model, mtp)
         data = text_stream(demo, a.corpus, a.seed)
         tgen = torch.Generator().manual_seed(a.seed + 4)
+        if a.distill:  # the old text model, frozen: what the text objective keeps the new one close to
+            teacher = tdm.Trainer(copy.deepcopy(model).eval(), copy.deepcopy(mtp).eval())
+            for p in list(teacher.model.parameters()) + list(teacher.mtp.parameters()):
+                p.requires_grad_(False)
+            chats, chat_at = chat_stream(pr, a.corpus, a.seed), 0
+            log.update(distill=True, chat_batch=a.chat_batch, chat_conversations=len(chats))
         groups.append(dict(params=[p for n, p in model.named_parameters() if not n.startswith("model.visual.")]
                            + list(mtp.parameters()), peak=a.lm_lr))
         log.update(train_lm=True, lm_lr=a.lm_lr, text_weight=a.text_weight, text_batch=a.text_batch,
@@ -493,17 +608,35 @@ def train(a, demo, cfg_dict, pr, log):
         scale = min(1.0, step / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.steps)))
         for g in opt.param_groups:
             g["lr"] = g["peak"] * scale
-        size = (rng.randint(40, 128), rng.randint(40, 128))  # one canvas per step: prompts of one length
+        size = canvas(rng)  # one canvas per step: prompts of one length
         items = [draw(rng, size) for _ in range(a.batch)]
         keys.update(image_key(i) for i, _, _ in items)
         qs = [rng.choice(QUESTIONS) for _ in items]
-        ids, lab, pixels, grids = pr.batch([i for i, _, _ in items], qs, [answer(c, s) for _, c, s in items])
+        thinks = [rng.random() < 0.5 for _ in items] if a.distill else None
+        ids, lab, pixels, grids = pr.batch([i for i, _, _ in items], qs, [answer(c, s) for _, c, s in items], thinks)
         logits = forward(model, pr, ids, pixels, grids)
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), lab[:, 1:].flatten(), ignore_index=-100)
         run.append(loss.item())
         if a.train_lm:
             starts = torch.randint(0, len(data) - a.text_ctx - 1, (a.text_batch,), generator=tgen).tolist()
-            lm, mt = text.losses(torch.stack([data[s:s + a.text_ctx] for s in starts]))
+            ids_t = torch.stack([data[s:s + a.text_ctx] for s in starts])
+            if a.distill:
+                with torch.no_grad():
+                    tl, td = teacher.forward(ids_t)
+                sl, sd = text.forward(ids_t)
+                lm, mt = kl_rows(tl, sl), kl_rows(td[:, :-1], sd[:, :-1])
+                batch_c = [chats[(chat_at + i) % len(chats)] for i in range(a.chat_batch)]
+                chat_at += a.chat_batch
+                n = max(map(len, batch_c))
+                ids_c = torch.tensor([c + [pr.end] * (n - len(c)) for c in batch_c])
+                keep = torch.tensor([[i < len(c) for i in range(n)] for c in batch_c])
+                with torch.no_grad():
+                    tl, td = teacher.forward(ids_c)
+                sl, sd = text.forward(ids_c)
+                lm = lm + kl_rows(tl[keep], sl[keep])
+                mt = mt + kl_rows(td[keep[:, 1:]], sd[keep[:, 1:]])
+            else:
+                lm, mt = text.losses(ids_t)
             run_text.append((lm.item(), mt.item()))
             loss = loss + a.text_weight * (lm + 0.5 * mt)
         opt.zero_grad(set_to_none=True)
@@ -687,22 +820,26 @@ def main():
         shutil.copy(os.path.join(demo, name), os.path.join(out, name))
     shutil.rmtree(demo)
     if a.test_images:
-        write_test_images(a, items, photo)
+        write_test_images(a, items, hf, photo, log["photo_like_transformers"], log["prompt"])
 
 
-def write_test_images(a, items, photo):
+def write_test_images(a, items, hf, photo, photo_said, prompt):
+    """The first held-out images as PNGs (and the photo-like picture as a JPEG), with answers.json: each image's
+    true answer and the reply transformers gave (greedy, fp32 on the saved weights), the engine's golden."""
     os.makedirs(a.test_images, exist_ok=True)
-    answers = {}
-    for img, c, s in items[:a.n_test_images]:
-        name = f"{c}-{s}.png"
+    answers, replies = {}, {}
+    for i, ((img, c, s), r) in enumerate(zip(items[:a.n_test_images], hf)):
+        name = f"{i}-{c}-{s}.png"
         buf = io.BytesIO()
         img.save(buf, format="PNG", optimize=True)
         with open(os.path.join(a.test_images, name), "wb") as f:
             f.write(buf.getvalue())
-        answers[name] = answer(c, s)
+        answers[name], replies[name] = answer(c, s), r["said"]
     photo.save(os.path.join(a.test_images, "photo-like.jpg"), quality=85)
+    replies["photo-like.jpg"] = photo_said
     with open(os.path.join(a.test_images, "answers.json"), "w") as f:
-        json.dump(dict(question=QUESTION, answers=answers), f, indent=1, sort_keys=True)
+        json.dump(dict(question=QUESTION, prompt=prompt, answers=answers, transformers=replies), f, indent=1,
+                  sort_keys=True)
         f.write("\n")
 
 

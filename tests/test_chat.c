@@ -133,10 +133,10 @@ TEST(chat, identify_templates_by_hash) {
     REQUIRE(q35_chat_identify(dir, &v, path, sizeof path, hex, &err) == Q35_OK);
     CHECK_EQ_INT(v, -2); /* no chat_template.jinja or tokenizer_config.json there */
     free(dir);
-    dir = q35_path_join(q35_test_data_dir(), "../../models/qwen35-demo");
+    dir = q35_path_join(q35_test_data_dir(), "../../models/qwen35-demo"); /* the demo with its vision tower */
     REQUIRE(q35_chat_identify(dir, &v, path, sizeof path, hex, &err) == Q35_OK);
-    CHECK_EQ_INT(v, Q35_CHAT_DEMO);
-    CHECK(!strcmp(hex, "9d002d01b7392892fe37a3ea70ee8f3ce5745319bb4208d01ab88440634f2259"));
+    CHECK_EQ_INT(v, Q35_CHAT_DEMO_VISION);
+    CHECK(!strcmp(hex, "2781d0707add9f1f41d46053d76ded4924989704959204a0ad15fd11e34985e2"));
     free(dir);
     /* tokenizer_config.json's chat_template, as a string and as a named list */
     char *text = NULL;
@@ -156,16 +156,16 @@ TEST(chat, identify_templates_by_hash) {
         CHECK(!strcmp(path, cfg));
     }
     remove(cfg);
-    /* the demo's template with image parts, as a checkpoint's chat_template.jinja */
+    /* the demo's text-only template (before its vision tower), as a checkpoint's chat_template.jinja */
     free(text);
-    REQUIRE(q35_read_file(q35_test_path("chat/demo_vision_chat_template.jinja"), &text, &len, &err) == Q35_OK);
+    REQUIRE(q35_read_file(q35_test_path("chat/demo_chat_template.jinja"), &text, &len, &err) == Q35_OK);
     char *jinja = q35_path_join(tmp, "chat_template.jinja");
     FILE *f = fopen(jinja, "wb");
     REQUIRE(f && fwrite(text, 1, len, f) == len);
     fclose(f);
     REQUIRE(q35_chat_identify(tmp, &v, path, sizeof path, hex, &err) == Q35_OK);
-    CHECK_EQ_INT(v, Q35_CHAT_DEMO_VISION);
-    CHECK(!strcmp(hex, "2781d0707add9f1f41d46053d76ded4924989704959204a0ad15fd11e34985e2"));
+    CHECK_EQ_INT(v, Q35_CHAT_DEMO);
+    CHECK(!strcmp(hex, "9d002d01b7392892fe37a3ea70ee8f3ce5745319bb4208d01ab88440634f2259"));
     remove(jinja);
     free(jinja);
     rmdir(tmp);
