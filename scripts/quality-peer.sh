@@ -13,7 +13,7 @@
 # 4. llama-quantize to Q8_0, Q4_K_M, Q4_0, IQ4_NL; llama-perplexity --kl-divergence against F16.
 # 5. qwen35 prepare --policy P of the demo model (P+gptq: with --calibrate on a calibration text from the
 #    model's training corpus, scripts/calib-text.py, which needs the python3.11-doc package and installs
-#    it when missing; P+mix: with the --set lines of models/qwen35-demo-mix.txt, 21 matrices at BFP8);
+#    it when missing; P+mix: with the --set lines of models/qwen35-demo-mix.txt, 22 matrices at BFP8);
 #    its figures on the same positions from `qwen35 logits`
 #    (scripts/peer_quality.py measure: PPL, mean / 99th-percentile KL, top-1) and, as a cross-check,
 #    from `qwen35 eval --kld-base` (full windows less first halves).

@@ -1,41 +1,45 @@
 #!/usr/bin/env python3
-"""Train a small vision tower for the demo model with its language model frozen: coloured shapes, in the chat template.
+"""Train a small vision tower for the demo model: coloured shapes, in the chat template.
 
-Usage (from the repository root, with the reference stack of scripts/requirements-reference.txt, after
-scripts/train_demo_model.py has written models/qwen35-demo/):
+Usage (from the repository root, with the reference stack of scripts/requirements-reference.txt, from the
+text-only demo that scripts/train_demo_model.py writes):
 
-    nice -n 10 python3 scripts/train_demo_vision.py --bound 8 --engine build/qwen35   # what models/README.md reports
+    # what models/qwen35-demo ships (models/README.md "Vision"): about 20 minutes on 2 threads
+    nice -n 5 python3 scripts/train_demo_vision.py --train-lm --distill --out /tmp/demo-vl --min-exact 0.9 \
+        --pretrain-steps 4000 --batch 32 --steps 600 --text-weight 2 --held-out 100 --threads 2 \
+        --upright 10 --min-pixels 3136 --engine build/qwen35
+    cp /tmp/demo-vl/* models/qwen35-demo/
     python3 scripts/train_demo_vision.py --write-template tests/data/chat/demo_vision_chat_template.jinja
 
 What it does, on a work copy of --demo:
   1. with --bound N, first measures what ANY tower could reach through the frozen model: N held-out images whose
      tower output is replaced by free vectors fitted to each image's answer (soft_prompt_bound), and whether the
      reply depends on the user's words at all (context_probe);
-  2. replaces the untrained vision stub by a fresh Qwen3.5 tower (transformers' own Qwen3_5VisionModel: TOWER
-     below; the 9B's structure: temporal patch 2, 2x2 spatial merge into the language model's 128 columns);
-  3. trains only the tower (every model.language_model.*, lm_head.* and mtp.* tensor is frozen) on images drawn
-     at random with PIL: one shape (circle, square, triangle, star) in one colour (red, green, blue, yellow,
-     purple, orange) on a muted background, at a random size, place, rotation and canvas; the conversation is
-     user: image + a question, assistant: "A red circle." in CHAT_TEMPLATE below with the non-thinking generation
-     prompt `qwen35 chat` sends; the loss is the answer's tokens (and <|im_end|>) only;
-  4. writes the tower into model.safetensors as the 9B stores it (BF16, model.visual.*), keeping every other
-     tensor's bytes as they were (checked), config.json's vision_config, preprocessor_config.json (min/max
-     pixels so an image becomes 4 to 16 tokens) and the chat template that renders image parts;
+  2. replaces the vision stub by a fresh Qwen3.5 tower (transformers' own Qwen3_5VisionModel: TOWER below; the
+     9B's structure: temporal patch 2, 2x2 spatial merge into the language model's 128 columns); with
+     --pretrain-steps, trains it alone first, a linear probe naming colour and shape from its mean output token;
+  3. trains on images drawn at random with PIL: one shape (circle, square, triangle, star; --upright: standing
+     upright, turned by at most the given degrees) in one colour (red, green, blue, yellow, purple, orange) on a
+     muted background, at a random size and place; the conversation is user: image + a question, assistant:
+     "A red circle." in CHAT_TEMPLATE below, after the generation prompt with and without the empty think block
+     (the server's enable_thinking=false, and `qwen35 chat`); the loss is the answer's tokens (and <|im_end|>).
+     Without --train-lm only the tower trains (the language model, lm_head and MTP head stay byte for byte);
+     with it, the language model and MTP head train too, and each step adds --text-weight times a text
+     objective on --text-batch windows of --text-ctx tokens of the demo's training text (train_demo_model.py:
+     the corpus without its held-out files, plus its chat conversations; models/qwen35-demo-eval.txt is never
+     trained on): the demo's own (LM loss + 0.5 * MTP loss), or with --distill the KL divergence from the old
+     model's main and MTP distributions, on those windows and on --chat-batch text-only chat conversations
+     rendered both ways, so that the text model stays where it was and text questions keep text replies;
+  4. writes the tower into model.safetensors as the 9B stores it (BF16, model.visual.*), config.json's
+     vision_config, preprocessor_config.json (min/max pixels) and the chat template that renders image parts;
   5. measures greedy answers on held-out images (another seed; none equals a training image) with transformers
-     (fp32 on the saved BF16 weights) and, with --engine, with `qwen35 run --image`; writes the measures to
+     (fp32 on the saved BF16 weights) and, with --engine, with `qwen35 run --image`; with --train-lm also the
+     perplexity, MTP acceptance and KL divergence from --demo on the held-out text (transformers, and `qwen35
+     eval` with --engine) and the `qwen35 chat` replies of both to a few text messages; writes the measures to
      --report and, only when the exact-answer accuracy reaches --min-exact, installs the checkpoint in --out
-     (default --demo) with training_log.json's "vision" entry and the first held-out images as test data
-     (--test-images).
-With --train-lm (an experiment; it changes the text model, so --out must name another directory) the language
-model and the MTP head are trained too, jointly with the tower: each step adds to the image loss --text-weight
-times the demo's own objective (LM loss + 0.5 * MTP loss) on --text-batch windows of --text-ctx tokens of the
-demo's training text (train_demo_model.py: the corpus without its held-out files, plus its chat conversations;
-models/qwen35-demo-eval.txt is never trained on). It then also measures, on that held-out text, the perplexity,
-MTP acceptance and KL divergence from --demo of the old and new model (transformers, and `qwen35 eval` with
---engine) and the reply of `qwen35 chat` to a few messages from both.
-
-    nice -n 10 python3 scripts/train_demo_vision.py --train-lm --out /work/demo-vl-try --min-exact 0 \
-        --test-images '' --steps 500 --max-minutes 15 --held-out 100 --engine build/qwen35
+     with training_log.json's "vision" entry, and the first held-out images as test data (--test-images, with
+     answers.json: each image's answer and transformers' reply).
+--train-lm needs --out other than --demo (it changes the text model).
 Deterministic for a given seed and --threads (with --max-minutes: for the step it stopped at, --stop-after).
 """
 
@@ -431,7 +435,7 @@ def parse_args():
     ap.add_argument("--engine", help="qwen35 binary: also measure the C engine (qwen35 run --image)")
     ap.add_argument("--test-images", default="tests/data/images/demo-vision",
                     help="where the first held-out images go as PNGs, with answers.json ('' skips)")
-    ap.add_argument("--n-test-images", type=int, default=4)
+    ap.add_argument("--n-test-images", type=int, default=6)
     ap.add_argument("--eval-only", action="store_true", help="re-measure the saved tower")
     ap.add_argument("--write-template", metavar="PATH", help="only write CHAT_TEMPLATE to PATH")
     ap.add_argument("--train-lm", action="store_true", help="train the language model and MTP head too, on the "
@@ -758,6 +762,8 @@ def main():
         write_files(demo, cfg_dict)  # the processor's sizes are read back by Prompts
         pr = Prompts(demo)
         log = dict(tower=TOWER, pixels=PIXELS, colours=sorted(COLOURS), shapes=SHAPES, questions=QUESTIONS,
+                   drawing=dict(upright=UPRIGHT, rotation_degrees=round(math.degrees(ROTATION), 3),
+                                radius=list(SHAPE_RADIUS)),
                    seed=a.seed, steps=a.steps, batch=a.batch, lr=a.lr, warmup=a.warmup, threads=a.threads,
                    versions=dict(torch=torch.__version__, transformers=transformers.__version__))
         if a.bound:
