@@ -4,10 +4,13 @@
 Usage (from the repository root, with the reference stack of scripts/requirements-reference.txt, from the
 text-only demo that scripts/train_demo_model.py writes):
 
-    # what models/qwen35-demo ships (models/README.md "Vision"): about 20 minutes on 2 threads
-    nice -n 5 python3 scripts/train_demo_vision.py --train-lm --distill --out /tmp/demo-vl --min-exact 0.9 \
-        --pretrain-steps 4000 --batch 32 --steps 600 --text-weight 2 --held-out 100 --threads 2 \
-        --upright 10 --min-pixels 3136 --engine build/qwen35
+    # what models/qwen35-demo ships (models/README.md "Vision"): the text-only demo first (an hour), then
+    # 15 minutes of training on 2 threads and a few of measuring
+    python3 scripts/train_demo_model.py --steps 550 --stop-after 491 --out /tmp/demo-text \
+        --eval-out /tmp/demo-text-eval.txt
+    nice -n 5 python3 scripts/train_demo_vision.py --demo /tmp/demo-text --train-lm --distill --out /tmp/demo-vl \
+        --min-exact 0.9 --pretrain-steps 4000 --batch 32 --steps 600 --text-weight 2 --held-out 100 \
+        --threads 2 --upright 10 --min-pixels 3136 --engine build/qwen35
     cp /tmp/demo-vl/* models/qwen35-demo/
     python3 scripts/train_demo_vision.py --write-template tests/data/chat/demo_vision_chat_template.jinja
 
@@ -21,8 +24,9 @@ What it does, on a work copy of --demo:
   3. trains on images drawn at random with PIL: one shape (circle, square, triangle, star; --upright: standing
      upright, turned by at most the given degrees) in one colour (red, green, blue, yellow, purple, orange) on a
      muted background, at a random size and place; the conversation is user: image + a question, assistant:
-     "A red circle." in CHAT_TEMPLATE below, after the generation prompt with and without the empty think block
-     (the server's enable_thinking=false, and `qwen35 chat`); the loss is the answer's tokens (and <|im_end|>).
+     "A red circle." in CHAT_TEMPLATE below, after the generation prompt with the empty think block (the
+     server's enable_thinking=false; with --distill, half of them without it, as `qwen35 chat` sends); the loss
+     is the answer's tokens (and <|im_end|>). The held-out measure asks with the think block.
      Without --train-lm only the tower trains (the language model, lm_head and MTP head stay byte for byte);
      with it, the language model and MTP head train too, and each step adds --text-weight times a text
      objective on --text-batch windows of --text-ctx tokens of the demo's training text (train_demo_model.py:
@@ -61,7 +65,7 @@ import train_demo_model as tdm  # noqa: E402  (the chat template)
 TOWER = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8, temporal_patch_size=2,
              spatial_merge_size=2, num_position_embeddings=64, hidden_act="gelu_pytorch_tanh", in_channels=3,
              out_hidden_size=128, initializer_range=0.02)
-PIXELS = dict(shortest_edge=1024, longest_edge=4096)  # min/max pixels: 2x2 to 4x4 merged tokens (factor 16)
+PIXELS = dict(shortest_edge=1024, longest_edge=4096)  # min/max pixels (--min-pixels): 4 to about 20 merged tokens
 PROC = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=True,
             image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], resample=3, rescale_factor=1 / 255,
             patch_size=TOWER["patch_size"], temporal_patch_size=TOWER["temporal_patch_size"],
@@ -389,6 +393,15 @@ def eval_engine(engine, demo, pr, items, tmp):
     return out
 
 
+def jpeg(img, quality=85):
+    """img through a JPEG file of that quality, as write_test_images stores it."""
+    from PIL import Image
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=quality)
+    buf.seek(0)
+    return Image.open(buf).convert("RGB")
+
+
 def photo_like(seed):
     """An ordinary photo-like picture no training image resembles: a sky gradient, a green hill, a sun."""
     from PIL import Image, ImageDraw, ImageFilter
@@ -467,6 +480,16 @@ def parse_args():
     a = ap.parse_args()
     if a.distill and not a.train_lm:
         ap.error("--distill is a text objective of --train-lm")
+    if a.distill and a.chat_batch < 1:
+        ap.error("--chat-batch must be positive")
+    if a.bound_only and not a.bound:
+        ap.error("--bound-only needs --bound N")
+    if not 0 < a.min_pixels <= PIXELS["longest_edge"]:
+        ap.error("--min-pixels must be in 1..%d" % PIXELS["longest_edge"])
+    if a.heads < 1 or a.tower_hidden % a.heads or a.tower_depth < 1 or a.patch < 1:
+        ap.error("--tower-hidden must be a multiple of --heads; --tower-depth, --heads and --patch positive")
+    if a.upright is not None and not 0 <= a.upright <= 180:
+        ap.error("--upright takes 0 to 180 degrees")
     if a.train_lm and (not a.out or os.path.realpath(a.out) == os.path.realpath(a.demo)):
         ap.error("--train-lm changes the text model: --out must name a directory other than --demo")
     if a.steps < 1 or a.batch < 1 or a.threads < 1 or a.held_out < 1 or a.lr <= 0:
@@ -505,7 +528,7 @@ def load_mtp(model, demo):
     return mtp
 
 
-def pretrain_tower(a, model, pr, log):
+def pretrain_tower(a, model, pr, log, keys):
     """The tower alone, with a linear probe on its mean output token that names the colour and the shape (cross-
     entropy on both): a tower that already tells the shapes apart before the language model reads it. The probe
     is thrown away; images are drawn from their own seed, sizes vary within a batch."""
@@ -522,6 +545,7 @@ def pretrain_tower(a, model, pr, log):
         for g in opt.param_groups:
             g["lr"] = a.pretrain_lr * scale
         items = [draw(rng) for _ in range(a.batch)]
+        keys.update(image_key(i) for i, _, _ in items)
         im = pr.proc(images=[i for i, _, _ in items], return_tensors="pt")
         feats = model.model.get_image_features(im["pixel_values"], im["image_grid_thw"]).pooler_output
         out = probe(torch.stack([f.mean(0) for f in feats]))
@@ -575,9 +599,10 @@ def train(a, demo, cfg_dict, pr, log):
     import torch
     model = build_model(demo, cfg_dict, a.seed)
     mtp = None
+    keys = set()  # every training image, kept out of the held-out set
     if a.pretrain_steps:
         model.train()
-        pretrain_tower(a, model, pr, log)
+        pretrain_tower(a, model, pr, log, keys)
     for name, p in model.named_parameters():
         p.requires_grad_(a.train_lm or name.startswith("model.visual."))
     groups = [dict(params=[p for n, p in model.named_parameters() if n.startswith("model.visual.")], peak=a.lr)]
@@ -601,7 +626,7 @@ def train(a, demo, cfg_dict, pr, log):
     params = [p for g in groups for p in g["params"]]
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = random.Random(a.seed)
-    keys, curve, t0, run, run_text = set(), [], time.time(), [], []
+    curve, t0, run, run_text = [], time.time(), [], []
     model.train()
     end = a.stop_after or a.steps
     for step in range(1, end + 1):
@@ -753,6 +778,10 @@ def main():
     if a.eval_only:
         log = full_log["vision"]
         keys = None
+        d = log.get("drawing", {})  # the held-out images are drawn as in training
+        global ROTATION, UPRIGHT, SHAPE_RADIUS
+        if d:
+            ROTATION, UPRIGHT, SHAPE_RADIUS = math.radians(d["rotation_degrees"]), d["upright"], tuple(d["radius"])
     else:
         before = read_raw(st_path)
         with open(os.path.join(demo, "config.json")) as f:
@@ -792,7 +821,7 @@ def main():
     hf = eval_hf(demo, pr, items)
     log["held_out_transformers"] = summary(hf)
     print("transformers:", log["held_out_transformers"], flush=True)
-    photo = photo_like(a.seed + 2)
+    photo = jpeg(photo_like(a.seed + 2))  # as the test data stores it
     log["photo_like_transformers"] = eval_hf(demo, pr, [(photo, "", "")])[0]["said"]
     log["held_out_samples"] = [dict(want=answer(c, s), said=r["said"]) for (_, c, s), r in zip(items[:12], hf)]
     if a.engine:
@@ -803,7 +832,7 @@ def main():
         log["photo_like_engine"] = eval_engine(a.engine, demo, pr, [(photo, "", "")], tmp)[0]["said"]
         print("engine:", log["held_out_engine"], "same answers:", log["engine_equals_transformers"], flush=True)
         shutil.rmtree(tmp)
-    if a.train_lm or log.get("train_lm"):
+    if a.train_lm and not a.eval_only:  # against the model it was trained from (an --eval-only run has none)
         log["text"] = text_measures(a.demo, demo, a.eval_text)
         print("text:", log["text"], flush=True)
         if a.engine:
@@ -833,6 +862,9 @@ def write_test_images(a, items, hf, photo, photo_said, prompt):
     """The first held-out images as PNGs (and the photo-like picture as a JPEG), with answers.json: each image's
     true answer and the reply transformers gave (greedy, fp32 on the saved weights), the engine's golden."""
     os.makedirs(a.test_images, exist_ok=True)
+    for name in os.listdir(a.test_images):  # a re-run replaces the set
+        if name.endswith(".png"):
+            os.remove(os.path.join(a.test_images, name))
     answers, replies = {}, {}
     for i, ((img, c, s), r) in enumerate(zip(items[:a.n_test_images], hf)):
         name = f"{i}-{c}-{s}.png"
