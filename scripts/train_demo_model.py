@@ -636,8 +636,8 @@ def main():
             fail(f"--eval-only: no checkpoint in {a.out}")
         tok = Tokenizer.from_file(os.path.join(a.out, "tokenizer.json"))
         with open(os.path.join(a.out, "training_log.json")) as f:
-            has_tower = "vision" in json.load(f)
-        if not has_tower:  # a checkpoint with the tower of train_demo_vision.py keeps its configs and template
+            old_log = json.load(f)
+        if "vision" not in old_log:  # a checkpoint with the tower of train_demo_vision.py keeps its configs and template
             write_tokenizer_config(a.out, tok.get_vocab_size() - len(ADDED_TOKENS))
             write_model_config(a.out, tok)
     else:
@@ -738,8 +738,7 @@ def main():
         save_checkpoint(model, mtp, a.out, tok, eos_ids, eos_ids[1])
         print(f"saved {a.out}", flush=True)
     else:
-        with open(os.path.join(a.out, "training_log.json")) as f:
-            old = json.load(f)
+        old = old_log
         for k in ("train_tokens", "chars_per_token", "params_main", "params_mtp", "params_main_non_embedding",
                   "stopped_early", "steps_run", "train_seconds", "curve", "args", "vision"):
             if k in old:

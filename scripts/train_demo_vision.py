@@ -107,6 +107,12 @@ def answer(colour, shape):
 # Images
 
 
+def set_drawing(upright, rotation_degrees, radius):
+    """How draw() places shapes: the globals below (--upright sets them; --eval-only takes the log's)."""
+    global ROTATION, UPRIGHT, SHAPE_RADIUS
+    ROTATION, UPRIGHT, SHAPE_RADIUS = math.radians(rotation_degrees), upright, tuple(radius)
+
+
 def canvas(rng):
     """A random canvas size: any 40-128 x 40-128 (upright mode: 48-128 wide, at most 4:3 either way)."""
     if UPRIGHT:
@@ -394,12 +400,12 @@ def eval_engine(engine, demo, pr, items, tmp):
 
 
 def jpeg(img, quality=85):
-    """img through a JPEG file of that quality, as write_test_images stores it."""
+    """img as a JPEG file of that quality: its bytes (what write_test_images stores) and the image they decode to
+    (what is measured)."""
     from PIL import Image
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=quality)
-    buf.seek(0)
-    return Image.open(buf).convert("RGB")
+    return buf.getvalue(), Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
 
 
 def photo_like(seed):
@@ -498,8 +504,7 @@ def parse_args():
                  patch_size=a.patch, num_heads=a.heads)
     PROC["patch_size"] = a.patch
     if a.upright is not None:
-        global ROTATION, UPRIGHT, SHAPE_RADIUS
-        ROTATION, UPRIGHT, SHAPE_RADIUS = math.radians(a.upright), True, (0.3, 0.45)
+        set_drawing(True, a.upright, (0.3, 0.45))
     PIXELS["shortest_edge"] = a.min_pixels
     return a
 
@@ -528,6 +533,11 @@ def load_mtp(model, demo):
     return mtp
 
 
+def lr_scale(step, warmup, steps):
+    """The learning rate's share of its peak at `step`: linear warm-up, then cosine down to 10% at `steps`."""
+    return min(1.0, step / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+
+
 def pretrain_tower(a, model, pr, log, keys):
     """The tower alone, with a linear probe on its mean output token that names the colour and the shape (cross-
     entropy on both): a tower that already tells the shapes apart before the language model reads it. The probe
@@ -541,7 +551,7 @@ def pretrain_tower(a, model, pr, log, keys):
     colours = sorted(COLOURS)
     curve, run, hits, t0 = [], [], [], time.time()
     for step in range(1, a.pretrain_steps + 1):
-        scale = min(1.0, step / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.pretrain_steps)))
+        scale = lr_scale(step, a.warmup, a.pretrain_steps)
         for g in opt.param_groups:
             g["lr"] = a.pretrain_lr * scale
         items = [draw(rng) for _ in range(a.batch)]
@@ -634,7 +644,7 @@ def train(a, demo, cfg_dict, pr, log):
             log["stopped_early"] = f"--max-minutes stopped training after {step - 1} of {a.steps} steps"
             print(log["stopped_early"], flush=True)
             break
-        scale = min(1.0, step / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.steps)))
+        scale = lr_scale(step, a.warmup, a.steps)
         for g in opt.param_groups:
             g["lr"] = g["peak"] * scale
         size = canvas(rng)  # one canvas per step: prompts of one length
@@ -778,10 +788,8 @@ def main():
     if a.eval_only:
         log = full_log["vision"]
         keys = None
-        d = log.get("drawing", {})  # the held-out images are drawn as in training
-        global ROTATION, UPRIGHT, SHAPE_RADIUS
-        if d:
-            ROTATION, UPRIGHT, SHAPE_RADIUS = math.radians(d["rotation_degrees"]), d["upright"], tuple(d["radius"])
+        if "drawing" in log:  # the held-out images are drawn as in training
+            set_drawing(**log["drawing"])
     else:
         before = read_raw(st_path)
         with open(os.path.join(demo, "config.json")) as f:
@@ -821,7 +829,7 @@ def main():
     hf = eval_hf(demo, pr, items)
     log["held_out_transformers"] = summary(hf)
     print("transformers:", log["held_out_transformers"], flush=True)
-    photo = jpeg(photo_like(a.seed + 2))  # as the test data stores it
+    photo_jpeg, photo = jpeg(photo_like(a.seed + 2))  # measured as the test data stores it
     log["photo_like_transformers"] = eval_hf(demo, pr, [(photo, "", "")])[0]["said"]
     log["held_out_samples"] = [dict(want=answer(c, s), said=r["said"]) for (_, c, s), r in zip(items[:12], hf)]
     if a.engine:
@@ -855,10 +863,10 @@ def main():
         shutil.copy(os.path.join(demo, name), os.path.join(out, name))
     shutil.rmtree(demo)
     if a.test_images:
-        write_test_images(a, items, hf, photo, log["photo_like_transformers"], log["prompt"])
+        write_test_images(a, items, hf, photo_jpeg, log["photo_like_transformers"], log["prompt"])
 
 
-def write_test_images(a, items, hf, photo, photo_said, prompt):
+def write_test_images(a, items, hf, photo_jpeg, photo_said, prompt):
     """The first held-out images as PNGs (and the photo-like picture as a JPEG), with answers.json: each image's
     true answer and the reply transformers gave (greedy, fp32 on the saved weights), the engine's golden."""
     os.makedirs(a.test_images, exist_ok=True)
@@ -873,7 +881,8 @@ def write_test_images(a, items, hf, photo, photo_said, prompt):
         with open(os.path.join(a.test_images, name), "wb") as f:
             f.write(buf.getvalue())
         answers[name], replies[name] = answer(c, s), r["said"]
-    photo.save(os.path.join(a.test_images, "photo-like.jpg"), quality=85)
+    with open(os.path.join(a.test_images, "photo-like.jpg"), "wb") as f:
+        f.write(photo_jpeg)
     replies["photo-like.jpg"] = photo_said
     with open(os.path.join(a.test_images, "answers.json"), "w") as f:
         json.dump(dict(question=QUESTION, prompt=prompt, answers=answers, transformers=replies), f, indent=1,
