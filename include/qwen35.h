@@ -56,6 +56,9 @@ typedef struct q35_model_info {
     int64_t mtp_bytes_per_draft; /* bytes one MTP draft row reads (its layer, fc, lm_head) */
     int64_t file_bytes;        /* bytes of the weight files (cache or safetensors), all mapped */
     int32_t weights_copied;    /* 1: the files were read into anonymous memory (Q35_WEIGHTS_IN_MEMORY) */
+    int32_t kv_cache;          /* the sessions' KV cache format, a q35_kv_cache */
+    int64_t kv_bytes_per_pos;  /* KV cache bytes one position of a session takes (every full-attention
+                                  layer, keys and values; the MTP layer's own cache adds one layer's worth) */
 } q35_model_info;
 
 /* Where the weights live. Decode streams every weight once per token, and the
@@ -69,9 +72,24 @@ typedef enum q35_weights_mode {
                                   addresses of the mapping: costs one read of the files at load */
 } q35_weights_mode;
 
+/* How sessions store the attention layers' keys and values. Decode reads the
+ * whole cache once per token, so at long contexts its size competes with
+ * the weights' (at the 9B shapes fp32 takes 64 KiB per position: 2 GiB at
+ * 32k against 5 GB of weights). */
+typedef enum q35_kv_cache {
+    Q35_KV_F32 = 0,            /* fp32: exactly the values computed */
+    Q35_KV_Q8 = 1,             /* 8 bits per value and an fp32 scale per 32 (llama.cpp's q8_0 cache type):
+                                  3.6x smaller at head_dim 256, each value within half a step of its block */
+} q35_kv_cache;
+/* "f32" / "q8" (also "f32"'s alias "fp32" and "q8"'s "q8_0") to a q35_kv_cache; -1 for anything else. */
+int32_t q35_kv_cache_parse(const char *name);
+const char *q35_kv_cache_name(int32_t kv_cache);
+
 typedef struct q35_engine_params {
     int32_t n_threads;         /* 0: one per core */
     int32_t weights;           /* a q35_weights_mode; 0: Q35_WEIGHTS_AUTO */
+    int32_t kv_cache;          /* a q35_kv_cache for every session; 0: Q35_KV_F32. A backend that
+                                  cannot store it fails the load with Q35_ERR_UNSUPPORTED */
     const char *backend;       /* "cpu" or "ref" (q35_engine_backend); NULL: the environment variable
                                   Q35_BACKEND, else "cpu" */
 } q35_engine_params;

@@ -232,6 +232,95 @@ TEST(ops, attend_rows_equal_rows_alone) {
                     }
 }
 
+/* The 8-bit KV cache: each element comes back within half a step (d / 2)
+ * of its block, a zero block and NaN give codes 0; attention over it is the
+ * fp32 reference over the dequantized rows (the same values), each fast
+ * table within 1e-5 of it and each row the bits it gives alone. */
+TEST(ops, kv_q8_rows_and_attention_over_them) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    const int32_t dims[] = {256, 32, 24, 16, 48}, firsts[] = {1, 130}, rows[] = {1, 5}, groups[] = {1, 4, 5};
+    for (size_t di = 0; di < 5; di++) {
+        const int32_t HD = dims[di], B = q35_kv_q8_block(HD);
+        const size_t rb = q35_kv_q8_row_bytes(HD), stride = rb + 16; /* padding between rows */
+        CHECK_EQ_INT((int64_t)rb, (int64_t)(HD + 4 * (HD / B)));
+        { /* round trip, a zero block, NaN */
+            float x[256], y[256];
+            uint8_t row[256 + 32];
+            for (int32_t i = 0; i < HD; i++) x[i] = 3.0f * frand();
+            for (int32_t i = 0; i < B; i++) x[i] = 0.0f;
+            x[HD - 1] = NAN;
+            q35_kv_q8_quantize(row, x, HD);
+            q35_kv_q8_dequantize(y, row, HD);
+            long bad = 0;
+            for (int32_t b = 0; b < HD / B; b++) {
+                float d, amax = 0;
+                memcpy(&d, row + 4 * b, 4);
+                for (int32_t i = b * B; i < (b + 1) * B; i++)
+                    if (x[i] == x[i]) amax = fmaxf(amax, fabsf(x[i]));
+                bad += d != amax / 127.0f;
+                for (int32_t i = b * B; i < (b + 1) * B; i++)
+                    bad += x[i] == x[i] ? !(fabsf(y[i] - x[i]) <= 0.5f * d * 1.0001f) : y[i] != 0.0f;
+            }
+            for (int32_t i = 0; i < B; i++) bad += y[i] != 0.0f || row[4 * (HD / B) + i] != 0;
+            CHECK_MSG(bad == 0, "HD=%d: %ld values off", HD, bad);
+        }
+        for (size_t fi = 0; fi < 2; fi++)
+            for (size_t ri = 0; ri < 2; ri++)
+                for (size_t gi = 0; gi < 3; gi++)
+                    for (int32_t step = 0; step <= 1; step++) {
+                        const int32_t N0 = firsts[fi], R = rows[ri], G = groups[gi], NK = N0 + (R - 1) * step;
+                        const size_t q_stride = (size_t)HD * 2, q_row = q_stride * G + 8, o_row = (size_t)HD * G + 4;
+                        float *q = malloc(sizeof(float) * q_row * R), *x = malloc(sizeof(float) * HD);
+                        uint8_t *kc = malloc(stride * NK), *vc = malloc(stride * NK);
+                        float *kf = malloc(sizeof(float) * HD * NK), *vf = malloc(sizeof(float) * HD * NK);
+                        float *scores = malloc(sizeof(float) * (size_t)NK * G * R);
+                        float *o_ref = calloc(o_row * R, sizeof(float)), *o_f = calloc(o_row * R, sizeof(float));
+                        float *o = calloc(o_row * R, sizeof(float)), *o1 = malloc(sizeof(float) * HD * G);
+                        for (size_t i = 0; i < q_row * R; i++) q[i] = 2.0f * frand();
+                        for (int32_t p = 0; p < NK; p++) {
+                            for (int32_t i = 0; i < HD; i++) x[i] = frand() * (i % 7 == 3 ? 8.0f : 1.0f);
+                            q35_kv_q8_quantize(kc + p * stride, x, HD);
+                            for (int32_t i = 0; i < HD; i++) x[i] = frand();
+                            q35_kv_q8_quantize(vc + p * stride, x, HD);
+                            q35_kv_q8_dequantize(kf + (size_t)p * HD, kc + p * stride, HD);
+                            q35_kv_q8_dequantize(vf + (size_t)p * HD, vc + p * stride, HD);
+                        }
+                        const float scale = 1.0f / sqrtf((float)HD);
+                        q35_attend_rows_q8_ref(o_ref, o_row, HD, q, q_row, q_stride, R, G, kc, vc, stride, N0, step,
+                                               HD, scale, scores);
+                        q35_attend_rows_ref(o_f, o_row, HD, q, q_row, q_stride, R, G, kf, vf, HD, N0, step, HD, scale,
+                                            scores);
+                        double worst = 0;
+                        for (int32_t r = 0; r < R; r++) {
+                            double d = rel_max_diff(o_ref + r * o_row, o_f + r * o_row, (size_t)HD * G);
+                            worst = d > worst ? d : worst;
+                        }
+                        CHECK_MSG(worst <= 1e-6, "ref HD=%d keys=%d R=%d G=%d: q8 %.3g from fp32 over the same values",
+                                  HD, N0, R, G, worst);
+                        for (int ti = 1; ti < n; ti++) {
+                            tb[ti]->attend_rows_q8(o, o_row, HD, q, q_row, q_stride, R, G, kc, vc, stride, N0, step,
+                                                   HD, scale, scores);
+                            long bad = 0;
+                            worst = 0;
+                            for (int32_t r = 0; r < R; r++) {
+                                double d = rel_max_diff(o + r * o_row, o_ref + r * o_row, (size_t)HD * G);
+                                worst = d > worst ? d : worst;
+                                tb[ti]->attend_rows_q8(o1, 0, HD, q + r * q_row, 0, q_stride, 1, G, kc, vc, stride,
+                                                       N0 + r * step, 0, HD, scale, scores);
+                                bad += memcmp(o1, o + r * o_row, sizeof(float) * HD * G) != 0;
+                            }
+                            CHECK_MSG(worst <= 1e-5, "%s HD=%d keys=%d R=%d G=%d step=%d: %.3g", tb[ti]->name, HD, N0,
+                                      R, G, step, worst);
+                            CHECK_MSG(bad == 0, "%s HD=%d keys=%d R=%d G=%d step=%d: %ld rows differ from alone",
+                                      tb[ti]->name, HD, N0, R, G, step, bad);
+                        }
+                        free(q); free(x); free(kc); free(vc); free(kf); free(vf); free(scores);
+                        free(o_ref); free(o_f); free(o); free(o1);
+                    }
+    }
+}
+
 /* C = A B on awkward sizes and padded strides: each fast table within float
  * rounding of the reference, the padding untouched, and every row the same
  * bits as when computed alone. */

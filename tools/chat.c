@@ -51,6 +51,7 @@ static int has_user(json_t *messages) {
 static const char usage[] =
     "usage: qwen35 chat [-m MODEL] [--system TEXT] [--think] [-n MAX_TOKENS] [--temp T] [--seed N]\n"
     "                   [--ctx N] [--spec-k K | --no-spec] [-t THREADS] [--mmap | --no-mmap] [--image FILE]...\n"
+    "                   [--kv-cache f32|q8]\n"
     "  Chat on the terminal. Without -m it uses the embedded demo model.\n"
     "  --image FILE (repeatable) goes with the first user message, before its text.\n"
     "  Lines starting with /reset clear the conversation; /quit or end of input leaves.\n";
@@ -58,7 +59,7 @@ static const char usage[] =
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system_msg = NULL, *images[16];
     int n_images = 0;
-    int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0, weights = Q35_WEIGHTS_AUTO;
+    int think = 0, max_tokens = 512, ctx = 4096, spec_k = -1, threads = 0, weights = Q35_WEIGHTS_AUTO, kv = Q35_KV_F32;
     float temp = 0.0f;
     uint64_t seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -72,6 +73,7 @@ int cmd_chat(int argc, char **argv) {
         char *end = NULL;
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--system")) system_msg = v;
+        else if (!strcmp(k, "--kv-cache")) { if ((kv = q35_kv_cache_parse(v)) < 0) goto bad; }
         else if (!strcmp(k, "--image")) { if (n_images == 16) goto bad; images[n_images++] = v; }
         else if (!strcmp(k, "-n")) { max_tokens = (int)strtol(v, &end, 10); if (*end || max_tokens < 1) goto bad; }
         else if (!strcmp(k, "--ctx")) { ctx = (int)strtol(v, &end, 10); if (*end || ctx < 16) goto bad; }
@@ -90,7 +92,7 @@ int cmd_chat(int argc, char **argv) {
     if (!model) model = default_model = cli_default_model();
 
     q35_error err = {0};
-    q35_engine_params ep = {.n_threads = threads, .weights = weights};
+    q35_engine_params ep = {.n_threads = threads, .weights = weights, .kv_cache = kv};
     q35_engine *e = NULL;
     q35_tokenizer *tok = NULL;
     q35_session *s = NULL;

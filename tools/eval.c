@@ -21,12 +21,13 @@
 
 static const char eval_usage[] =
     "usage: qwen35 eval -m MODEL (--text FILE [--tokenizer DIR] | --ids FILE) [--kld-base BASE_MODEL]\n"
-    "                   [--ctx N] [-t THREADS] [--json] [--sweep DTYPE [--group tensor|kind|layer]]\n"
+    "                   [--ctx N] [-t THREADS] [--kv-cache f32|q8] [--json] [--sweep DTYPE [--group tensor|kind|layer]]\n"
     "  Perplexity of MODEL (a checkpoint or a weight cache) on a text, tokenized with the\n"
     "  tokenizer in DIR (default: MODEL's directory), or on token ids (integers separated\n"
     "  by commas or white space). With --kld-base, also the mean KL divergence from\n"
     "  BASE_MODEL's next-token distribution and the top-1 agreement.\n"
     "  --ctx N: window length in tokens (default 512).\n"
+    "  --kv-cache q8: MODEL's sessions keep attention keys and values in 8 bits (BASE_MODEL's stay f32).\n"
     "  --sweep DTYPE (bf16, bfp8, bfp4; needs --kld-base): each matrix of MODEL in turn (or each\n"
     "  group: --group kind, the same matrix in every layer; --group layer, one layer's matrices)\n"
     "  stored as DTYPE, encoded from BASE_MODEL's weights as prepare --set does, the rest as\n"
@@ -97,9 +98,9 @@ static int32_t log_softmax(const float *x, int32_t V, double *out) {
     return best;
 }
 
-int eval_open(const char *path, long threads, int32_t ctx, eval_model *m) {
+int eval_open(const char *path, long threads, int32_t kv_cache, int32_t ctx, eval_model *m) {
     q35_error err = {0};
-    q35_engine_params p = {.n_threads = (int32_t)threads};
+    q35_engine_params p = {.n_threads = (int32_t)threads, .kv_cache = kv_cache};
     if (q35_engine_load(path, &p, &m->e, &err) || q35_session_new(m->e, ctx, &m->s, &err)) {
         fprintf(stderr, "qwen35 eval: %s\n", err.msg);
         return -1;
@@ -160,6 +161,7 @@ int eval_windows(eval_model *m, eval_model *b, const int32_t *ids, int32_t n, in
 int cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *ids_path = NULL, *base_path = NULL, *text_path = NULL, *tok_dir = NULL;
     long ctx = 512, threads = 0;
+    int32_t kv_cache = Q35_KV_F32;
     const char *sweep = NULL, *group = "tensor", *calib_path = NULL;
     long calib_ctx = 512;
     int json = 0;
@@ -173,6 +175,12 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(k, "--ids")) ids_path = v;
         else if (!strcmp(k, "--text")) text_path = v;
         else if (!strcmp(k, "--tokenizer")) tok_dir = v;
+        else if (!strcmp(k, "--kv-cache")) {
+            if ((kv_cache = q35_kv_cache_parse(v)) < 0) {
+                fprintf(stderr, "qwen35 eval: --kv-cache must be f32 or q8 (got '%s')\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(k, "--kld-base")) base_path = v;
         else if (!strcmp(k, "--sweep")) sweep = v;
         else if (!strcmp(k, "--group")) group = v;
@@ -219,7 +227,9 @@ int cmd_eval(int argc, char **argv) {
     int32_t win = (int32_t)(ctx < n ? ctx : n);
     eval_model m = {0}, b = {0};
     int rc = 0;
-    if (eval_open(model_path, threads, win, &m) || (base_path && eval_open(base_path, threads, win, &b))) rc = 1;
+    if (eval_open(model_path, threads, kv_cache, win, &m) ||
+        (base_path && eval_open(base_path, threads, Q35_KV_F32, win, &b)))
+        rc = 1;
     int32_t V = rc ? 0 : q35_engine_info(m.e)->vocab_size;
     if (!rc && base_path && q35_engine_info(b.e)->vocab_size != V) {
         fprintf(stderr, "qwen35 eval: %s has %d logits per position, %s has %d\n", model_path, V, base_path,

@@ -23,7 +23,7 @@ typedef struct eval_stats {
 } eval_stats;
 
 /* Loads path with a session of ctx positions; on failure prints why and returns -1. */
-int eval_open(const char *path, long threads, int32_t ctx, eval_model *m);
+int eval_open(const char *path, long threads, int32_t kv_cache, int32_t ctx, eval_model *m);
 void eval_close(eval_model *m);
 /* ids cut into windows of win tokens, each from an empty session, through m
  * and (when not NULL) b in step; 0, or 1 after printing why. */

@@ -52,6 +52,9 @@ static const char serve_usage[] =
     "  --media-fetch-timeout S  one image URL's fetch, redirects included (default 5)\n"
     "  --log-level LEVEL        info (default) or debug (also the request fields that were ignored)\n"
     "  -t, --threads N          engine threads (default: one per core)\n"
+    "  --kv-cache f32|q8        the sessions' attention keys and values: f32 (default, exact) or\n"
+    "                           8 bits with a scale per 32 (llama.cpp's -ctk q8_0 -ctv q8_0),\n"
+    "                           3.6x less memory and reading per position\n"
     "  --mmap, --no-mmap        serve the weights from the mapped file, or read them into memory\n"
     "                           (huge pages); default: in memory where the system offers huge\n"
     "                           pages and has the memory to spare, else mapped\n";
@@ -97,6 +100,7 @@ int cmd_serve(int argc, char **argv) {
         int bad = 0;
         if (!strcmp(k, "-m") || !strcmp(k, "--model")) C.model_path = v;
         else if (!strcmp(k, "--host")) C.host = v;
+        else if (!strcmp(k, "--kv-cache")) bad = (C.kv_cache = q35_kv_cache_parse(v)) < 0;
         else if (!strcmp(k, "--port")) { bad = parse_long(v, 0, 65535, &x); C.port = (int)x; }
         else if (!strcmp(k, "--api-key")) C.api_key = v;
         else if (!strcmp(k, "--api-key-file")) {

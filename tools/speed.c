@@ -68,12 +68,13 @@ static int parse_list(const char *s, int *out, int max) {
 static const char usage[] =
     "usage: qwen35 speed -m MODEL [-t 1,2] [--prompt 254,512,2048] [--decode N] [--spec-k K]\n"
     "                    [--accept 0.83] [--draft-rows 16384,32768,65536] [--mmap | --no-mmap]\n"
-    "                    [--depth 8192,32768] [--depth-prompt 512] [--json FILE]\n"
+    "                    [--depth 8192,32768] [--depth-prompt 512] [--kv-cache f32|q8] [--json FILE]\n"
     "  Engine speed: decode and prompt tok/s, GB/s against the measured read bandwidth,\n"
     "  time to first token, batched and speculative step costs, peak RSS.\n"
     "  --depth: also decode and a prompt (--depth-prompt tokens; 0: none) after that many positions of context\n"
     "  (random states, q35_session_fill_random), against depth 0, and the memory a\n"
-    "  session takes per 1k positions; at the largest thread count.\n"
+    "  session takes per 1k positions; at the largest thread count. --kv-cache q8: sessions keep\n"
+    "  their attention keys and values in 8 bits (default f32).\n"
     "  --draft-rows: also a speculative step with a reduced-vocabulary draft head of\n"
     "  each many rows (the lowest token ids; default 32768; 0: none).\n"
     "  --mmap / --no-mmap: weights served from the mapped file / read into memory on huge pages\n"
@@ -230,7 +231,7 @@ int cmd_speed(int argc, char **argv) {
     draft_row dr[8] = {{0}};
     int n_dr = 0;
     double accept = 0.83;
-    int weights = Q35_WEIGHTS_AUTO, vision = 0, image_side = 448;
+    int weights = Q35_WEIGHTS_AUTO, vision = 0, image_side = 448, kv_cache = Q35_KV_F32;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) { fputs(usage, stdout); return 0; }
@@ -240,6 +241,7 @@ int cmd_speed(int argc, char **argv) {
         if (!v) { fprintf(stderr, "qwen35 speed: %s needs a value\n%s", k, usage); return 2; }
         if (!strcmp(k, "-m")) model = v;
         else if (!strcmp(k, "--json")) json_path = v;
+        else if (!strcmp(k, "--kv-cache")) { if ((kv_cache = q35_kv_cache_parse(v)) < 0) goto bad; }
         else if (!strcmp(k, "--tower-dtype")) tower_dtype = v;
         else if (!strcmp(k, "--image-side")) { image_side = atoi(v); if (image_side < 32 || image_side % 32 || image_side > 4096) goto bad; }
         else if (!strcmp(k, "-t")) { if ((n_threads = parse_list(v, threads, 8)) <= 0) goto bad; }
@@ -288,7 +290,7 @@ int cmd_speed(int argc, char **argv) {
         }
     reset_peak_rss();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
-        q35_engine_params p = {.n_threads = threads[ti], .weights = weights};
+        q35_engine_params p = {.n_threads = threads[ti], .weights = weights, .kv_cache = kv_cache};
         q35_engine *e;
         if (q35_engine_load(model, &p, &e, &err)) { fprintf(stderr, "qwen35 speed: %s\n", err.msg); return 1; }
         info = *q35_engine_info(e);
@@ -435,8 +437,9 @@ int cmd_speed(int argc, char **argv) {
     }
     long rss = status_kb("VmHWM");
     printf("\nqwen35 speed: %s\n", model);
-    printf("machine: %s, %ld cores, %s kernels; bytes per token %.2f GB; peak RSS %.2f GB\n", cpu,
-           sysconf(_SC_NPROCESSORS_ONLN), kernels, info.bytes_per_token / 1e9, rss / 1048576.0);
+    printf("machine: %s, %ld cores, %s kernels; bytes per token %.2f GB; peak RSS %.2f GB; KV cache %s "
+           "(%.1f KiB per position)\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), kernels, info.bytes_per_token / 1e9,
+           rss / 1048576.0, q35_kv_cache_name(info.kv_cache), info.kv_bytes_per_pos / 1024.0);
     printf("%-10s %10s %10s %12s %8s\n", "threads", "tok/s", "GB/s", "measured BW", "% BW");
     for (int i = 0; i < n_threads; i++)
         printf("%-10d %10.2f %10.1f %12.1f %7.0f%%\n", rows[i].threads, rows[i].tok_s, rows[i].gb_s, rows[i].bw, rows[i].pct);
@@ -468,6 +471,8 @@ int cmd_speed(int argc, char **argv) {
                 model, cpu, sysconf(_SC_NPROCESSORS_ONLN), kernels);
         fprintf(fp, "  \"bytes_per_token\": %lld,\n  \"peak_rss_bytes\": %lld,\n", (long long)info.bytes_per_token,
                 (long long)rss * 1024);
+        fprintf(fp, "  \"kv_cache\": \"%s\",\n  \"kv_bytes_per_position\": %lld,\n", q35_kv_cache_name(info.kv_cache),
+                (long long)info.kv_bytes_per_pos);
         fprintf(fp, "  \"weight_file_bytes\": %lld,\n  \"weights_copied\": %s,\n  \"engine_memory_bytes\": %lld,\n  \"decode\": [",
                 (long long)info.file_bytes, info.weights_copied ? "true" : "false",
                 (long long)(anon_kb * 1024 - (info.weights_copied ? info.file_bytes : 0)));

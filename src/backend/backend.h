@@ -128,6 +128,10 @@ typedef struct q35_backend_ops {
      * lm_head itself. */
     q35_status (*set_draft_head)(q35_backend *b, const q35_tensor *head, q35_error *err);
 
+    /* The KV cache format (a q35_kv_cache) of the states made after this
+     * call; the engine sets it once, before any state. NULL: fp32 only. */
+    q35_status (*set_kv_cache)(q35_backend *b, int32_t kv_cache, q35_error *err);
+
     /* ---- the vision tower (model.visual.*) ----
      * out (sum t*h*w / MS^2, VO) = the tower over n_images images, their
      * pixel rows (sum t*h*w, C*TP*PS*PS) one image after another, each with

@@ -6,6 +6,7 @@
  * q35_engine_set_draft_vocab. Sessions: session.c. */
 #include "core/session.h"
 #include "formats/cache.h"
+#include "formats/kv_q8.h"
 #include "model/tensors.h"
 
 #include <stdlib.h>
@@ -43,6 +44,8 @@ static void fill_info(q35_engine *e) {
     in->has_vision = c->vision.present && w->vision.present;
     in->file_bytes = file_bytes(&e->ck);
     in->weights_copied = e->ck.n_files > 0 && e->ck.files[0].map.copied; /* all files alike */
+    const size_t row = in->kv_cache == Q35_KV_Q8 ? q35_kv_q8_row_bytes(c->head_dim) : sizeof(float) * (size_t)c->head_dim;
+    in->kv_bytes_per_pos = (int64_t)(2 * (size_t)c->n_layer_full * (size_t)c->n_head_kv * row);
     int64_t n = tensor_elems(&w->embed) + tensor_elems(&w->final_norm);
     int64_t layers = 0;
     for (int32_t i = 0; i < c->n_layer; i++) layers += layer_bytes(&w->layers[i], &n);
@@ -79,6 +82,15 @@ q35_status q35_engine_load(const char *path, const q35_engine_params *params, q3
         st = q35_map_copy(&e->ck.files[i].map, e->ck.files[i].path, err);
     if (!st) st = q35_weights_bind(&e->ck, &e->cfg, &e->w, err);
     if (!st) st = q35_backend_open(params ? params->backend : NULL, &e->cfg, &e->w, params ? params->n_threads : 0, &e->backend, err);
+    int32_t kv = params ? params->kv_cache : Q35_KV_F32;
+    if (!st && kv != Q35_KV_F32) {
+        if (!q35_kv_cache_name(kv)) st = q35_fail(err, Q35_ERR_ARG, "unknown KV cache format %d", kv);
+        else if (!e->backend->ops->set_kv_cache)
+            st = q35_fail(err, Q35_ERR_UNSUPPORTED, "the %s backend keeps its KV cache in f32 only (asked for %s)",
+                          e->backend->ops->name, q35_kv_cache_name(kv));
+        else st = e->backend->ops->set_kv_cache(e->backend, kv, err);
+    }
+    if (!st) e->info.kv_cache = kv;
     if (!st && !(e->batch_logits = malloc(sizeof(float) * (size_t)Q35_UBATCH * (size_t)e->cfg.vocab_size)))
         st = q35_fail(err, Q35_ERR_NOMEM, "out of memory for batch logits");
     if (st) {
@@ -109,6 +121,17 @@ const char *q35_engine_kernels(const q35_engine *e, const char **note) {
 const char *q35_engine_backend(const q35_engine *e) { return e->backend->ops->name; }
 
 int32_t q35_engine_threads(const q35_engine *e) { return e->backend->ops->threads(e->backend); }
+
+int32_t q35_kv_cache_parse(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "f32") || !strcmp(name, "fp32")) return Q35_KV_F32;
+    if (!strcmp(name, "q8") || !strcmp(name, "q8_0")) return Q35_KV_Q8;
+    return -1;
+}
+
+const char *q35_kv_cache_name(int32_t kv_cache) {
+    return kv_cache == Q35_KV_F32 ? "f32" : kv_cache == Q35_KV_Q8 ? "q8" : NULL;
+}
 
 int32_t q35_argmax(const float *logits, int32_t n) {
     int32_t best = 0;

@@ -204,7 +204,7 @@ static int chat_setup(q35_server *srv) {
 static int load_and_start(q35_server *srv) {
     const q35_server_config *C = &srv->cfg;
     q35_error err = {0};
-    q35_engine_params ep = {.n_threads = C->threads, .weights = C->weights};
+    q35_engine_params ep = {.n_threads = C->threads, .weights = C->weights, .kv_cache = C->kv_cache};
     if (q35_engine_load(C->model_path, &ep, &srv->engine, &err)) {
         fprintf(stderr, "qwen35 serve: %s\n", err.msg);
         return 1;
@@ -275,9 +275,10 @@ static int load_and_start(q35_server *srv) {
         fprintf(stderr, "qwen35 serve: %s\n", msg);
         return 1;
     }
-    fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position); parallel %d; "
-                    "prefix cache %zu MiB; speculation k=%d, draft head %d of %d rows; tokenizer: %s\n",
-            C->model_path, C->served_name, len, why, per_pos, C->parallel, srv->cache_bytes >> 20, srv->spec_k,
+    fprintf(stderr, "qwen35 serve: model %s as '%s'; max_model_len %d (%s; %zu bytes per position, KV cache %s); "
+                    "parallel %d; prefix cache %zu MiB; speculation k=%d, draft head %d of %d rows; tokenizer: %s\n",
+            C->model_path, C->served_name, len, why, per_pos, q35_kv_cache_name(info->kv_cache), C->parallel,
+            srv->cache_bytes >> 20, srv->spec_k,
             q35_engine_draft_vocab(srv->engine), info->vocab_size, srv->tok ? "yes" : "none (token ids only)");
     atomic_store(&srv->ready, 1);
     fprintf(stderr, "qwen35 serve: ready\n");

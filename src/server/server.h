@@ -25,6 +25,7 @@ typedef struct q35_server_config {
     int backlog;               /* the listening socket's backlog (listen(2); the kernel caps it at somaxconn) */
     int threads;
     int weights;               /* q35_weights_mode: --mmap / --no-mmap */
+    int kv_cache;              /* q35_kv_cache: --kv-cache */
     long long cache_bytes;     /* prefix cache budget in bytes, -1: the default */
     int32_t prefill_chunk;
     long spec_k;               /* MTP draft tokens per step, -1: the default */

@@ -82,6 +82,10 @@ def test_bad_arguments_give_clear_errors(tmp_path):
         (["run", "-m", str(tmp_path / "missing"), "--prompt-ids", "1"], "not a directory"),
         (["logits", "-m", m, "--prompt-ids", "1"], "missing required options"),
         (["frobnicate"], "unknown command"),
+        (["run", "-m", m, "--prompt-ids", "1", "--kv-cache", "q4"], "--kv-cache must be f32 or q8"),
+        (["eval", "-m", m, "--ids", "1,2", "--kv-cache", "f16"], "--kv-cache must be f32 or q8"),
+        (["speed", "-m", m, "--kv-cache", "int8"], "bad value 'int8' for --kv-cache"),
+        (["chat", "-m", m, "--kv-cache", ""], "bad value '' for --kv-cache"),
     ]
     for args, msg in cases:
         p = q35(*args)
@@ -281,6 +285,38 @@ def test_speed_reports_context_depths(tmp_path):
     for bad in (["--depth", "0"], ["--depth", "8k"], ["--depth-prompt", "9000"]):
         p = q35("speed", "-m", str(DEMO), *bad)
         assert p.returncode == 2 and bad[0] in p.stderr, (bad, p.stderr)
+
+
+def test_kv_cache_q8_runs_reports_its_size_and_keeps_speculation_exact(tmp_path):
+    """--kv-cache q8: the demo's rows (head_dim 32: one scale and 32 codes, 36 bytes) take 2 layers x (K, V) x
+    2 KV heads x 36 = 288 bytes per position against f32's 1 KiB; speed says so and measures it; run's greedy
+    tokens are the same with and without speculation; eval against the f32 model moves little."""
+    out = tmp_path / "speed.json"
+    p = q35("speed", "-m", str(DEMO), "-t", "1", "--prompt", "16", "--decode", "4", "--spec-k", "0",
+            "--draft-rows", "0", "--depth", "16384", "--depth-prompt", "0", "--kv-cache", "q8", "--json", str(out),
+            timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    assert r["kv_cache"] == "q8" and r["kv_bytes_per_position"] == 288, r
+    assert "KV cache q8 (0.3 KiB per position)" in p.stdout
+    # resident growth over the fill: the cache itself, and at most one more 2 MiB huge page for each of the 8
+    # head regions that the 4.5 MiB of the fill ends inside
+    assert 288 * 1024 <= r["context_bytes_per_1k"] <= (4.5 + 8 * 2) / 16 * 1024 * 1024, r["context_bytes_per_1k"]
+    ids = ",".join(str(i) for i in golden("tiny-a")["prompt_ids"])
+    toks = []
+    for spec in ("0", "2"):
+        p = q35("run", "-m", str(MODELS / "tiny-a"), "--prompt-ids", ids, "-n", "40", "--spec-k", spec,
+                "--kv-cache", "q8")
+        assert p.returncode == 0, p.stderr
+        toks.append(p.stdout.strip())
+    assert toks[0] == toks[1] and len(toks[0].split(",")) == 40
+    text = "/usr/share/doc/python3.11/html/_sources/library/asyncio-task.rst.txt"
+    if os.path.exists(text):
+        p = q35("eval", "-m", str(DEMO), "--text", text, "--ctx", "512", "--kld-base", str(DEMO), "--kv-cache", "q8",
+                "--json", timeout=300)
+        assert p.returncode == 0, p.stderr
+        r = json.loads(p.stdout)
+        assert 0 < r["kld_mean"] < 1e-4 and r["top1_agreement"] > 0.99, r
 
 
 def test_speed_vision_reports_encode_time_dtype_error_and_added_ttft(tmp_path):

@@ -494,6 +494,28 @@ def test_draft_vocab_server_gives_the_plain_tokens(tmp_path):
     assert spec == plain and len(sampled) == 40
 
 
+def test_kv_cache_q8_server_says_so_and_gives_runs_tokens():
+    """serve --kv-cache q8: the startup line names it with its smaller bytes per position, and greedy tokens
+    (speculating) are `qwen35 run --kv-cache q8`'s."""
+    body = {"prompt": PROMPT, "max_tokens": 30, "temperature": 0, "return_token_ids": True}
+    import re
+    per_pos = {}
+    for kv in ("f32", "q8"):
+        with Server("tiny-b", "--kv-cache", kv, "--spec-k", "2") as s:
+            line = next(x for x in s.log if "bytes per position" in x)
+            m = re.search(r"(\d+) bytes per position, KV cache (\w+)", line)
+            assert m and m.group(2) == kv, line
+            per_pos[kv] = int(m.group(1))
+            got = s.post("/v1/completions", body)[1]["choices"][0]["token_ids"]
+    assert per_pos["q8"] < per_pos["f32"], per_pos
+    from serve_util import BIN
+    run = subprocess.run([BIN, "run", "-m", str(MODELS / "tiny-b"), "--prompt-ids",
+                          ",".join(map(str, PROMPT)), "-n", "30", "--kv-cache", "q8", "-t", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert got == [int(t) for t in run.stdout.strip().split(",")]
+
+
 def test_bench_runs_against_serve(srv, tmp_path):
     """qwen35 bench reads this server's streams, usage and metrics."""
     prompt = tmp_path / "p.txt"

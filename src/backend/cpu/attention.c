@@ -71,9 +71,14 @@ static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t
     const int32_t G = NH / NKV, h0 = kvh * G, n_keys = sg->pos0 + (r - sg->row0) + 1;
     const float *q = j->qg + (size_t)r * QD * 2 + (size_t)h0 * 2 * HD;
     float *o = j->o + (size_t)r * QD + (size_t)h0 * HD;
-    j->k->attend_rows(o, (size_t)QD, (size_t)HD, q, (size_t)QD * 2, (size_t)2 * HD, R, G,
-                      sg->k_cache + (size_t)kvh * sg->head_stride, sg->v_cache + (size_t)kvh * sg->head_stride,
-                      (size_t)HD, n_keys, 1, HD, 1.0f / sqrtf((float)HD), scores);
+    const uint8_t *kc = (const uint8_t *)sg->k_cache + (size_t)kvh * sg->head_stride;
+    const uint8_t *vc = (const uint8_t *)sg->v_cache + (size_t)kvh * sg->head_stride;
+    if (sg->q8)
+        j->k->attend_rows_q8(o, (size_t)QD, (size_t)HD, q, (size_t)QD * 2, (size_t)2 * HD, R, G, kc, vc,
+                             q35_kv_q8_row_bytes(HD), n_keys, 1, HD, 1.0f / sqrtf((float)HD), scores);
+    else
+        j->k->attend_rows(o, (size_t)QD, (size_t)HD, q, (size_t)QD * 2, (size_t)2 * HD, R, G, (const float *)kc,
+                          (const float *)vc, (size_t)HD, n_keys, 1, HD, 1.0f / sqrtf((float)HD), scores);
     for (int32_t t = 0; t < R; t++)
         for (int32_t g = 0; g < G; g++) {
             const float *gate = q + (size_t)t * QD * 2 + (size_t)g * 2 * HD + HD;
@@ -142,10 +147,17 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
                 if (p3) rope3(kh, p3, c->mrope_section, RD, inv_freq);
                 else rope(kh, pos + sg->rope_delta, RD, inv_freq);
             }
+            const size_t row_bytes = sg->q8 ? q35_kv_q8_row_bytes(HD) : sizeof(float) * (size_t)HD;
             for (int32_t h = 0; h < NKV; h++) {
-                size_t at = (size_t)h * sg->head_stride + (size_t)pos * HD, from = (size_t)r * KVD + (size_t)h * HD;
-                memcpy(sg->k_cache + at, k + from, sizeof(float) * (size_t)HD);
-                memcpy(sg->v_cache + at, v + from, sizeof(float) * (size_t)HD);
+                size_t at = (size_t)h * sg->head_stride + (size_t)pos * row_bytes, from = (size_t)r * KVD + (size_t)h * HD;
+                uint8_t *kd = (uint8_t *)sg->k_cache + at, *vd = (uint8_t *)sg->v_cache + at;
+                if (sg->q8) {
+                    q35_kv_q8_quantize(kd, k + from, HD);
+                    q35_kv_q8_quantize(vd, v + from, HD);
+                } else {
+                    memcpy(kd, k + from, sizeof(float) * (size_t)HD);
+                    memcpy(vd, v + from, sizeof(float) * (size_t)HD);
+                }
             }
         }
     }

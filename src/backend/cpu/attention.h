@@ -1,9 +1,10 @@
 /* attention.h: Qwen3.5's gated full attention with a KV cache.
  *
- * The cache of one layer holds k_cache and v_cache, each (NKV, n_ctx, HD)
- * fp32: head h's rows one after another, head_stride = n_ctx * HD floats
- * apart, row p the key/value of position p (after q/k norm and RoPE for
- * keys). A KV head's attention so reads one sequential stream (with rows
+ * The cache of one layer holds k_cache and v_cache, each (NKV, n_ctx, HD):
+ * head h's rows one after another, head_stride bytes apart, row p the
+ * key/value of position p (after q/k norm and RoPE for keys), HD fp32 or,
+ * in an 8-bit cache (Q35_KV_Q8), q35_kv_q8_row_bytes(HD) bytes of scales
+ * and int8 codes (kernels.h). A KV head's attention so reads one sequential stream (with rows
  * (n_ctx, NKV, HD) it read a 1 KiB slice of every 4 KiB row at the 9B,
  * which the hardware prefetcher does not follow). The same code serves the
  * MTP layer with its own cache. */
@@ -19,8 +20,9 @@
  * when pos3 is given. */
 typedef struct q35_attn_seg {
     int32_t row0, n_rows, pos0;
-    float *k_cache, *v_cache;
-    size_t head_stride; /* floats from one KV head's rows to the next's */
+    void *k_cache, *v_cache;
+    size_t head_stride; /* bytes from one KV head's rows to the next's */
+    int q8;             /* 1: 8-bit rows */
     int32_t rope_delta;
     const int32_t *pos3; /* (n_rows, 3) or NULL */
 } q35_attn_seg;

@@ -78,8 +78,8 @@ static void host_layer(q35_backend *base, int32_t li) {
         for (int32_t i = 0; i < b->n_seqs; i++) {
             const q35_bseq *q = &b->seqs[i];
             segs[i] = (q35_attn_seg){q->row0, q->n_rows, q->pos0, q->state->k_cache[li], q->state->v_cache[li],
-                                     (size_t)q->state->n_ctx * (size_t)c->head_dim, q->mm ? q->mm->rope_delta : 0,
-                                     q->mm ? q->mm->pos3 : NULL};
+                                     (size_t)q->state->n_ctx * q->state->kv_row_bytes, q->state->kv_q8,
+                                     q->mm ? q->mm->rope_delta : 0, q->mm ? q->mm->pos3 : NULL};
         }
         q35_attention_forward(&b->host, c, l, segs, b->n_seqs, b->xn, b->tmp, T, b->mixer_ctx, b->mixer);
     } else {
@@ -142,7 +142,7 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
     q35_matmul(&b->host, u, &m->fc, cat, n);
     norm_rows(un, u, &m->layer.input_norm, n, H, eps);
     /* cat is free again: it holds the blocks' outputs (n, H) */
-    q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache, (size_t)s->n_ctx * (size_t)c->head_dim,
+    q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache, (size_t)s->n_ctx * s->kv_row_bytes, s->kv_q8,
                         mm ? mm->rope_delta : 0, mm ? mm->pos3 : NULL};
     q35_attention_forward(&b->host, c, &m->layer, &seg, 1, un, cat, n, b->mixer_ctx, b->mixer);
     add_rows(u, cat, n, H);
@@ -153,6 +153,13 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
         q35_rmsnorm1p_to(s->draft_hidden, u + (size_t)(n - 1) * H, &m->norm, H, eps);
         q35_matmul(&b->host, logits, b->draft_head, s->draft_hidden, 1);
     }
+}
+
+static q35_status host_set_kv_cache(q35_backend *base, int32_t kv_cache, q35_error *err) {
+    if (kv_cache != Q35_KV_F32 && kv_cache != Q35_KV_Q8)
+        return q35_fail(err, Q35_ERR_ARG, "unknown KV cache format %d", kv_cache);
+    host_of(base)->kv_cache = kv_cache;
+    return Q35_OK;
 }
 
 static q35_status host_set_draft_head(q35_backend *base, const q35_tensor *head, q35_error *err) {
@@ -223,6 +230,7 @@ static const q35_backend_ops host_ops = {
     .keep_rows = host_keep_rows,
     .mtp = host_mtp,
     .set_draft_head = host_set_draft_head,
+    .set_kv_cache = host_set_kv_cache,
     .encode_images = host_encode_images,
     .set_tap = host_set_tap,
     .status = host_status,

@@ -26,6 +26,7 @@ typedef struct q35_host_backend {
     const q35_config *c;
     const q35_weights *w;
     const q35_tensor *draft_head;   /* the draft logits' rows: lm_head or a subset copy */
+    int32_t kv_cache;               /* a q35_kv_cache, for the states made from now on */
     /* scratch of one pass */
     float *x, *xn, *tmp;            /* (UBATCH, H) residual stream, normed input, block output */
     float *mlp_gate, *mlp_up;       /* (UBATCH, I) */
@@ -42,14 +43,16 @@ struct q35_bstate {
     int32_t n_ctx;
     float *conv_state[Q35_MAX_LAYERS]; /* (CD, CK-1) GDN layers only */
     float *ssm_state[Q35_MAX_LAYERS];  /* (HV, DK, DV) GDN layers only */
-    float *k_cache[Q35_MAX_LAYERS];    /* (NKV, n_ctx, HD) full layers only (attention.h) */
-    float *v_cache[Q35_MAX_LAYERS];
+    int32_t kv_q8;                     /* 1: the KV caches hold 8-bit rows (attention.h) */
+    size_t kv_row_bytes;               /* one head's row of one position: HD floats or q8 bytes */
+    uint8_t *k_cache[Q35_MAX_LAYERS];  /* (NKV, n_ctx, row) full layers only (attention.h) */
+    uint8_t *v_cache[Q35_MAX_LAYERS];
     float *state_block;                /* one allocation behind every conv and ssm state */
     size_t state_floats;
     /* speculation (state_set_spec) */
     int32_t spec_k;
     float *row_states;                 /* (spec_k, state_floats): state_block after each row of a rewindable pass */
-    float *mtp_k_cache, *mtp_v_cache;  /* (NKV, n_ctx, HD) the MTP layer's own KV */
+    uint8_t *mtp_k_cache, *mtp_v_cache; /* (NKV, n_ctx, row) the MTP layer's own KV */
     float *kept;                       /* (SPEC_MAX+1, H) post-norm hidden rows waiting for the MTP */
     float *draft_hidden;               /* (H) MTP output of the last draft row (chained drafts) */
 };

@@ -3,8 +3,9 @@
  *
  * Layout: every GDN layer's conv state (CD, CK-1) and recurrent state
  * (HV, DK, DV) sit in one block, so a rewind or a snapshot copies one range;
- * each full-attention layer has its own K and V caches (NKV, n_ctx, HD),
- * head by head (attention.h), in zeroed memory so that only the positions
+ * each full-attention layer has its own K and V caches (NKV, n_ctx, row),
+ * head by head (attention.h; a row is HD floats, or in an 8-bit cache
+ * q35_kv_q8_row_bytes(HD) bytes), in zeroed memory so that only the positions
  * used cost memory, on huge pages from 2 MiB (q35_alloc_zeroed: fewer TLB
  * misses over long contexts). A snapshot holds positions [0, pos) of each
  * head packed, so it restores into a state of any n_ctx >= pos. */
@@ -16,24 +17,26 @@
 struct q35_bsnap {
     int32_t pos, n_kept;
     float *state;   /* copy of state_block */
-    float *kv;      /* per full layer: K rows 0..pos-1, then V rows 0..pos-1 */
-    float *mtp_kv;  /* the MTP layer's K then V rows 0..pos-1, or NULL */
+    int32_t kv_q8;  /* the rows' format: a snapshot restores into a state of the same */
+    uint8_t *kv;    /* per full layer: K rows 0..pos-1, then V rows 0..pos-1 */
+    uint8_t *mtp_kv; /* the MTP layer's K then V rows 0..pos-1, or NULL */
     float *kept;    /* (n_kept, H) */
 };
 
-static size_t kv_row_floats(const q35_config *c) { return (size_t)c->n_head_kv * (size_t)c->head_dim; }
+/* bytes of one position's rows in one cache (every KV head) */
+static size_t kv_pos_bytes(const q35_bstate *s) { return (size_t)s->b->c->n_head_kv * s->kv_row_bytes; }
 
-/* positions [0, pos) of cache (every head, head_stride = n_ctx * HD apart) to or from packed (NKV, pos, HD) */
-static void kv_pack(float *dst, const float *cache, const q35_bstate *s, int32_t pos) {
-    const size_t HD = (size_t)s->b->c->head_dim, n = (size_t)pos * HD;
+/* positions [0, pos) of cache (every head, n_ctx rows apart) to or from packed (NKV, pos, row) */
+static void kv_pack(uint8_t *dst, const uint8_t *cache, const q35_bstate *s, int32_t pos) {
+    const size_t n = (size_t)pos * s->kv_row_bytes;
     for (int32_t h = 0; h < s->b->c->n_head_kv; h++)
-        memcpy(dst + h * n, cache + h * (size_t)s->n_ctx * HD, n * sizeof(float));
+        memcpy(dst + h * n, cache + h * (size_t)s->n_ctx * s->kv_row_bytes, n);
 }
 
-static void kv_unpack(float *cache, const float *src, const q35_bstate *s, int32_t pos) {
-    const size_t HD = (size_t)s->b->c->head_dim, n = (size_t)pos * HD;
+static void kv_unpack(uint8_t *cache, const uint8_t *src, const q35_bstate *s, int32_t pos) {
+    const size_t n = (size_t)pos * s->kv_row_bytes;
     for (int32_t h = 0; h < s->b->c->n_head_kv; h++)
-        memcpy(cache + h * (size_t)s->n_ctx * HD, src + h * n, n * sizeof(float));
+        memcpy(cache + h * (size_t)s->n_ctx * s->kv_row_bytes, src + h * n, n);
 }
 
 q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out, q35_error *err) {
@@ -46,17 +49,19 @@ q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out
     if (!s) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     s->b = b;
     s->n_ctx = n_ctx;
+    s->kv_q8 = b->kv_cache == Q35_KV_Q8;
+    s->kv_row_bytes = s->kv_q8 ? q35_kv_q8_row_bytes(c->head_dim) : sizeof(float) * (size_t)c->head_dim;
     size_t conv = (size_t)q35_conv_dim(c) * (size_t)(c->lin_conv_kernel - 1);
     size_t ssm = (size_t)c->lin_n_head_v * (size_t)c->lin_head_k_dim * (size_t)c->lin_head_v_dim;
-    size_t kv = (size_t)n_ctx * kv_row_floats(c);
+    size_t kv = (size_t)n_ctx * kv_pos_bytes(s);
     s->state_floats = (size_t)(c->n_layer - c->n_layer_full) * (conv + ssm);
     s->state_block = calloc(s->state_floats ? s->state_floats : 1, sizeof(float));
     int ok = s->state_block != NULL;
     float *p = s->state_block;
     for (int32_t i = 0; ok && i < c->n_layer; i++) {
         if (c->layer_is_full[i]) {
-            s->k_cache[i] = q35_alloc_zeroed(kv * sizeof(float));
-            s->v_cache[i] = q35_alloc_zeroed(kv * sizeof(float));
+            s->k_cache[i] = q35_alloc_zeroed(kv);
+            s->v_cache[i] = q35_alloc_zeroed(kv);
             ok = s->k_cache[i] && s->v_cache[i];
         } else {
             s->conv_state[i] = p; p += conv;
@@ -73,7 +78,7 @@ q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out
 
 void q35_host_state_free(q35_bstate *s) {
     if (!s) return;
-    size_t kv_bytes = (size_t)s->n_ctx * kv_row_floats(s->b->c) * sizeof(float);
+    size_t kv_bytes = (size_t)s->n_ctx * kv_pos_bytes(s);
     for (int32_t i = 0; i < Q35_MAX_LAYERS; i++) {
         q35_free_zeroed(s->k_cache[i], kv_bytes);
         q35_free_zeroed(s->v_cache[i], kv_bytes);
@@ -103,26 +108,32 @@ static void fill_random(float *p, size_t n, uint64_t *rng) {
 void q35_host_state_fill(q35_bstate *s, int32_t pos, uint64_t seed) {
     const q35_config *c = s->b->c;
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
-    const size_t n = (size_t)pos * (size_t)c->head_dim, head = (size_t)s->n_ctx * (size_t)c->head_dim;
+    const size_t HD = (size_t)c->head_dim, head = (size_t)s->n_ctx * s->kv_row_bytes;
     fill_random(s->state_block, s->state_floats, &rng);
+    float row[1024];
     for (int32_t i = 0; i <= c->n_layer; i++) {
-        float *k = i < c->n_layer ? (c->layer_is_full[i] ? s->k_cache[i] : NULL) : s->mtp_k_cache;
-        float *v = i < c->n_layer ? (c->layer_is_full[i] ? s->v_cache[i] : NULL) : s->mtp_v_cache;
-        for (int32_t h = 0; k && h < c->n_head_kv; h++) {
-            fill_random(k + h * head, n, &rng);
-            fill_random(v + h * head, n, &rng);
-        }
+        uint8_t *kv[2] = {i < c->n_layer ? (c->layer_is_full[i] ? s->k_cache[i] : NULL) : s->mtp_k_cache,
+                          i < c->n_layer ? (c->layer_is_full[i] ? s->v_cache[i] : NULL) : s->mtp_v_cache};
+        for (int32_t h = 0; kv[0] && h < c->n_head_kv; h++)
+            for (int j = 0; j < 2; j++) {
+                uint8_t *base = kv[j] + h * head;
+                if (!s->kv_q8) { fill_random((float *)base, (size_t)pos * HD, &rng); continue; }
+                for (int32_t p = 0; p < pos; p++) { /* HD <= 1024 (config.c) */
+                    fill_random(row, HD, &rng);
+                    q35_kv_q8_quantize(base + (size_t)p * s->kv_row_bytes, row, (int32_t)HD);
+                }
+            }
     }
 }
 
 q35_status q35_host_state_set_spec(q35_bstate *s, int32_t k, q35_error *err) {
     const q35_config *c = s->b->c;
     if (k == 0) return Q35_OK; /* the buffers stay for a later k */
-    size_t H = (size_t)c->hidden_size, kv = (size_t)s->n_ctx * kv_row_floats(c);
+    size_t H = (size_t)c->hidden_size, kv = (size_t)s->n_ctx * kv_pos_bytes(s);
     int ok = 1;
 #define ALLOC(ptr, n) do { if (!(ptr)) { (ptr) = calloc((n), sizeof(float)); ok = ok && (ptr); } } while (0)
-    if (!s->mtp_k_cache) ok = ok && (s->mtp_k_cache = q35_alloc_zeroed(kv * sizeof(float)));
-    if (!s->mtp_v_cache) ok = ok && (s->mtp_v_cache = q35_alloc_zeroed(kv * sizeof(float)));
+    if (!s->mtp_k_cache) ok = ok && (s->mtp_k_cache = q35_alloc_zeroed(kv));
+    if (!s->mtp_v_cache) ok = ok && (s->mtp_v_cache = q35_alloc_zeroed(kv));
     ALLOC(s->kept, (Q35_SPEC_MAX + 1) * H);
     ALLOC(s->draft_hidden, H);
 #undef ALLOC
@@ -145,16 +156,17 @@ q35_status q35_host_snapshot_take(const q35_bstate *s, int32_t pos, int32_t n_ke
                                   size_t *bytes, q35_error *err) {
     *out = NULL;
     const q35_config *c = s->b->c;
-    size_t rows = (size_t)pos * kv_row_floats(c), H = (size_t)c->hidden_size;
-    size_t kv_floats = (size_t)c->n_layer_full * 2 * rows;
+    size_t rows = (size_t)pos * kv_pos_bytes(s), H = (size_t)c->hidden_size;
+    size_t kv_bytes = (size_t)c->n_layer_full * 2 * rows;
     q35_bsnap *snap = calloc(1, sizeof *snap);
     if (!snap) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     snap->pos = pos;
+    snap->kv_q8 = s->kv_q8;
     snap->state = malloc((s->state_floats ? s->state_floats : 1) * sizeof(float));
-    snap->kv = malloc((kv_floats ? kv_floats : 1) * sizeof(float));
+    snap->kv = malloc(kv_bytes ? kv_bytes : 1);
     int ok = snap->state && snap->kv;
     if (ok && mtp) {
-        snap->mtp_kv = malloc((rows ? 2 * rows : 1) * sizeof(float));
+        snap->mtp_kv = malloc(rows ? 2 * rows : 1);
         snap->kept = malloc((n_kept ? (size_t)n_kept * H : 1) * sizeof(float));
         ok = snap->mtp_kv && snap->kept;
     }
@@ -163,19 +175,19 @@ q35_status q35_host_snapshot_take(const q35_bstate *s, int32_t pos, int32_t n_ke
         return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a snapshot of %d positions", pos);
     }
     memcpy(snap->state, s->state_block, s->state_floats * sizeof(float));
-    float *p = snap->kv;
+    uint8_t *p = snap->kv;
     for (int32_t i = 0; i < c->n_layer; i++) {
         if (!c->layer_is_full[i]) continue;
         kv_pack(p, s->k_cache[i], s, pos); p += rows;
         kv_pack(p, s->v_cache[i], s, pos); p += rows;
     }
-    *bytes = (s->state_floats + kv_floats) * sizeof(float);
+    *bytes = s->state_floats * sizeof(float) + kv_bytes;
     if (mtp) {
         snap->n_kept = n_kept;
         kv_pack(snap->mtp_kv, s->mtp_k_cache, s, pos);
         kv_pack(snap->mtp_kv + rows, s->mtp_v_cache, s, pos);
         memcpy(snap->kept, s->kept, (size_t)n_kept * H * sizeof(float));
-        *bytes += (2 * rows + (size_t)n_kept * H) * sizeof(float);
+        *bytes += 2 * rows + (size_t)n_kept * H * sizeof(float);
     }
     *out = snap;
     return Q35_OK;
@@ -184,8 +196,8 @@ q35_status q35_host_snapshot_take(const q35_bstate *s, int32_t pos, int32_t n_ke
 void q35_host_snapshot_restore(q35_bstate *s, const q35_bsnap *snap) {
     const q35_config *c = s->b->c;
     memcpy(s->state_block, snap->state, s->state_floats * sizeof(float));
-    size_t rows = (size_t)snap->pos * kv_row_floats(c);
-    const float *p = snap->kv;
+    size_t rows = (size_t)snap->pos * kv_pos_bytes(s);
+    const uint8_t *p = snap->kv;
     for (int32_t i = 0; i < c->n_layer; i++) {
         if (!c->layer_is_full[i]) continue;
         kv_unpack(s->k_cache[i], p, s, snap->pos); p += rows;

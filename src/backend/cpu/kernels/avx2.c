@@ -509,4 +509,5 @@ ALWAYS_INLINE void float_tile(const q35_dtype dt, const int nr, const int nt, co
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */
 const q35_kernels q35_kernels_avx2 = {"avx2", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
                                        q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream,
-                                       q35_attend_rows_avx2, q35_gemm_f32_avx2, q35_softmax_rows_avx2};
+                                       q35_attend_rows_avx2, q35_gemm_f32_avx2, q35_softmax_rows_avx2,
+                                       q35_attend_rows_q8_avx2};

@@ -156,6 +156,7 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 #define av_zero() _mm256_setzero_ps()
 #define av_set1(f) _mm256_set1_ps(f)
 #define av_load(p) _mm256_loadu_ps(p)
+#define av_load_i8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
 #define av_store(p, v) _mm256_storeu_ps((p), (v))
 #define av_fmadd(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define av_fnmadd(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
@@ -170,6 +171,7 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 #define ATT_KP 2
 #define ATT_FN q35_attend_heads_avx2
 #define ATT_ROWS_FN q35_attend_rows_avx2
+#define ATT_ROWS_Q8_FN q35_attend_rows_q8_avx2
 #include "attend_driver.inc"
 
 /* ---- Gated DeltaNet, chunked (prompts) ---- */

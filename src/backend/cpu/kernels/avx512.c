@@ -464,6 +464,7 @@ static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const flo
 #define av_zero() _mm512_setzero_ps()
 #define av_set1(f) _mm512_set1_ps(f)
 #define av_load(p) _mm512_loadu_ps(p)
+#define av_load_i8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
 #define av_store(p, v) _mm512_storeu_ps((p), (v))
 #define av_fmadd(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define av_fnmadd(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
@@ -480,6 +481,7 @@ static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const flo
 #define ATT_KP 4
 #define ATT_FN attend_heads_isa
 #define ATT_ROWS_FN attend_rows_isa
+#define ATT_ROWS_Q8_FN attend_rows_q8_isa
 #define ATT_LINKAGE static
 #include "attend_driver.inc"
 
@@ -488,9 +490,9 @@ static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const flo
 const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_row_ref,
                                              q35_gdn_recurrent_avx2, q35_gdn_chunked_avx2, attend_heads_isa,
                                              read_stream, attend_rows_isa, gemm_f32,
-                                             q35_softmax_rows_avx2};
+                                             q35_softmax_rows_avx2, attend_rows_q8_isa};
 #else
 const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
                                          q35_gdn_chunked_avx2, attend_heads_isa, read_stream, attend_rows_isa,
-                                         gemm_f32, q35_softmax_rows_avx2};
+                                         gemm_f32, q35_softmax_rows_avx2, attend_rows_q8_isa};
 #endif

@@ -35,6 +35,7 @@
 #define Q35_KERNELS_H
 
 #include "qwen35.h"
+#include "formats/kv_q8.h"
 #include "formats/tensor.h"
 
 #include <stddef.h>
@@ -104,6 +105,13 @@ void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q
                          int32_t R, int32_t G, const float *k, const float *v, size_t kv_stride, int32_t n_keys0,
                          int32_t key_step, int32_t HD, float scale, float *scores);
 
+/* attend_rows over an 8-bit cache (formats/kv_q8.h): key and value rows (q35_kv_q8_row_bytes)
+ * kv_stride bytes apart; otherwise as attend_rows, with the values above.
+ * Each row gives the same bits alone as in any block of rows. */
+void q35_attend_rows_q8_ref(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
+                            int32_t R, int32_t G, const uint8_t *k, const uint8_t *v, size_t kv_stride,
+                            int32_t n_keys0, int32_t key_step, int32_t HD, float scale, float *scores);
+
 /* C (M, N) = A (M, K) B (K, N), all row-major fp32, rows lda, ldb, ldc
  * floats apart: the vision tower's attention products (S = Q K^T with K^T
  * stored, O = P V). Each C[m][n] is one sum over k in ascending order (the
@@ -133,6 +141,9 @@ void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_s
 void q35_attend_rows_avx2(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
                           int32_t R, int32_t G, const float *k, const float *v, size_t kv_stride, int32_t n_keys0,
                           int32_t key_step, int32_t HD, float scale, float *scores);
+void q35_attend_rows_q8_avx2(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
+                             int32_t R, int32_t G, const uint8_t *k, const uint8_t *v, size_t kv_stride,
+                             int32_t n_keys0, int32_t key_step, int32_t HD, float scale, float *scores);
 void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float scale);
 void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
                        int64_t N, int64_t K);
@@ -152,6 +163,10 @@ typedef void (*q35_attend_rows_fn)(float *o, size_t o_row, size_t o_stride, cons
                                    size_t q_stride, int32_t R, int32_t G, const float *k, const float *v,
                                    size_t kv_stride, int32_t n_keys0, int32_t key_step, int32_t HD, float scale,
                                    float *scores);
+typedef void (*q35_attend_rows_q8_fn)(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row,
+                                      size_t q_stride, int32_t R, int32_t G, const uint8_t *k, const uint8_t *v,
+                                      size_t kv_stride, int32_t n_keys0, int32_t key_step, int32_t HD, float scale,
+                                      float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
 typedef void (*q35_softmax_rows_fn)(float *S, size_t lds, int64_t rows, int64_t n, float scale);
 typedef void (*q35_gemm_f32_fn)(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb,
@@ -181,6 +196,7 @@ typedef struct q35_kernels {
     q35_attend_rows_fn attend_rows;
     q35_gemm_f32_fn gemm_f32;
     q35_softmax_rows_fn softmax_rows;
+    q35_attend_rows_q8_fn attend_rows_q8;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

@@ -170,13 +170,29 @@ void q35_gdn_chunked_ref(float *S, const float *q, const float *k, const float *
     }
 }
 
-void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
-                         int32_t HD, float scale, float *scores) {
+/* Element d of key / value row p: fp32 rows `stride` floats apart, or 8-bit
+ * rows (formats/kv_q8.h) `stride` bytes apart. */
+typedef float (*kv_elem_fn)(const void *base, size_t stride, int32_t p, int32_t d, int32_t HD);
+
+static float kv_elem_f32(const void *base, size_t stride, int32_t p, int32_t d, int32_t HD) {
+    (void)HD;
+    return ((const float *)base)[(size_t)p * stride + (size_t)d];
+}
+
+static float kv_elem_q8(const void *base, size_t stride, int32_t p, int32_t d, int32_t HD) {
+    const uint8_t *row = (const uint8_t *)base + (size_t)p * stride;
+    const int32_t B = q35_kv_q8_block(HD);
+    float sc;
+    memcpy(&sc, row + sizeof(float) * (size_t)(d / B), sizeof sc);
+    return (float)((const int8_t *)(row + sizeof(float) * (size_t)(HD / B)))[d] * sc;
+}
+
+static void attend_head(float *o, const float *q, const void *k, const void *v, size_t kv_stride, int32_t n_keys,
+                        int32_t HD, float scale, float *scores, kv_elem_fn elem) {
     float mx = -INFINITY;
     for (int32_t p = 0; p < n_keys; p++) {
-        const float *kp = k + (size_t)p * kv_stride;
         double acc = 0.0;
-        for (int32_t d = 0; d < HD; d++) acc += (double)q[d] * kp[d];
+        for (int32_t d = 0; d < HD; d++) acc += (double)q[d] * elem(k, kv_stride, p, d, HD);
         scores[p] = (float)acc * scale;
         if (scores[p] > mx) mx = scores[p];
     }
@@ -185,10 +201,14 @@ void q35_attend_head_ref(float *o, const float *q, const float *k, const float *
     float inv = (float)(1.0 / sum);
     for (int32_t d = 0; d < HD; d++) o[d] = 0.0f;
     for (int32_t p = 0; p < n_keys; p++) {
-        const float *vp = v + (size_t)p * kv_stride;
         float wgt = scores[p] * inv;
-        for (int32_t d = 0; d < HD; d++) o[d] += wgt * vp[d];
+        for (int32_t d = 0; d < HD; d++) o[d] += wgt * elem(v, kv_stride, p, d, HD);
     }
+}
+
+void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
+                         int32_t HD, float scale, float *scores) {
+    attend_head(o, q, k, v, kv_stride, n_keys, HD, scale, scores, kv_elem_f32);
 }
 
 void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
@@ -204,6 +224,15 @@ void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q
     for (int32_t r = 0; r < R; r++)
         q35_attend_heads_ref(o + (size_t)r * o_row, o_stride, q + (size_t)r * q_row, q_stride, G, k, v, kv_stride,
                              n_keys0 + r * key_step, HD, scale, scores);
+}
+
+void q35_attend_rows_q8_ref(float *o, size_t o_row, size_t o_stride, const float *q, size_t q_row, size_t q_stride,
+                            int32_t R, int32_t G, const uint8_t *k, const uint8_t *v, size_t kv_stride,
+                            int32_t n_keys0, int32_t key_step, int32_t HD, float scale, float *scores) {
+    for (int32_t r = 0; r < R; r++)
+        for (int32_t g = 0; g < G; g++)
+            attend_head(o + (size_t)r * o_row + (size_t)g * o_stride, q + (size_t)r * q_row + (size_t)g * q_stride, k,
+                        v, kv_stride, n_keys0 + r * key_step, HD, scale, scores, kv_elem_q8);
 }
 
 void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
@@ -240,4 +269,5 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
 
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
                                      q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref,
-                                     q35_attend_rows_ref, q35_gemm_f32_ref, q35_softmax_rows_ref};
+                                     q35_attend_rows_ref, q35_gemm_f32_ref, q35_softmax_rows_ref,
+                                     q35_attend_rows_q8_ref};
