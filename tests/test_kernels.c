@@ -277,6 +277,46 @@ TEST(kernels, batch_and_split_invariant) {
     }
 }
 
+/* The decode path (whole runs of panels, up to 4 tokens: bfp_gemv_tile in
+ * avx512.c) against the single-panel tiles (16-row ranges), bit for bit, on
+ * raw panels: random codes and exponent bytes by row (typical, 0..8 so
+ * that the row scales and the products with x's scale are subnormal,
+ * 240..255, any byte), x's blocks scaled per token (about 1, 1e12, a
+ * subnormal int8 scale, zero). */
+TEST(kernels, bfp_gemv_matches_panel_tile) {
+    const q35_kernels *tables[MAX_FAST_TABLES];
+    int n_tables = fast_tables(tables);
+    enum { n_out = 80, n_in = 272, n_blk = n_in / 16, max_tok = 4 };
+    const float scales[max_tok] = {1.0f, 1e12f, 1e-36f, 0.0f};
+    float x[max_tok * n_in], y[max_tok * n_out], yp[max_tok * n_out];
+    for (int t = 0; t < max_tok * n_blk; t++) {
+        float s = scales[t / n_blk];
+        if (s != 1e-36f) s = ldexpf(s, (int)(rng_unit() * 3.0)); /* 1e-36: the int8 scale stays subnormal */
+        for (int j = 0; j < 16; j++) x[16 * t + j] = s * (float)rng_unit();
+    }
+    const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
+    for (int d = 0; d < 2; d++) {
+        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), pb = q35_bfp_panel_bytes(dts[d], n_in);
+        uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        REQUIRE(w);
+        for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
+        for (int p = 0; p < n_out / 16; p++)
+            for (int i = 0; i < n_blk * 16; i++) {
+                int u = (int)(rng_unit() * 128.0 + 128.0), row = 16 * p + i % 16;
+                w[p * pb + i] = (uint8_t)(row % 4 == 0 ? 100 + u % 40 : row % 4 == 1 ? u % 9 : row % 4 == 2 ? 240 + u % 16 : u);
+            }
+        q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
+        for (int k = 0; k < n_tables; k++)
+            for (int n = 1; n <= max_tok; n++) {
+                q35_kernels_matmul(tables[k], y, &W, x, n, 0, n_out);
+                for (int o = 0; o < n_out; o += 16) q35_kernels_matmul(tables[k], yp, &W, x, n, o, o + 16);
+                CHECK_MSG(!memcmp(y, yp, sizeof(float) * (size_t)(n * n_out)), "%s %s, %d tokens: decode path differs",
+                          tables[k]->name, q35_dtype_name(dts[d]), n);
+            }
+        free(w);
+    }
+}
+
 /* x rounded to bf16 the way kernels.h says avx512bf16 does for BF16
  * weights: nearest even, denormals to zero. */
 static float round_to_bf16(float f) {

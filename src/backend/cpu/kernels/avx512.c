@@ -117,6 +117,17 @@ ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const __m512i w[4], const int8
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(ws, _mm512_set1_ps(xd)), acc);
 }
 
+/* bfp4_group with vpermb (AVX512_VBMI), for CPUs that have it: vpermb reads
+ * only the index's low 6 bits and the 16-byte table repeats in every lane,
+ * so the nibble needs no AND. Inline assembly: this file is compiled
+ * without VBMI, the caller checks the CPU (bfp_gemv_tile). */
+ALWAYS_INLINE __m512i bfp4_group_vbmi(const uint8_t *p, __m512i lut) {
+    __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)), r;
+    v = _mm512_mask_srli_epi16(v, (__mmask32)0xffff0000u, v, 4);
+    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(v), "v"(lut));
+    return r;
+}
+
 /* A block's four groups as offset bytes (value + 8 or value + 128). */
 ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[4]) {
     /* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
@@ -188,36 +199,96 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 #define BFP_GEMV_TOKENS 4
 #endif
 
-ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
-                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
+#ifndef BFP_GEMV_VBMI
+#define BFP_GEMV_VBMI 1 /* 0: never take bfp4_group_vbmi */
+#endif
+
+/* The GEMV's row exponents E - 127 - (w - 1) as floats (exact integers)
+ * in two vector uops: each exponent byte goes into the low byte of a lane
+ * of 0x4b000000 (a masked vpshufb of the 16
+ * bytes broadcast to every 128-bit lane: the float 2^23 + E, exactly), then
+ * minus 2^23 + 129 (or 133), an exact float subtraction of integers. */
+ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
+    const __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i v = _mm512_mask_shuffle_epi8(_mm512_set1_epi32(0x4b000000), (__mmask64)0x1111111111111111ull,
+                                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)e16)), idx);
+    return _mm512_sub_ps(_mm512_castsi512_ps(v), _mm512_set1_ps(8388608.0f + (is4 ? 129 : 133)));
+}
+
+#ifndef BFP_GEMV_CHAINS
+#define BFP_GEMV_CHAINS 1 /* vpdpbusd chains per block: 1, or 2 as in bfp_block_fma */
+#endif
+
+/* One block and token of the GEMV: bfp_block_fma's result bit for bit. One
+ * vpdpbusd chain (the integer sum is exact in any order; the four panels
+ * are four independent chains), and xd * 2^e as one vscalefps: both it and
+ * bfp_block_fma's ws * xd are xd * 2^e correctly rounded. */
+ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_t *xb, int32_t xs, float xd,
+                                  __m512 e, __m512 acc) {
+    __m512i d = _mm512_set1_epi32(-xs * (1 << (is4 ? 3 : 7)));
+    if (BFP_GEMV_CHAINS == 2) {
+        __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast_x4(xb, 1));
+        d = _mm512_dpbusd_epi32(d, w[0], bcast_x4(xb, 0));
+        d1 = _mm512_dpbusd_epi32(d1, w[3], bcast_x4(xb, 3));
+        d = _mm512_add_epi32(_mm512_dpbusd_epi32(d, w[2], bcast_x4(xb, 2)), d1);
+    } else {
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g));
+    }
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_scalef_ps(_mm512_set1_ps(xd), e), acc);
+}
+
+ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int vbmi, const uint8_t *panel,
+                                 size_t panel_bytes, int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int block_bytes = is4 ? 128 : 256;
+    const int ahead = BFP_GEMV_PREFETCH_BLOCKS(is4);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
     __m512 acc[BFP_GEMV_PANELS][BFP_GEMV_TOKENS];
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++) {
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t] = _mm512_setzero_ps();
-        bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
+        bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, ahead);
     }
     for (int64_t b = 0; b < n_blk; b++) {
+        if ((b & 3) == 0) /* one branch for the four panels' exponent lines */
+            #pragma GCC unroll 8
+            for (int p = 0; p < np; p++) _mm_prefetch((const char *)panel + p * panel_bytes + 16 * (b + ahead), _MM_HINT_T0);
         #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
             const uint8_t *exps = panel + p * panel_bytes, *cb = exps + n_blk * 16 + b * block_bytes;
-            bfp_prefetch_block_ahead(exps, cb, b, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
+            #pragma GCC unroll 4
+            for (int l = 0; l < block_bytes; l += 64) _mm_prefetch((const char *)cb + ahead * block_bytes + l, _MM_HINT_T0);
             __m512i w[4];
-            bfp_block_decode(is4, cb, w);
-            const __m512 ws = bfp_row_scales(is4, exps + 16 * b);
+            if (is4 && vbmi) {
+                #pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) w[g] = bfp4_group_vbmi(cb + g * 32, lut);
+            } else {
+                bfp_block_decode(is4, cb, w);
+            }
+            const __m512 e = bfp_row_exps_gemv(is4, exps + 16 * b);
             #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
-                acc[p][t] = bfp_block_fma(is4, w, a->q + t * n_in + 16 * b, a->sum[t * n_blk + b], a->d[t * n_blk + b],
-                                          ws, acc[p][t]);
+                acc[p][t] = bfp_gemv_fma(is4, w, a->q + t * n_in + 16 * b, a->sum[t * n_blk + b], a->d[t * n_blk + b],
+                                         e, acc[p][t]);
         }
     }
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out + 16 * p, acc[p][t]);
+}
+
+/* bfp4 takes vpermb (bfp4_group_vbmi) where the CPU has AVX512_VBMI: 2
+ * instead of 3 vector uops per group. */
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
+    if (is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi"))
+        bfp_gemv_loop(is4, nt, 1, panel, panel_bytes, n_in, a, y, n_out);
+    else
+        bfp_gemv_loop(is4, nt, 0, panel, panel_bytes, n_in, a, y, n_out);
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
