@@ -58,7 +58,9 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
         float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
         float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv))); /* nearest even */
-        _mm_storeu_si128((__m128i *)(q + 16 * i), _mm512_cvtepi32_epi8(qi));
+        const __m128i q16 = _mm512_cvtepi32_epi8(qi);
+        _mm_storeu_si128((__m128i *)(q + 16 * i), q16);
+        if (a->qu) _mm_storeu_si128((__m128i *)(a->qu + 16 * i), _mm_xor_si128(q16, _mm_set1_epi8((char)0x80)));
         d[i] = amax / 127.0f;
         sum[i] = _mm512_reduce_add_epi32(qi);
     }
@@ -303,34 +305,47 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
 #define ISA_BFP_WIDE 1
 
 /* Decodes blocks [b0, b0 + nb) of a panel into a->dec (every block's four
- * groups as offset bytes, 256 bytes per block, bfp4 and bfp8 alike) and
- * a->ws (every block's 16 row scales). */
+ * groups as signed bytes, the weights' values, 256 bytes per block, bfp4
+ * and bfp8 alike), a->ws (every block's 16 row scales) and a->wc (-128
+ * times each row's sum of the block's values). The tile then takes x as
+ * the unsigned operand, q + 128 (a->qu): sum (q + 128) w - 128 sum w is the
+ * same exact integer as the offset form of bfp_block_fma, with the
+ * correction made once per block for all tokens instead of per token. */
 ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
                                        const act_q8 *a) {
     const int64_t n_blk = n_in / 16;
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     if (b0 == 0) bfp_prefetch_panel(codes, is4 ? 128 : 256);
+    const __m512i ones = _mm512_set1_epi8(1);
     for (int i = 0; i < nb; i++) {
-        __m512i w[4];
+        __m512i w[4], sum = _mm512_setzero_si512();
         _mm512_storeu_ps(a->ws + 16 * i, bfp_block_read(is4, exps, codes, b0 + i, w));
         #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) _mm512_storeu_si512(a->dec + 256 * i + 64 * g, w[g]);
+        for (int g = 0; g < 4; g++) {
+            /* offset bytes (value + 8 or + 128) to the values */
+            const __m512i v = is4 ? _mm512_sub_epi8(w[g], _mm512_set1_epi8(8))
+                                  : _mm512_xor_si512(w[g], _mm512_set1_epi8((char)0x80));
+            sum = _mm512_dpbusd_epi32(sum, ones, v);
+            _mm512_storeu_si512(a->dec + 256 * i + 64 * g, v);
+        }
+        _mm512_storeu_si512(a->wc + 16 * i, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
     }
 }
 
 /* Tokens [t, t + nt) over the slice [b0, b0 + nb) that bfp_slice_predecode
- * left in a->dec / a->ws: per block, four loads of weights and one of row
- * scales, held in registers for the tile's tokens, then only each token's
- * x broadcasts, four vpdpbusd and one FMA. 8 accumulators, 5 weight vectors
+ * left in a->dec / a->ws / a->wc: per block, four loads of weights, one of
+ * row scales and one of the offset correction, held in registers for the
+ * tile's tokens, then only each token's x broadcasts, one chain of four
+ * vpdpbusd from the correction (the tile's tokens are independent chains),
+ * a convert and one FMA, the float expression of bfp_block_fma. 8 accumulators, 5 weight vectors
  * and a few tokens' dot chains in flight take about 20 of the 32 zmm
  * registers. The accumulators start at zero on the first slice and go to y
  * after the last one; in between they wait in a->acc (row t - t0). */
 ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, int64_t n_in, const act_q8 *a, int64_t t0, int64_t t,
                                   int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
     const int64_t n_blk = n_in / 16;
-    const int8_t *xq = a->q + t * n_in;
+    const uint8_t *xu = a->qu + t * n_in;
     const float *xd = a->d + t * n_blk;
-    const int32_t *xs = a->sum + t * n_blk;
     float *pacc = a->acc + 16 * (t - t0);
     __m512 acc[8];
     #pragma GCC unroll 8
@@ -340,10 +355,16 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, int64_t n_in, con
         __m512i w[4];
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) w[g] = _mm512_loadu_si512(a->dec + 256 * i + 64 * g);
-        __m512 ws = _mm512_loadu_ps(a->ws + 16 * i);
+        const __m512 ws = _mm512_loadu_ps(a->ws + 16 * i);
+        const __m512i wc = _mm512_loadu_si512(a->wc + 16 * i);
         #pragma GCC unroll 8
-        for (int j = 0; j < nt; j++)
-            acc[j] = bfp_block_fma(is4, w, xq + j * n_in + 16 * b, xs[j * n_blk + b], xd[j * n_blk + b], ws, acc[j]);
+        for (int j = 0; j < nt; j++) {
+            const uint8_t *xb = xu + j * n_in + 16 * b;
+            __m512i d = wc;
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, bcast_x4((const int8_t *)xb, g), w[g]);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, _mm512_set1_ps(xd[j * n_blk + b])), acc[j]);
+        }
     }
     if (b0 + nb < n_blk) {
         #pragma GCC unroll 8

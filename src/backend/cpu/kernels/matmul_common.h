@@ -24,8 +24,10 @@ typedef struct act_q8 {
     int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block */
     /* ISA_BFP_WIDE only (NULL otherwise): */
     int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
+    uint8_t *qu;   /* (n_tok, n_in): q + 128 as unsigned bytes (avx512.c) */
     uint8_t *dec;  /* (BFP_SLICE_BLOCKS, 256): one k-slice of a panel, decoded */
     float *ws;     /* (BFP_SLICE_BLOCKS, 16): that slice's row scales */
+    int32_t *wc;   /* (BFP_SLICE_BLOCKS, 16): -128 * each row's sum of the block's weights (avx512.c) */
     float *acc;    /* (n_tok, 16): one panel's partial sums between slices */
 } act_q8;
 
@@ -34,7 +36,7 @@ typedef struct act_q8 {
  * path), those of the wide path too. */
 static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     size_t q_bytes = (n_blk * 16 + 63) & ~(size_t)63, d_bytes = (n_blk * 4 + 63) & ~(size_t)63;
-    size_t wide_bytes = wide_tok ? d_bytes + BFP_SLICE_BLOCKS * (256 + 64) + wide_tok * 64 : 0;
+    size_t wide_bytes = wide_tok ? d_bytes + BFP_SLICE_BLOCKS * (256 + 64 + 64) + wide_tok * 64 + q_bytes : 0;
     char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes + wide_bytes);
     if (!s) return 0;
     a->q = (int8_t *)s;
@@ -45,6 +47,8 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     a->dec = wide_tok ? (uint8_t *)(s + d_bytes) : NULL;
     a->ws = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 256) : NULL;
     a->acc = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 320) : NULL;
+    a->wc = wide_tok ? (int32_t *)(s + d_bytes + BFP_SLICE_BLOCKS * 320 + wide_tok * 64) : NULL;
+    a->qu = wide_tok ? (uint8_t *)(s + d_bytes + BFP_SLICE_BLOCKS * 384 + wide_tok * 64) : NULL;
     return 1;
 }
 
