@@ -11,7 +11,8 @@
 #    prompt after 8k and 32k positions of context against none, with the
 #    memory per 1k positions. Writes bench.json. Then decode once more with the
 #    weights served from the mapped file instead of huge-page memory
-#    (--mmap): bench-data/speed-mmap.json.
+#    (--mmap): bench-data/speed-mmap.json; and the context depths again with
+#    the 8-bit KV cache (--kv-cache q8): bench-data/speed-kv-q8.json.
 # 3. The vision tower at the 9B tower's shapes (synthetic BF16 weights): one
 #    448x448 image's encode time and the time to first token it adds to a
 #    short text prompt on the cache above, at each thread count
@@ -43,6 +44,13 @@ echo
 echo "bench: decode with --mmap (weights served from the page cache)"
 "$BIN" speed -m "$CACHE" -t "${Q35_BENCH_THREADS:-1,2}" --prompt 16 --spec-k 0 --draft-rows 0 --mmap \
     --json bench-data/speed-mmap.json
+
+# long contexts with the 8-bit KV cache, at the largest thread count
+echo
+echo "bench: context depths with --kv-cache q8"
+MAXT=$(echo "${Q35_BENCH_THREADS:-1,2}" | tr ',' '\n' | sort -n | tail -1)
+"$BIN" speed -m "$CACHE" -t "$MAXT" --prompt 16 --spec-k 0 --draft-rows 0 --depth "${Q35_BENCH_DEPTHS:-8192,32768}" \
+    --kv-cache q8 --json bench-data/speed-kv-q8.json
 
 # the vision tower: one 448x448 image per thread count, and the prompt time it adds
 echo
