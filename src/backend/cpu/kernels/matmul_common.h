@@ -64,6 +64,11 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
  * the same work per block) as far ahead in time, which lifted its GEMV from
  * 13.4-13.8 to 14.8-17.7 GB/s on 2 threads (bench_kernels). */
 #define BFP_PREFETCH_BLOCKS 16
+/* Into L1 here; avx512.c's decode tile prefetches into L2 (BFP_GEMV_HINT). The avx2 kernels with the hint at
+ * L2 instead decoded 2.64-2.71 against 2.84-3.15 tok/s on 1 thread at the 9B shapes (interleaved, Zen 5). */
+#ifndef BFP_PREFETCH_HINT
+#define BFP_PREFETCH_HINT _MM_HINT_T0
+#endif
 
 /* The same, `ahead` blocks ahead (a literal after inlining). */
 static inline __attribute__((always_inline)) void bfp_prefetch_panel_ahead(const uint8_t *codes, int block_bytes,
@@ -76,7 +81,7 @@ static inline __attribute__((always_inline)) void bfp_prefetch_block_ahead(const
                                                                            int block_bytes, int ahead) {
     #pragma GCC unroll 4
     for (int l = 0; l < block_bytes; l += 64)
-        _mm_prefetch((const char *)block_codes + ahead * block_bytes + l, _MM_HINT_T0);
+        _mm_prefetch((const char *)block_codes + ahead * block_bytes + l, BFP_PREFETCH_HINT);
     if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + ahead), _MM_HINT_T0);
 }
 
