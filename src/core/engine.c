@@ -44,7 +44,7 @@ static void fill_info(q35_engine *e) {
     in->has_vision = c->vision.present && w->vision.present;
     in->file_bytes = file_bytes(&e->ck);
     in->weights_copied = e->ck.n_files > 0 && e->ck.files[0].map.copied; /* all files alike */
-    const size_t row = in->kv_cache == Q35_KV_Q8 ? q35_kv_q8_row_bytes(c->head_dim) : sizeof(float) * (size_t)c->head_dim;
+    const size_t row = q35_kv_row_bytes(in->kv_cache == Q35_KV_Q8, c->head_dim);
     in->kv_bytes_per_pos = (int64_t)(2 * (size_t)c->n_layer_full * (size_t)c->n_head_kv * row);
     int64_t n = tensor_elems(&w->embed) + tensor_elems(&w->final_norm);
     int64_t layers = 0;

@@ -15,6 +15,10 @@ static inline int32_t q35_kv_q8_block(int32_t HD) { return HD % 32 ? HD : 32; }
 static inline size_t q35_kv_q8_row_bytes(int32_t HD) {
     return sizeof(float) * (size_t)(HD / q35_kv_q8_block(HD)) + (size_t)HD;
 }
+/* Bytes of one such row, or of HD fp32 values when q8 is 0: the KV cache's row either way. */
+static inline size_t q35_kv_row_bytes(int q8, int32_t HD) {
+    return q8 ? q35_kv_q8_row_bytes(HD) : sizeof(float) * (size_t)HD;
+}
 void q35_kv_q8_quantize(uint8_t *row, const float *x, int32_t HD);
 void q35_kv_q8_dequantize(float *x, const uint8_t *row, int32_t HD);
 

@@ -147,7 +147,7 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
                 if (p3) rope3(kh, p3, c->mrope_section, RD, inv_freq);
                 else rope(kh, pos + sg->rope_delta, RD, inv_freq);
             }
-            const size_t row_bytes = sg->q8 ? q35_kv_q8_row_bytes(HD) : sizeof(float) * (size_t)HD;
+            const size_t row_bytes = q35_kv_row_bytes(sg->q8, HD);
             for (int32_t h = 0; h < NKV; h++) {
                 size_t at = (size_t)h * sg->head_stride + (size_t)pos * row_bytes, from = (size_t)r * KVD + (size_t)h * HD;
                 uint8_t *kd = (uint8_t *)sg->k_cache + at, *vd = (uint8_t *)sg->v_cache + at;

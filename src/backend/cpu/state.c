@@ -17,7 +17,6 @@
 struct q35_bsnap {
     int32_t pos, n_kept;
     float *state;   /* copy of state_block */
-    int32_t kv_q8;  /* the rows' format: a snapshot restores into a state of the same */
     uint8_t *kv;    /* per full layer: K rows 0..pos-1, then V rows 0..pos-1 */
     uint8_t *mtp_kv; /* the MTP layer's K then V rows 0..pos-1, or NULL */
     float *kept;    /* (n_kept, H) */
@@ -50,7 +49,7 @@ q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out
     s->b = b;
     s->n_ctx = n_ctx;
     s->kv_q8 = b->kv_cache == Q35_KV_Q8;
-    s->kv_row_bytes = s->kv_q8 ? q35_kv_q8_row_bytes(c->head_dim) : sizeof(float) * (size_t)c->head_dim;
+    s->kv_row_bytes = q35_kv_row_bytes(s->kv_q8, c->head_dim);
     size_t conv = (size_t)q35_conv_dim(c) * (size_t)(c->lin_conv_kernel - 1);
     size_t ssm = (size_t)c->lin_n_head_v * (size_t)c->lin_head_k_dim * (size_t)c->lin_head_v_dim;
     size_t kv = (size_t)n_ctx * kv_pos_bytes(s);
@@ -161,7 +160,6 @@ q35_status q35_host_snapshot_take(const q35_bstate *s, int32_t pos, int32_t n_ke
     q35_bsnap *snap = calloc(1, sizeof *snap);
     if (!snap) return q35_fail(err, Q35_ERR_NOMEM, "out of memory");
     snap->pos = pos;
-    snap->kv_q8 = s->kv_q8;
     snap->state = malloc((s->state_floats ? s->state_floats : 1) * sizeof(float));
     snap->kv = malloc(kv_bytes ? kv_bytes : 1);
     int ok = snap->state && snap->kv;

@@ -101,6 +101,14 @@ ALWAYS_INLINE __m512i bcast_x4(const int8_t *xb, int g) {
     return _mm512_set1_epi32(v);
 }
 
+/* A block's exact integer dot d (16 rows) into acc: one FMA with x's block
+ * scale xd times the row scales ws (a power of two, so the product is
+ * rounded once). Every tile ends a block with this expression, or (the
+ * GEMV) with one that rounds the same product the same. */
+ALWAYS_INLINE __m512 bfp_dot_fma(__m512i d, __m512 ws, float xd, __m512 acc) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, _mm512_set1_ps(xd)), acc);
+}
+
 /* One block's contribution to one token and the panel's 16 rows, the same
  * expression in every tile so that a token's result does not depend on
  * the tile (nor so on the batch): the exact integer dot of the offset
@@ -116,7 +124,7 @@ ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const __m512i w[4], const int8
     d1 = _mm512_dpbusd_epi32(d1, w[1], bcast_x4(xb, 1));
     d0 = _mm512_dpbusd_epi32(d0, w[2], bcast_x4(xb, 2));
     d1 = _mm512_dpbusd_epi32(d1, w[3], bcast_x4(xb, 3));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(ws, _mm512_set1_ps(xd)), acc);
+    return bfp_dot_fma(_mm512_add_epi32(d0, d1), ws, xd, acc);
 }
 
 /* bfp4_group with vpermb (AVX512_VBMI), for CPUs that have it: vpermb reads
@@ -225,10 +233,6 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
 #define BFP_GEMV_HINT _MM_HINT_T1
 #endif
 
-#ifndef BFP_GEMV_CHAINS
-#define BFP_GEMV_CHAINS 1 /* vpdpbusd chains per block: 1, or 2 as in bfp_block_fma */
-#endif
-
 /* One block and token of the GEMV: bfp_block_fma's result bit for bit. One
  * vpdpbusd chain (the integer sum is exact in any order; the four panels
  * are four independent chains), and xd * 2^e as one vscalefps: both it and
@@ -236,15 +240,8 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
 ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_t *xb, int32_t xs, float xd,
                                   __m512 e, __m512 acc) {
     __m512i d = _mm512_set1_epi32(-xs * (1 << (is4 ? 3 : 7)));
-    if (BFP_GEMV_CHAINS == 2) {
-        __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast_x4(xb, 1));
-        d = _mm512_dpbusd_epi32(d, w[0], bcast_x4(xb, 0));
-        d1 = _mm512_dpbusd_epi32(d1, w[3], bcast_x4(xb, 3));
-        d = _mm512_add_epi32(_mm512_dpbusd_epi32(d, w[2], bcast_x4(xb, 2)), d1);
-    } else {
-        #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g));
-    }
+    #pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_scalef_ps(_mm512_set1_ps(xd), e), acc);
 }
 
@@ -371,7 +368,7 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, int64_t n_in, con
             __m512i d = wc;
             #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, bcast_x4((const int8_t *)xb, g), w[g]);
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws, _mm512_set1_ps(xd[j * n_blk + b])), acc[j]);
+            acc[j] = bfp_dot_fma(d, ws, xd[j * n_blk + b], acc[j]);
         }
     }
     if (b0 + nb < n_blk) {
