@@ -2,6 +2,7 @@
  * behind bfp.h's choice of 16-row panels.
  *
  * Build and run:  make build/bench_kernels && build/bench_kernels [--quick] [--json FILE]
+ *                 build/bench_kernels --attention 8192,32768
  *
  * What it measures, on a [n_out = 12288, n_in = 4096] matrix (the MLP up /
  * gate shape of Qwen3.5-9B):
@@ -24,8 +25,14 @@
  *     | n_in / 2 bytes of codes], int8 dot products like the library), and
  *     TT's own orientation with blocks along N (16-output panels, fp32 x,
  *     the layout a TT cache maps to without re-encoding).
+ * With --attention DEPTH,... it measures only attention over a long cache
+ * instead: one decode token's full-attention work at the 9B's shapes (8
+ * layers x 4 KV heads of 4 query heads, head dim 256) over DEPTH positions,
+ * fp32 and 8-bit rows, per table, 1 and 2 threads (ms per token, ns per key
+ * and KV head, GB/s of cache read).
  * Every line is also written as one JSON object per line with --json. */
 #include "formats/bfp.h"
+#include "formats/kv_q8.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "base/util.h"
 
@@ -533,6 +540,101 @@ static void bench_layouts(const float *w, const float *x, float *y) {
     for (int i = 0; i < 2; i++) bench_layout(&layouts[i], w, x, y);
 }
 
+/* ---- attention over a long cache: decode at the 9B's shapes ----
+ * One token's full-attention work: 8 layers x 4 KV heads ("streams"), each
+ * 4 query heads of 256 over n_keys positions of its own cache, fp32 or 8-bit
+ * (formats/kv_q8.h), head-major as the engine keeps it. Threads split the
+ * streams as the engine splits KV heads. Every call reads each cache once
+ * (0.57 GB q8, 2.1 GB fp32 at 32k: from DRAM). */
+
+#define ATT_LAYERS 8
+#define ATT_NKV 4
+#define ATT_G 4
+#define ATT_HD 256
+
+typedef struct att_ctx {
+    const q35_kernels *k;
+    int q8;
+    int32_t n_keys;
+    size_t row_bytes;
+    uint8_t *kc[ATT_LAYERS], *vc[ATT_LAYERS];
+    float *q, *o, *scores[2];
+} att_ctx;
+
+static void att_work(void *v, int copy, int64_t s0, int64_t s1) {
+    att_ctx *c = v;
+    float *scores = c->scores[s0 != 0];
+    for (int64_t s = s0; s < s1; s++) {
+        const int l = (int)(s / ATT_NKV), h = (int)(s % ATT_NKV);
+        const size_t head = (size_t)h * c->row_bytes * (size_t)c->n_keys;
+        const float *q = c->q + (size_t)s * ATT_G * ATT_HD;
+        float *o = c->o + (size_t)s * ATT_G * ATT_HD;
+        if (c->q8)
+            c->k->attend_rows_q8(o, 0, ATT_HD, q, 0, ATT_HD, 1, ATT_G, c->kc[l] + head, c->vc[l] + head, c->row_bytes,
+                                 c->n_keys, 0, ATT_HD, 0.0625f, scores);
+        else
+            c->k->attend_rows(o, 0, ATT_HD, q, 0, ATT_HD, 1, ATT_G, (const float *)(c->kc[l] + head),
+                              (const float *)(c->vc[l] + head), ATT_HD, c->n_keys, 0, ATT_HD, 0.0625f, scores);
+    }
+    (void)copy;
+}
+
+static void bench_attention(const int32_t *depths, int n_depths) {
+    const char *names[2] = {"avx2", "avx512"};
+    float *row = malloc(sizeof(float) * ATT_HD);
+    for (int di = 0; di < n_depths; di++)
+        for (int q8 = 1; q8 >= 0; q8--) {
+            att_ctx c = {.q8 = q8, .n_keys = depths[di], .row_bytes = q35_kv_row_bytes(q8, ATT_HD)};
+            const size_t per_layer = c.row_bytes * (size_t)ATT_NKV * (size_t)c.n_keys;
+            int ok = row != NULL;
+            for (int l = 0; l < ATT_LAYERS; l++) {
+                c.kc[l] = ok ? weights_alloc(per_layer) : NULL;
+                c.vc[l] = ok ? weights_alloc(per_layer) : NULL;
+                ok = ok && c.kc[l] && c.vc[l];
+                for (size_t r = 0; ok && r < (size_t)ATT_NKV * (size_t)c.n_keys; r++)
+                    for (int kv = 0; kv < 2; kv++) {
+                        for (int d = 0; d < ATT_HD; d++) row[d] = rnd();
+                        uint8_t *dst = (kv ? c.vc[l] : c.kc[l]) + r * c.row_bytes;
+                        if (q8) q35_kv_q8_quantize(dst, row, ATT_HD);
+                        else memcpy(dst, row, sizeof(float) * ATT_HD);
+                    }
+            }
+            const size_t qn = (size_t)ATT_LAYERS * ATT_NKV * ATT_G * ATT_HD;
+            c.q = ok ? malloc(sizeof(float) * qn) : NULL;
+            c.o = ok ? malloc(sizeof(float) * qn) : NULL;
+            for (int t = 0; t < 2; t++) c.scores[t] = ok ? malloc(sizeof(float) * ATT_G * (size_t)c.n_keys) : NULL;
+            if (!c.q || !c.o || !c.scores[0] || !c.scores[1]) {
+                fprintf(stderr, "attention: out of memory at %d keys\n", c.n_keys);
+                ok = 0;
+            }
+            for (size_t i = 0; ok && i < qn; i++) c.q[i] = 2.0f * rnd();
+            const double bytes = 2.0 * (double)per_layer * ATT_LAYERS, units = (double)ATT_LAYERS * ATT_NKV * c.n_keys;
+            for (int n = 0; ok && n < 2; n++) {
+                if (q35_kernels_find(names[n], &c.k, NULL) != Q35_OK) continue;
+                for (int nt = 1; nt <= 2; nt++) {
+                    double t = time_calls(att_work, &c, 1, ATT_LAYERS * ATT_NKV, nt);
+                    printf("attention %-6s %-3s %6d keys  %d thread%s  %7.2f ms per token  %5.1f ns per key and KV head"
+                           "  %5.1f GB/s\n", names[n], q8 ? "q8" : "f32", c.n_keys, nt, nt > 1 ? "s" : " ", t * 1e3,
+                           t * 1e9 / units * nt, bytes / t / 1e9);
+                    if (g_json)
+                        fprintf(g_json, "{\"what\":\"attention\",\"kernels\":\"%s\",\"kv_cache\":\"%s\",\"keys\":%d,"
+                                "\"threads\":%d,\"ms\":%.3f,\"gbps\":%.2f}\n", names[n], q8 ? "q8" : "f32", c.n_keys,
+                                nt, t * 1e3, bytes / t / 1e9);
+                    fflush(stdout);
+                }
+            }
+            for (int l = 0; l < ATT_LAYERS; l++) {
+                free(c.kc[l]);
+                free(c.vc[l]);
+            }
+            free(c.q);
+            free(c.o);
+            free(c.scores[0]);
+            free(c.scores[1]);
+        }
+    free(row);
+}
+
 static void print_machine(void) {
     char line[256], model[256] = "unknown";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -549,13 +651,15 @@ static void print_machine(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *only = NULL;
+    const char *only = NULL, *attention = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) g_json = fopen(argv[++i], "w");
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json FILE] [--dtype BFP4|BFP8|BF16|F16|F32]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--json FILE] [--dtype BFP4|BFP8|BF16|F16|F32] "
+                    "[--attention DEPTH,...]\n", argv[0]);
             return 2;
         }
     }
@@ -567,6 +671,23 @@ int main(int argc, char **argv) {
     }
     if (q35_kernels_note()) printf("note: %s\n", q35_kernels_note());
     print_machine();
+    if (attention) { /* that alone */
+        int32_t depths[8];
+        int n = 0;
+        for (const char *p = attention; *p && n < 8; p += strspn(p, ","))  {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 1 || v > (1 << 20)) {
+                fprintf(stderr, "--attention: bad depth list '%s'\n", attention);
+                return 2;
+            }
+            depths[n++] = (int32_t)v;
+            p = end;
+        }
+        bench_attention(depths, n);
+        if (g_json) fclose(g_json);
+        return 0;
+    }
     measure_ceiling();
     measure_int8_peak();
     float *w = malloc(sizeof(float) * N_OUT * N_IN), *x = malloc(sizeof(float) * 64 * N_IN);

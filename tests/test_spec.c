@@ -105,6 +105,51 @@ TEST(spec, verify_rows_equal_single_token_decode) {
     golden_free(&g);
 }
 
+/* With one draft slot a rejected draft's rewind trades the state and the
+ * slot (state.c): after rewinds and accepts in turn, and after a change of
+ * k, the session computes what a session that only saw the kept tokens does. */
+TEST(spec, one_slot_rewinds_keep_the_state) {
+    golden g;
+    q35_engine *e = golden_engine("tiny-b", &g);
+    REQUIRE(e);
+    size_t V = (size_t)g.vocab_size;
+    q35_error err;
+    q35_session *a, *c;
+    REQUIRE(q35_session_new(e, 128, &a, &err) == Q35_OK && q35_session_new(e, 128, &c, &err) == Q35_OK);
+    REQUIRE(q35_session_set_spec(a, 1, &err) == Q35_OK);
+    CHECK(q35_session_eval(a, g.prompt_ids, 10, NULL, 0, &err) == Q35_OK);
+    CHECK(q35_session_eval(c, g.prompt_ids, 10, NULL, 0, &err) == Q35_OK);
+    float *la = malloc(sizeof(float) * V * 2), *lc = malloc(sizeof(float) * V * 2);
+    REQUIRE(la && lc);
+    int32_t next = 10;
+    const int reject[7] = {1, 1, 0, 1, 0, 0, 1}; /* two rejections in a row: the blocks trade back */
+    for (int i = 0; i < 7; i++) {
+        const int32_t *t = g.prompt_ids + next;
+        CHECK(q35_session_eval(a, t, 2, la, Q35_EVAL_ALL_LOGITS | Q35_EVAL_REWINDABLE, &err) == Q35_OK);
+        if (reject[i]) CHECK(q35_session_rewind(a, 1, &err) == Q35_OK);
+        CHECK(q35_session_eval(c, t, reject[i] ? 1 : 2, lc, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+        CHECK_MSG(memcmp(la, lc, sizeof(float) * V) == 0, "round %d: the verify's first row differs", i);
+        next += reject[i] ? 1 : 2;
+        CHECK_EQ_INT(q35_session_pos(a), next);
+    }
+    CHECK(q35_session_eval(a, g.prompt_ids + next, 2, la, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    CHECK(q35_session_eval(c, g.prompt_ids + next, 2, lc, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    CHECK_MSG(memcmp(la, lc, sizeof(float) * V * 2) == 0, "after the rewinds the sessions differ");
+    /* a new k replaces the slot, whichever block it was */
+    REQUIRE(q35_session_set_spec(a, 2, &err) == Q35_OK);
+    next += 2;
+    CHECK(q35_session_eval(a, g.prompt_ids + next, 3, NULL, Q35_EVAL_REWINDABLE, &err) == Q35_OK);
+    CHECK(q35_session_rewind(a, 1, &err) == Q35_OK);
+    CHECK(q35_session_eval(c, g.prompt_ids + next, 1, NULL, 0, &err) == Q35_OK);
+    CHECK(q35_session_eval(a, g.prompt_ids + next + 1, 2, la, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    CHECK(q35_session_eval(c, g.prompt_ids + next + 1, 2, lc, Q35_EVAL_ALL_LOGITS, &err) == Q35_OK);
+    CHECK_MSG(memcmp(la, lc, sizeof(float) * V * 2) == 0, "after k 1 -> 2 the sessions differ");
+    free(la); free(lc);
+    q35_session_free(a); q35_session_free(c);
+    q35_engine_free(e);
+    golden_free(&g);
+}
+
 /* probs = softmax(logits / tau) over tiny-a's vocabulary. */
 static void softmax_tau(float tau, const float *logits, float *probs) {
     int32_t V = 320; /* tiny-a */

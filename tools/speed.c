@@ -133,6 +133,9 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
         double t0 = cli_now();
         if (q35_generation_step(gp, &o, err)) rc = -1;
         d[r] = cli_now() - t0;
+        /* rows the last step left for the MTP are flushed by the next draft, not by the verify; they are
+         * dropped here, untimed, so that the verify is what a speculative step's verify computes */
+        if (!rc && (q35_session_set_spec(s, 0, err) || q35_session_set_spec(s, k, err))) rc = -1;
         t0 = cli_now();
         if (!rc && (q35_session_eval(s, toks + 20, k + 1, logits, Q35_EVAL_REWINDABLE | Q35_EVAL_ALL_LOGITS, err) ||
                     q35_session_rewind(s, 1, err)))

@@ -54,7 +54,10 @@ q35_status q35_host_state_new(q35_backend *base, int32_t n_ctx, q35_bstate **out
     size_t ssm = (size_t)c->lin_n_head_v * (size_t)c->lin_head_k_dim * (size_t)c->lin_head_v_dim;
     size_t kv = (size_t)n_ctx * kv_pos_bytes(s);
     s->state_floats = (size_t)(c->n_layer - c->n_layer_full) * (conv + ssm);
-    s->state_block = calloc(s->state_floats ? s->state_floats : 1, sizeof(float));
+    /* 64-byte aligned and rounded as a speculation slot is (set_spec), since the two trade places on a rewind */
+    const size_t block_bytes = (s->state_floats * sizeof(float) + 63) & ~(size_t)63;
+    s->state_block = aligned_alloc(64, block_bytes ? block_bytes : 64);
+    if (s->state_block) memset(s->state_block, 0, block_bytes ? block_bytes : 64);
     int ok = s->state_block != NULL;
     float *p = s->state_block;
     for (int32_t i = 0; ok && i < c->n_layer; i++) {
@@ -147,7 +150,21 @@ q35_status q35_host_state_set_spec(q35_bstate *s, int32_t k, q35_error *err) {
     return Q35_OK;
 }
 
+/* With one slot (spec_k 1, one-token MTP) the slot becomes the state and the
+ * old state the next pass's slot: two pointers trade places, and every conv
+ * and ssm pointer moves with its block, instead of a copy of every GDN
+ * layer's state (48 MiB at the 9B) on each rejected draft. */
 void q35_host_state_rewind(q35_bstate *s, int32_t n_keep) {
+    if (s->spec_k == 1) {
+        float *old = s->state_block, *now = s->row_states;
+        for (int32_t i = 0; i < Q35_MAX_LAYERS; i++) {
+            if (s->conv_state[i]) s->conv_state[i] = now + (s->conv_state[i] - old);
+            if (s->ssm_state[i]) s->ssm_state[i] = now + (s->ssm_state[i] - old);
+        }
+        s->state_block = now;
+        s->row_states = old;
+        return;
+    }
     memcpy(s->state_block, s->row_states + (size_t)(n_keep - 1) * s->state_floats, s->state_floats * sizeof(float));
 }
 
