@@ -330,7 +330,7 @@ ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int6
     for (int i = 0; i < nb; i++) {
         const int64_t b = b0 + i;
         const uint8_t *cb = codes + b * block_bytes;
-        bfp_prefetch_block(exps, cb, b, block_bytes);
+        bfp_prefetch_next_slice(exps, codes, b, block_bytes);
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i w[2], *d = (__m256i *)(a->dec + 256 * i + 64 * g);

@@ -322,9 +322,13 @@ ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int6
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     if (b0 == 0) bfp_prefetch_panel(codes, is4 ? 128 : 256);
     const __m512i ones = _mm512_set1_epi8(1);
+    const int block_bytes = is4 ? 128 : 256;
     for (int i = 0; i < nb; i++) {
         __m512i w[4], sum = _mm512_setzero_si512();
-        _mm512_storeu_ps(a->ws + 16 * i, bfp_block_read(is4, exps, codes, b0 + i, w));
+        const int64_t b = b0 + i;
+        bfp_prefetch_next_slice(exps, codes, b, block_bytes);
+        bfp_block_decode(is4, codes + b * block_bytes, w);
+        _mm512_storeu_ps(a->ws + 16 * i, bfp_row_scales(is4, exps + 16 * b));
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             /* offset bytes (value + 8 or + 128) to the values */

@@ -94,4 +94,18 @@ static inline __attribute__((always_inline)) void bfp_prefetch_block(const uint8
     bfp_prefetch_block_ahead(exps, block_codes, b, block_bytes, BFP_PREFETCH_BLOCKS);
 }
 
+/* The wide path's predecode of block b asks for the same block of the next
+ * k-slice (after a panel's last slice: the next panel's exponents) into L2:
+ * the slice's tokens run in between, so it has arrived before it is
+ * decoded. 16 blocks ahead, as the tiles ask, it came as the next
+ * predecode's quick loop waited for it: prompts of 512 on one thread
+ * 27.7-28.3 against 25.3-25.7 tok/s at the 9B shapes (avx512, interleaved). */
+static inline __attribute__((always_inline)) void bfp_prefetch_next_slice(const uint8_t *exps, const uint8_t *codes,
+                                                                          int64_t b, int block_bytes) {
+    #pragma GCC unroll 4
+    for (int l = 0; l < block_bytes; l += 64)
+        _mm_prefetch((const char *)codes + (b + BFP_SLICE_BLOCKS) * block_bytes + l, _MM_HINT_T1);
+    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + BFP_SLICE_BLOCKS), _MM_HINT_T1);
+}
+
 #endif
