@@ -156,8 +156,9 @@ static void check_dtype(q35_dtype dt, int extreme) {
     int is_bfp = dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8;
     /* n_in multiples of 16 but not of 64 or 256; odd n_out; one plain shape;
      * n_in large enough that n_tok = 17 spans two token chunks of the bfp
-     * driver (it keeps a chunk's int8 activations under 256 KiB). */
-    int64_t shapes[][2] = {{37, 48}, {33, 80}, {5, 16}, {70, 272}, {48, 256}, {17, 37}, {19, 16384}};
+     * driver (16 tokens of q35_kernels_chunk_bytes). */
+    int64_t shapes[][2] = {{37, 48}, {33, 80}, {5, 16}, {70, 272}, {48, 256}, {17, 37},
+                           {19, (int64_t)q35_kernels_chunk_bytes() / 16}};
     int64_t n_toks[] = {1, 2, 3, 5, 8, 17};
     long bad = 0;
     double worst = 0.0;
@@ -240,8 +241,8 @@ TEST(kernels, batch_and_split_invariant) {
     int n_tables = fast_tables(tables);
     q35_dtype dts[5] = {Q35_DT_F32, Q35_DT_F16, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4};
     /* n_in = 1040 spans several k-slices of the wide bfp path, the last one
-     * short; 8192 makes the bfp driver's token chunks 32 tokens long */
-    int64_t shapes[][2] = {{45, 272}, {93, 272}, {45, 1040}, {18, 8192}};
+     * short; the last makes the bfp driver's token chunks 32 tokens long */
+    int64_t shapes[][2] = {{45, 272}, {93, 272}, {45, 1040}, {18, (int64_t)q35_kernels_chunk_bytes() / 32}};
     int64_t n_toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 64};
     enum { max_tok = 64 };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

@@ -7,6 +7,7 @@
 #include <cpuid.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static const q35_kernels *g_chosen;
 static const char *g_note;
@@ -133,4 +134,20 @@ void *q35_kernels_scratch(size_t bytes) {
         s->cap = cap;
     }
     return s->p;
+}
+
+/* Half of one core's L2 (sysconf), within [128 KiB, 1 MiB]; 256 KiB where the
+ * system does not say. Read once. */
+static size_t g_chunk_bytes;
+static pthread_once_t g_chunk_once = PTHREAD_ONCE_INIT;
+
+static void chunk_init(void) {
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    size_t b = l2 > 0 ? (size_t)l2 / 2 : (size_t)256 << 10;
+    g_chunk_bytes = b < ((size_t)128 << 10) ? (size_t)128 << 10 : b > ((size_t)1 << 20) ? (size_t)1 << 20 : b;
+}
+
+size_t q35_kernels_chunk_bytes(void) {
+    pthread_once(&g_chunk_once, chunk_init);
+    return g_chunk_bytes;
 }
