@@ -63,8 +63,45 @@ static void add_rows(float *x, const float *y, int32_t T, int32_t H) {
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += y[i];
 }
 
-static void norm_rows(float *dst, const float *src, const q35_tensor *w, int32_t T, int32_t H, float eps) {
-    for (int32_t t = 0; t < T; t++) q35_rmsnorm1p_to(dst + (size_t)t * H, src + (size_t)t * H, w, H, eps);
+/* x += y, then dst = rmsnorm1p(x) (add_norm_rows), or dst = rmsnorm1p(src)
+ * (norm_rows), row by row: over the pool for a prompt's rows (each row's
+ * arithmetic is the same on any worker), on the calling thread for a few. */
+typedef struct {
+    float *dst, *x;   /* x: add_norm_rows */
+    const float *src; /* y, or norm_rows' input */
+    const q35_tensor *w;
+    int32_t T, H;
+    float eps;
+} norm_job;
+
+static void norm_worker(void *p, int ith, int nth) {
+    const norm_job *j = p;
+    int64_t lo, hi;
+    q35_split(j->T, 1, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const size_t at = (size_t)t * (size_t)j->H;
+        if (j->x) add_rows(j->x + at, j->src + at, 1, j->H);
+        q35_rmsnorm1p_to(j->dst + at, j->x ? j->x + at : j->src + at, j->w, j->H, j->eps);
+    }
+}
+
+#define NORM_POOL_ROWS 16 /* fewer rows: a handoff costs more than it saves */
+
+static void run_norm(const q35_host *h, norm_job *j) {
+    if (j->T < NORM_POOL_ROWS || !h->pool) norm_worker(j, 0, 1);
+    else q35_pool_run(h->pool, norm_worker, j);
+}
+
+static void add_norm_rows(const q35_host *h, float *dst, float *x, const float *y, const q35_tensor *w, int32_t T,
+                          int32_t H, float eps) {
+    norm_job j = {dst, x, y, w, T, H, eps};
+    run_norm(h, &j);
+}
+
+static void norm_rows(const q35_host *h, float *dst, const float *src, const q35_tensor *w, int32_t T, int32_t H,
+                      float eps) {
+    norm_job j = {dst, NULL, src, w, T, H, eps};
+    run_norm(h, &j);
 }
 
 static void host_layer(q35_backend *base, int32_t li) {
@@ -72,7 +109,7 @@ static void host_layer(q35_backend *base, int32_t li) {
     const q35_config *c = b->c;
     const q35_layer_weights *l = &b->w->layers[li];
     const int32_t H = c->hidden_size, T = b->n_rows;
-    norm_rows(b->xn, b->x, &l->input_norm, T, H, c->rms_norm_eps);
+    norm_rows(&b->host, b->xn, b->x, &l->input_norm, T, H, c->rms_norm_eps);
     if (c->layer_is_full[li]) {
         q35_attn_seg segs[Q35_UBATCH];
         for (int32_t i = 0; i < b->n_seqs; i++) {
@@ -98,15 +135,14 @@ static void host_layer(q35_backend *base, int32_t li) {
         }
         q35_gdn_forward(&b->host, c, l, segs, b->n_seqs, b->xn, b->tmp, T, b->mixer);
     }
-    add_rows(b->x, b->tmp, T, H);
-    norm_rows(b->xn, b->x, &l->post_norm, T, H, c->rms_norm_eps);
+    add_norm_rows(&b->host, b->xn, b->x, b->tmp, &l->post_norm, T, H, c->rms_norm_eps);
     q35_mlp(&b->host, b->tmp, b->mlp_gate, b->mlp_up, &l->gate_proj, &l->up_proj, &l->down_proj, b->xn, T);
     add_rows(b->x, b->tmp, T, H);
 }
 
 static void host_end(q35_backend *base) {
     q35_host_backend *b = host_of(base);
-    norm_rows(b->xn, b->x, &b->w->final_norm, b->n_rows, b->c->hidden_size, b->c->rms_norm_eps);
+    norm_rows(&b->host, b->xn, b->x, &b->w->final_norm, b->n_rows, b->c->hidden_size, b->c->rms_norm_eps);
     b->seqs = NULL;
 }
 
@@ -140,13 +176,12 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
         q35_rmsnorm1p_to(row + H, hidden + (size_t)i * H, &m->pre_fc_norm_hidden, H, eps);
     }
     q35_matmul(&b->host, u, &m->fc, cat, n);
-    norm_rows(un, u, &m->layer.input_norm, n, H, eps);
+    norm_rows(&b->host, un, u, &m->layer.input_norm, n, H, eps);
     /* cat is free again: it holds the blocks' outputs (n, H) */
     q35_attn_seg seg = {0, n, pos0, s->mtp_k_cache, s->mtp_v_cache, (size_t)s->n_ctx * s->kv_row_bytes, s->kv_q8,
                         mm ? mm->rope_delta : 0, mm ? mm->pos3 : NULL};
     q35_attention_forward(&b->host, c, &m->layer, &seg, 1, un, cat, n, b->mixer_ctx, b->mixer);
-    add_rows(u, cat, n, H);
-    norm_rows(un, u, &m->layer.post_norm, n, H, eps);
+    add_norm_rows(&b->host, un, u, cat, &m->layer.post_norm, n, H, eps);
     q35_mlp(&b->host, cat, b->mlp_gate, b->mlp_up, &m->layer.gate_proj, &m->layer.up_proj, &m->layer.down_proj, un, n);
     add_rows(u, cat, n, H);
     if (logits) {
