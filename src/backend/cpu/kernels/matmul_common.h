@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) void bfp_prefetch_block(const uint8
 }
 
 /* The wide path's predecode of block b asks for the same block of the next
- * k-slice (after a panel's last slice: the next panel's exponents) into L2:
+ * k-slice (after a panel's last slice: the start of the next panel) into L2:
  * the slice's tokens run in between, so it has arrived before it is
  * decoded. 16 blocks ahead, as the tiles ask, it came as the next
  * predecode's quick loop waited for it: prompts of 512 on one thread
