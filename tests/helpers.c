@@ -74,3 +74,19 @@ int32_t test_greedy_tokens(q35_session *s, const float *logits, int32_t n, int32
     if (st) { q35_test_fail(__FILE__, __LINE__, "generation: %s", err.msg); return -1; }
     return got;
 }
+
+int test_twin_sessions(q35_engine *e, int32_t n_ctx, int32_t k, const int32_t *tokens, int32_t n,
+                       q35_session **spec, q35_session **plain) {
+    q35_error err = {0};
+    *spec = *plain = NULL;
+    if (q35_session_new(e, n_ctx, spec, &err) || q35_session_new(e, n_ctx, plain, &err) ||
+        q35_session_set_spec(*spec, k, &err) || q35_session_eval(*spec, tokens, n, NULL, 0, &err) ||
+        q35_session_eval(*plain, tokens, n, NULL, 0, &err)) {
+        q35_test_fail(__FILE__, __LINE__, "twin sessions: %s", err.msg);
+        q35_session_free(*spec);
+        q35_session_free(*plain);
+        *spec = *plain = NULL;
+        return -1;
+    }
+    return 0;
+}

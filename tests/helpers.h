@@ -35,4 +35,10 @@ int32_t test_gen_step(q35_generation *g, int32_t *out);
  * returns n, or -1 on failure (reported). */
 int32_t test_greedy_tokens(q35_session *s, const float *logits, int32_t n, int32_t *out);
 
+/* Two sessions of n_ctx positions on e, *spec speculating with k draft
+ * slots and *plain not, both fed tokens[0, n) in one eval: 0, or -1 with
+ * both NULL (reported). */
+int test_twin_sessions(q35_engine *e, int32_t n_ctx, int32_t k, const int32_t *tokens, int32_t n,
+                       q35_session **spec, q35_session **plain);
+
 #endif

@@ -117,10 +117,7 @@ TEST(kv_q8, speculation_keeps_greedy_output_and_verify_rows_equal_decode) {
         size_t V = (size_t)g.vocab_size;
         q35_error err;
         q35_session *a, *b;
-        REQUIRE(q35_session_new(e, 128, &a, &err) == Q35_OK && q35_session_new(e, 128, &b, &err) == Q35_OK);
-        REQUIRE(q35_session_set_spec(a, 4, &err) == Q35_OK);
-        CHECK(q35_session_eval(a, g.prompt_ids, 20, NULL, 0, &err) == Q35_OK);
-        CHECK(q35_session_eval(b, g.prompt_ids, 20, NULL, 0, &err) == Q35_OK);
+        REQUIRE(test_twin_sessions(e, 128, 4, g.prompt_ids, 20, &a, &b) == 0);
         float *la = malloc(sizeof(float) * V * 4), *lb = malloc(sizeof(float) * V);
         CHECK(q35_session_eval(a, g.prompt_ids + 20, 4, la, Q35_EVAL_ALL_LOGITS | Q35_EVAL_REWINDABLE, &err) == Q35_OK);
         for (int i = 0; i < 4; i++) {

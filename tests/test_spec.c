@@ -72,10 +72,7 @@ TEST(spec, verify_rows_equal_single_token_decode) {
     size_t V = (size_t)g.vocab_size;
     q35_error err;
     q35_session *a, *b;
-    REQUIRE(q35_session_new(e, 128, &a, &err) == Q35_OK && q35_session_new(e, 128, &b, &err) == Q35_OK);
-    REQUIRE(q35_session_set_spec(a, 4, &err) == Q35_OK);
-    CHECK(q35_session_eval(a, g.prompt_ids, 20, NULL, 0, &err) == Q35_OK);
-    CHECK(q35_session_eval(b, g.prompt_ids, 20, NULL, 0, &err) == Q35_OK);
+    REQUIRE(test_twin_sessions(e, 128, 4, g.prompt_ids, 20, &a, &b) == 0);
     float *la = malloc(sizeof(float) * V * 5), *lb = malloc(sizeof(float) * V);
     CHECK(q35_session_eval(a, g.prompt_ids + 20, 5, la, Q35_EVAL_ALL_LOGITS | Q35_EVAL_REWINDABLE, &err) == Q35_OK);
     for (int i = 0; i < 5; i++) {
@@ -115,10 +112,7 @@ TEST(spec, one_slot_rewinds_keep_the_state) {
     size_t V = (size_t)g.vocab_size;
     q35_error err;
     q35_session *a, *c;
-    REQUIRE(q35_session_new(e, 128, &a, &err) == Q35_OK && q35_session_new(e, 128, &c, &err) == Q35_OK);
-    REQUIRE(q35_session_set_spec(a, 1, &err) == Q35_OK);
-    CHECK(q35_session_eval(a, g.prompt_ids, 10, NULL, 0, &err) == Q35_OK);
-    CHECK(q35_session_eval(c, g.prompt_ids, 10, NULL, 0, &err) == Q35_OK);
+    REQUIRE(test_twin_sessions(e, 128, 1, g.prompt_ids, 10, &a, &c) == 0);
     float *la = malloc(sizeof(float) * V * 2), *lc = malloc(sizeof(float) * V * 2);
     REQUIRE(la && lc);
     int32_t next = 10;
