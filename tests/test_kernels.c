@@ -318,6 +318,63 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
     }
 }
 
+/* The wide path (prompts: more than 8 tokens, two panels at a time where
+ * avx512.c can) against each token alone (the decode path), bit for bit, on
+ * raw panels whose scale products sit at the edges of the normal floats:
+ * panels 0-1 typical exponent bytes, 2-3 all 0 (row scale 2^-bias), 4-5 all
+ * 255, 6-7 any byte (0..8, 240..255 among them), and a last half panel.
+ * Token 5's blocks are near 1e12. Every block scale d of tokens 6-11 is
+ * 2^(bias + 1 - 127), so with panels 2-3 the product d 2^-bias is the least
+ * normal float; of tokens 12-17 2^(bias - 127): there it is subnormal.
+ * Tokens 18-23 have d = 1.5 * 2^(bias - 128), so with panels 4-5 the
+ * product is in the greatest binade; tokens 24-29 twice that: it overflows.
+ * Tokens 30-35 have blocks of zeros or a subnormal d, and token 36 (alone in
+ * its group of tokens) is as tokens 6-11 but for an infinity in one block.
+ * n_in = 1040 spans three k-slices, the last one block long. */
+TEST(kernels, bfp_wide_matches_single_tokens) {
+    const q35_kernels *tables[MAX_FAST_TABLES];
+    int n_tables = fast_tables(tables);
+    enum { n_out = 136, n_in = 1040, n_blk = n_in / 16, n_tok = 37 };
+    static float x[n_tok * n_in], y[n_tok * n_out], y1[n_out];
+    const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
+    for (int d = 0; d < 2; d++) {
+        const int bias = dts[d] == Q35_DT_BFP4 ? 129 : 133;
+        for (int t = 0; t < n_tok; t++)
+            for (int b = 0; b < n_blk; b++) {
+                float *xb = x + t * n_in + 16 * b, amax = 0.0f, s = 1.0f;
+                if ((t >= 6 && t < 18) || t == 36) amax = 127.0f * ldexpf(1.0f, bias - 127 + (t < 12 || t == 36));
+                else if (t >= 18 && t < 30) amax = 127.0f * ldexpf(1.5f, bias - 128 + (t >= 24));
+                else if (t == 5) s = 1e12f;
+                else if (t >= 30 && t < 36) s = t % 2 ? 1e-36f : b % 3 == 0 ? 0.0f : 1.0f;
+                for (int j = 0; j < 16; j++) xb[j] = (float)rng_unit() * (amax > 0.0f ? amax * 0.99f : s);
+                if (amax > 0.0f) xb[b % 16] = b % 2 ? amax : -amax;
+                if (t == 36 && b == 40) xb[3] = INFINITY;
+            }
+        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), pb = q35_bfp_panel_bytes(dts[d], n_in);
+        uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        REQUIRE(w);
+        for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
+        for (int p = 0; p < (n_out + 15) / 16; p++)
+            for (int i = 0; i < n_blk * 16; i++) {
+                int u = (int)(rng_unit() * 128.0 + 128.0), row = i % 16;
+                int any = row % 4 == 0 ? 100 + u % 40 : row % 4 == 1 ? u % 9 : row % 4 == 2 ? 240 + u % 16 : u;
+                w[p * pb + i] = (uint8_t)(p < 2 ? 100 + u % 40 : p < 4 ? 0 : p < 6 ? 255 : any);
+            }
+        q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
+        for (int k = 0; k < n_tables; k++) {
+            q35_kernels_matmul(tables[k], y, &W, x, n_tok, 0, n_out);
+            long bad = 0;
+            for (int t = 0; t < n_tok; t++) {
+                q35_kernels_matmul(tables[k], y1, &W, x + t * n_in, 1, 0, n_out);
+                for (int o = 0; o < n_out; o++) bad += memcmp(&y1[o], &y[t * n_out + o], sizeof(float)) != 0;
+            }
+            CHECK_MSG(bad == 0, "%s %s: %ld outputs of the wide path differ from single tokens", tables[k]->name,
+                      q35_dtype_name(dts[d]), bad);
+        }
+        free(w);
+    }
+}
+
 /* x rounded to bf16 the way kernels.h says avx512bf16 does for BF16
  * weights: nearest even, denormals to zero. */
 static float round_to_bf16(float f) {

@@ -321,8 +321,9 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
  * to value + 8, bfp8's to their magnitude (256 bytes per block, group g and
  * half h at 64 g + 32 h, as bfp8's codes are laid out), and every block's
  * 16 row scales 2^(E - bias) in a->ws. */
-ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
-                                       const act_q8 *a) {
+ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const uint8_t *panel, size_t panel_bytes,
+                                      int64_t n_in, int64_t b0, int nb, const act_q8 *a) {
+    (void)np, (void)panel_bytes; /* np = 1: this ISA's wide tiles take one panel */
     const int64_t n_blk = n_in / 16;
     const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     const int block_bytes = is4 ? 128 : 256;
@@ -341,6 +342,7 @@ ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int6
         _mm256_store_ps(a->ws + 16 * i, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
         _mm256_store_ps(a->ws + 16 * i + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
     }
+    return 0;
 }
 
 /* Tokens [t, t + nt) (nt = 1, 2) over the slice [b0, b0 + nb) that
@@ -409,9 +411,10 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
 
 /* Tokens [t0, t1) over one slice, two at a time (matmul_driver.inc's
  * bfp_wide_panel walks the slices). */
-ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
-                                    int64_t t1, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo,
-                                    int hi) {
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, const uint8_t *panel, int64_t n_in,
+                                    const act_q8 *a, int64_t t0, int64_t t1, int64_t b0, int nb, float *y,
+                                    int64_t n_out, int64_t row0, int lo, int hi) {
+    (void)np, (void)erange;
     int64_t t = t0;
     for (; t + 2 <= t1; t += 2) bfp_slice_tile(is4, 2, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
     if (t < t1) bfp_slice_tile(is4, 1, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);

@@ -15,7 +15,7 @@
  * panel tile serves up to 8 tokens, so the weights are read and decoded
  * once for a whole small batch, and it prefetches ahead in the panel
  * stream (matmul_common.h). Batches of more than 8 tokens (prefill,
- * batched verify) decode each k-slice of a panel once into scratch
+ * batched verify) decode each k-slice of two panels once into scratch
  * (bfp_slice_predecode) and then run a tile that only does the dot products
  * (bfp_slice_tile). Both tiles share the per-block arithmetic
  * (bfp_block_fma), so a token's outputs are bitwise the same in any batch
@@ -48,21 +48,27 @@
 /* ---- activations quantized per block of 16 ---- */
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
-    size_t n_blk = (size_t)(n_tok * n_in / 16);
-    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
-    int8_t *q = a->q;
-    float *d = a->d;
-    int32_t *sum = a->sum;
-    for (size_t i = 0; i < n_blk; i++) {
-        __m512 v = _mm512_loadu_ps(x + 16 * i);
-        float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv))); /* nearest even */
-        const __m128i q16 = _mm512_cvtepi32_epi8(qi);
-        _mm_storeu_si128((__m128i *)(q + 16 * i), q16);
-        if (a->qu) _mm_storeu_si128((__m128i *)(a->qu + 16 * i), _mm_xor_si128(q16, _mm_set1_epi8((char)0x80)));
-        d[i] = amax / 127.0f;
-        sum[i] = _mm512_reduce_add_epi32(qi);
+    const int64_t n_blk = n_in / 16;
+    if (!act_alloc(a, (size_t)(n_tok * n_blk), n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
+    for (int64_t t = 0; t < n_tok; t++) {
+        uint32_t e_lo = 255, e_hi = 0;
+        for (int64_t i = t * n_blk; i < (t + 1) * n_blk; i++) {
+            __m512 v = _mm512_loadu_ps(x + 16 * i);
+            float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv))); /* nearest even */
+            const __m128i q16 = _mm512_cvtepi32_epi8(qi);
+            _mm_storeu_si128((__m128i *)(a->q + 16 * i), q16);
+            if (a->qu) _mm_storeu_si128((__m128i *)(a->qu + 16 * i), _mm_xor_si128(q16, _mm_set1_epi8((char)0x80)));
+            a->d[i] = amax / 127.0f;
+            a->sum[i] = _mm512_reduce_add_epi32(qi);
+            uint32_t bits;
+            memcpy(&bits, &a->d[i], 4);
+            bits = bits >> 23 & 0xff;
+            e_lo = bits < e_lo ? bits : e_lo;
+            e_hi = bits > e_hi ? bits : e_hi;
+        }
+        if (a->xe) a->xe[2 * t] = (uint8_t)e_lo, a->xe[2 * t + 1] = (uint8_t)e_hi;
     }
     return 1;
 }
@@ -299,101 +305,193 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
- * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks (matmul_common.h):
- * a slice is decoded once into L1 scratch (bfp_slice_predecode), then every
- * token of the chunk passes over it, 8 at a time (bfp_slice_tile), its
- * partial sums waiting in a->acc between slices. Each block and token is
- * bfp_block_fma, in block order, so the results are bitwise those of
- * bfp_panel_tile. Up to 8 tokens the panel tile decodes each panel once
- * anyway, so the wide path starts above one token group. */
+ * Two panels (32 rows) at a time where a call's rows hold both whole,
+ * else one. The panels are done in k-slices of BFP_SLICE_BLOCKS blocks
+ * (matmul_common.h): a slice of each is decoded once into L1 scratch
+ * (bfp_slice_predecode), then every token of the chunk passes over them, 6
+ * at a time for two panels and 8 for one (bfp_slice_tile), their partial
+ * sums waiting in a->acc between slices. Each block and token is
+ * bfp_block_fma's expression, in block order, so the results are bitwise
+ * those of bfp_panel_tile. Up to 8 tokens the panel tile decodes each
+ * panel once anyway, so the wide path starts above one token group.
+ *
+ * With two panels each x broadcast feeds two vpdpbusd, and the scale
+ * product ws * xd (a power of two times a float) becomes an integer add of
+ * the rows' exponents to xd's bits, off the two pipes that run vpdpbusd,
+ * the multiply and the FMA on Zen 4/5: 2.5 cycles per block, token and
+ * panel there against 3.0 for one panel with the multiply (L1-resident
+ * microbenchmark). The add is the product exactly when both it and xd are
+ * normal floats, which the tile checks per slice and token group against
+ * the slice's exponent bytes and the tokens' d exponents (a->xe); where
+ * they are not (a zero or subnormal d, extreme exponent bytes) the group
+ * multiplies instead, the same bits either way. */
 
 #define ISA_BFP_WIDE 1
+#define ISA_BFP_WIDE_PANELS 2
 
-/* Decodes blocks [b0, b0 + nb) of a panel into a->dec (every block's four
- * groups as signed bytes, the weights' values, 256 bytes per block, bfp4
- * and bfp8 alike), a->ws (every block's 16 row scales) and a->wc (-128
- * times each row's sum of the block's values). The tile then takes x as
- * the unsigned operand, q + 128 (a->qu): sum (q + 128) w - 128 sum w is the
- * same exact integer as the offset form of bfp_block_fma, with the
- * correction made once per block for all tokens instead of per token. */
-ALWAYS_INLINE void bfp_slice_predecode(const int is4, const uint8_t *panel, int64_t n_in, int64_t b0, int nb,
-                                       const act_q8 *a) {
+/* Decodes blocks [b0, b0 + nb) of np panels (panel p at panel + p *
+ * panel_bytes) into a->dec (every block's four groups as signed bytes, the
+ * weights' values, 256 bytes per block, bfp4 and bfp8 alike), a->ws (every
+ * block's 16 row scales), a->wsb (their exponents, e << 23) and a->wc (-128
+ * times each row's sum of the block's values), panel p's at p *
+ * BFP_SLICE_BLOCKS blocks. The tile then takes x as the unsigned operand, q
+ * + 128 (a->qu): sum (q + 128) w - 128 sum w is the same exact integer as
+ * the offset form of bfp_block_fma, with the correction made once per block
+ * for all tokens instead of per token. Returns the least and greatest
+ * exponent byte of the slice, as lo | hi << 8. */
+ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const uint8_t *panel, size_t panel_bytes,
+                                      int64_t n_in, int64_t b0, int nb, const act_q8 *a) {
     const int64_t n_blk = n_in / 16;
-    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
-    if (b0 == 0) bfp_prefetch_panel(codes, is4 ? 128 : 256);
     const __m512i ones = _mm512_set1_epi8(1);
     const int block_bytes = is4 ? 128 : 256;
-    for (int i = 0; i < nb; i++) {
-        __m512i w[4], sum = _mm512_setzero_si512();
-        const int64_t b = b0 + i;
-        bfp_prefetch_next_slice(exps, codes, b, block_bytes);
-        bfp_block_decode(is4, codes + b * block_bytes, w);
-        _mm512_storeu_ps(a->ws + 16 * i, bfp_row_scales(is4, exps + 16 * b));
-        #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) {
-            /* offset bytes (value + 8 or + 128) to the values */
-            const __m512i v = is4 ? _mm512_sub_epi8(w[g], _mm512_set1_epi8(8))
-                                  : _mm512_xor_si512(w[g], _mm512_set1_epi8((char)0x80));
-            sum = _mm512_dpbusd_epi32(sum, ones, v);
-            _mm512_storeu_si512(a->dec + 256 * i + 64 * g, v);
+    __m128i e_lo = _mm_set1_epi8((char)0xff), e_hi = _mm_setzero_si128();
+    #pragma GCC unroll 2
+    for (int p = 0; p < np; p++) {
+        const uint8_t *exps = panel + p * panel_bytes, *codes = exps + n_blk * 16;
+        const int at = p * BFP_SLICE_BLOCKS;
+        if (b0 == 0) bfp_prefetch_panel(codes, block_bytes);
+        for (int i = 0; i < nb; i++) {
+            __m512i w[4], sum = _mm512_setzero_si512();
+            const int64_t b = b0 + i;
+            bfp_prefetch_next_slice(exps, codes, b, block_bytes);
+            bfp_block_decode(is4, codes + b * block_bytes, w);
+            const __m128i e8 = _mm_loadu_si128((const __m128i *)(exps + 16 * b));
+            e_lo = _mm_min_epu8(e_lo, e8);
+            e_hi = _mm_max_epu8(e_hi, e8);
+            _mm512_storeu_ps(a->ws + 16 * (at + i), bfp_row_scales(is4, exps + 16 * b));
+            _mm512_storeu_si512(a->wsb + 16 * (at + i),
+                                _mm512_slli_epi32(_mm512_sub_epi32(_mm512_cvtepu8_epi32(e8),
+                                                                   _mm512_set1_epi32(is4 ? 129 : 133)), 23));
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                /* offset bytes (value + 8 or + 128) to the values */
+                const __m512i v = is4 ? _mm512_sub_epi8(w[g], _mm512_set1_epi8(8))
+                                      : _mm512_xor_si512(w[g], _mm512_set1_epi8((char)0x80));
+                sum = _mm512_dpbusd_epi32(sum, ones, v);
+                _mm512_storeu_si512(a->dec + 256 * (at + i) + 64 * g, v);
+            }
+            _mm512_storeu_si512(a->wc + 16 * (at + i),
+                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
         }
-        _mm512_storeu_si512(a->wc + 16 * i, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
     }
+    uint8_t lo[16], hi[16];
+    _mm_storeu_si128((__m128i *)lo, e_lo);
+    _mm_storeu_si128((__m128i *)hi, e_hi);
+    int l = 255, h = 0;
+    for (int r = 0; r < 16; r++) l = lo[r] < l ? lo[r] : l, h = hi[r] > h ? hi[r] : h;
+    return l | h << 8;
 }
 
-/* Tokens [t, t + nt) over the slice [b0, b0 + nb) that bfp_slice_predecode
- * left in a->dec / a->ws / a->wc: per block, four loads of weights, one of
- * row scales and one of the offset correction, held in registers for the
- * tile's tokens, then only each token's x broadcasts, one chain of four
- * vpdpbusd from the correction (the tile's tokens are independent chains),
- * a convert and one FMA, the float expression of bfp_block_fma. 8 accumulators, 5 weight vectors
- * and a few tokens' dot chains in flight take about 20 of the 32 zmm
- * registers. The accumulators start at zero on the first slice and go to y
- * after the last one; in between they wait in a->acc (row t - t0). */
-ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, int64_t n_in, const act_q8 *a, int64_t t0, int64_t t,
-                                  int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
+/* Tokens [t, t + nt) over the slice [b0, b0 + nb) of np panels that
+ * bfp_slice_predecode left in a->dec / a->ws / a->wsb / a->wc: per block
+ * and panel, four loads of weights, one of row scales and one of the
+ * offset correction, held in registers for the tile's tokens, then only
+ * each token's x broadcasts (each feeding every panel), one chain of four
+ * vpdpbusd per panel from the correction (the tile's tokens are
+ * independent chains), a convert and one FMA, the float expression of
+ * bfp_block_fma; with add_scales (two panels) the scale product is made by
+ * the integer add (above). Two panels: 12 accumulators, 12 weight vectors
+ * and the chains in flight, about 28 of the 32 zmm registers; one: 8
+ * accumulators and 6 weight vectors. The accumulators start at zero on the
+ * first slice and go to y after the last one; in between they wait in
+ * a->acc (row t - t0, panel p at 16 p). */
+ALWAYS_INLINE void bfp_slice_tile(const int is4, const int np, const int nt, const int add_scales, int64_t n_in,
+                                  const act_q8 *a, int64_t t0, int64_t t, int64_t b0, int nb, float *y, int64_t n_out,
+                                  int64_t row0, int lo, int hi) {
     const int64_t n_blk = n_in / 16;
     const uint8_t *xu = a->qu + t * n_in;
     const float *xd = a->d + t * n_blk;
-    float *pacc = a->acc + 16 * (t - t0);
-    __m512 acc[8];
-    #pragma GCC unroll 8
-    for (int j = 0; j < nt; j++) acc[j] = b0 ? _mm512_loadu_ps(pacc + 16 * j) : _mm512_setzero_ps();
+    float *pacc = a->acc + 16 * np * (t - t0);
+    __m512 acc[2][8];
+    #pragma GCC unroll 2
+    for (int p = 0; p < np; p++)
+        #pragma GCC unroll 8
+        for (int j = 0; j < nt; j++) acc[p][j] = b0 ? _mm512_loadu_ps(pacc + 16 * (np * j + p)) : _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const int64_t b = b0 + i;
-        __m512i w[4];
-        #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) w[g] = _mm512_loadu_si512(a->dec + 256 * i + 64 * g);
-        const __m512 ws = _mm512_loadu_ps(a->ws + 16 * i);
-        const __m512i wc = _mm512_loadu_si512(a->wc + 16 * i);
+        __m512i w[2][4], wc[2], wsb[2];
+        __m512 ws[2];
+        #pragma GCC unroll 2
+        for (int p = 0; p < np; p++) {
+            const int at = p * BFP_SLICE_BLOCKS + i;
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) w[p][g] = _mm512_loadu_si512(a->dec + 256 * at + 64 * g);
+            if (add_scales) wsb[p] = _mm512_loadu_si512(a->wsb + 16 * at);
+            else ws[p] = _mm512_loadu_ps(a->ws + 16 * at);
+            wc[p] = _mm512_loadu_si512(a->wc + 16 * at);
+        }
         #pragma GCC unroll 8
         for (int j = 0; j < nt; j++) {
-            const uint8_t *xb = xu + j * n_in + 16 * b;
-            __m512i d = wc;
+            const int8_t *xb = (const int8_t *)xu + j * n_in + 16 * b;
+            __m512i d[2];
+            #pragma GCC unroll 2
+            for (int p = 0; p < np; p++) d[p] = wc[p];
             #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, bcast_x4((const int8_t *)xb, g), w[g]);
-            acc[j] = bfp_dot_fma(d, ws, xd[j * n_blk + b], acc[j]);
+            for (int g = 0; g < 4; g++) {
+                const __m512i xv = bcast_x4(xb, g);
+                #pragma GCC unroll 2
+                for (int p = 0; p < np; p++) d[p] = _mm512_dpbusd_epi32(d[p], xv, w[p][g]);
+            }
+            if (add_scales) {
+                int32_t xbits;
+                memcpy(&xbits, xd + j * n_blk + b, 4);
+                #pragma GCC unroll 2
+                for (int p = 0; p < np; p++)
+                    acc[p][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[p]),
+                                                _mm512_castsi512_ps(_mm512_add_epi32(wsb[p], _mm512_set1_epi32(xbits))),
+                                                acc[p][j]);
+            } else {
+                #pragma GCC unroll 2
+                for (int p = 0; p < np; p++) acc[p][j] = bfp_dot_fma(d[p], ws[p], xd[j * n_blk + b], acc[p][j]);
+            }
         }
     }
     if (b0 + nb < n_blk) {
-        #pragma GCC unroll 8
-        for (int j = 0; j < nt; j++) _mm512_storeu_ps(pacc + 16 * j, acc[j]);
+        #pragma GCC unroll 2
+        for (int p = 0; p < np; p++)
+            #pragma GCC unroll 8
+            for (int j = 0; j < nt; j++) _mm512_storeu_ps(pacc + 16 * (np * j + p), acc[p][j]);
     } else {
-        bfp_store(nt, acc, y + t * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
+        #pragma GCC unroll 2
+        for (int p = 0; p < np; p++)
+            bfp_store(nt, acc[p], y + t * n_out + row0 + 16 * p, n_out, np == 1 ? BFP_ROWS_MASK(lo, hi) : 0xffff);
     }
 }
 
-/* Tokens [t0, t1) over one slice (matmul_driver.inc's bfp_wide_panel walks
- * the slices): groups of 8, then of 4, 2 and 1 (a token's results do not
- * depend on its group). */
-ALWAYS_INLINE void bfp_slice_tokens(const int is4, const uint8_t *panel, int64_t n_in, const act_q8 *a, int64_t t0,
-                                    int64_t t1, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0, int lo,
-                                    int hi) {
+/* Whether tokens [t, t + nt) may add the exponents of a slice whose
+ * exponent bytes span erange (bfp_slice_predecode): every d of theirs and
+ * every product with the rows' 2^(E - bias) a normal float. */
+static inline int bfp_scales_add(const int is4, const act_q8 *a, int64_t t, int nt, int erange) {
+    int x_lo = 255, x_hi = 0;
+    for (int j = 0; j < nt; j++) {
+        x_lo = a->xe[2 * (t + j)] < x_lo ? a->xe[2 * (t + j)] : x_lo;
+        x_hi = a->xe[2 * (t + j) + 1] > x_hi ? a->xe[2 * (t + j) + 1] : x_hi;
+    }
+    const int bias = is4 ? 129 : 133, e_lo = (erange & 0xff) - bias, e_hi = (erange >> 8) - bias;
+    return x_lo >= 1 && x_hi <= 254 && x_lo + e_lo >= 1 && x_hi + e_hi <= 254;
+}
+
+/* Tokens [t0, t1) over one slice of np panels (matmul_driver.inc's
+ * bfp_wide_panel walks the slices): groups of 6 (two panels) or 8 (one),
+ * then of 4, 2 and 1 (a token's results do not depend on its group). */
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, const uint8_t *panel, int64_t n_in,
+                                    const act_q8 *a, int64_t t0, int64_t t1, int64_t b0, int nb, float *y,
+                                    int64_t n_out, int64_t row0, int lo, int hi) {
+#define BFP_SLICE_GROUP(nt)                                                                                          \
+    do {                                                                                                             \
+        if (np == 2 && bfp_scales_add(is4, a, t, nt, erange))                                                        \
+            bfp_slice_tile(is4, np, nt, 1, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);                          \
+        else                                                                                                         \
+            bfp_slice_tile(is4, np, nt, 0, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);                          \
+        t += nt;                                                                                                     \
+    } while (0)
+    const int group = np == 2 ? 6 : 8;
     int64_t t = t0;
-    for (; t + 8 <= t1; t += 8) bfp_slice_tile(is4, 8, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
-    if (t + 4 <= t1) bfp_slice_tile(is4, 4, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi), t += 4;
-    if (t + 2 <= t1) bfp_slice_tile(is4, 2, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi), t += 2;
-    if (t < t1) bfp_slice_tile(is4, 1, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    while (t + group <= t1) BFP_SLICE_GROUP(group);
+    if (t + 4 <= t1) BFP_SLICE_GROUP(4);
+    if (t + 2 <= t1) BFP_SLICE_GROUP(2);
+    if (t < t1) BFP_SLICE_GROUP(1);
+#undef BFP_SLICE_GROUP
     (void)panel;
 }
 

@@ -16,39 +16,52 @@
  * chunk passes over them. */
 #define BFP_SLICE_BLOCKS 32
 
+/* The most panels one wide tile takes at once (avx512.c: two; avx2.c: one),
+ * what the wide path's per-slice scratch is sized for. */
+#define BFP_WIDE_MAX_PANELS 2
+
 /* Activations quantized per block of 16 inputs, in per-thread scratch
  * (q35_kernels_scratch), for bfp weights. */
 typedef struct act_q8 {
     int8_t *q;     /* (n_tok, n_in) */
     float *d;      /* (n_tok, n_in / 16): x ~= q * d */
     int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block */
-    /* ISA_BFP_WIDE only (NULL otherwise): */
+    /* ISA_BFP_WIDE only (NULL otherwise); the slice arrays hold one slice per panel of a wide tile,
+     * panel p at p * BFP_SLICE_BLOCKS blocks: */
     int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
     uint8_t *qu;   /* (n_tok, n_in): q + 128 as unsigned bytes (avx512.c) */
-    uint8_t *dec;  /* (BFP_SLICE_BLOCKS, 256): one k-slice of a panel, decoded */
-    float *ws;     /* (BFP_SLICE_BLOCKS, 16): that slice's row scales */
-    int32_t *wc;   /* (BFP_SLICE_BLOCKS, 16): -128 * each row's sum of the block's weights (avx512.c) */
-    float *acc;    /* (n_tok, 16): one panel's partial sums between slices */
+    uint8_t *xe;   /* (n_tok, 2): the least and greatest exponent field of a token's d (avx512.c) */
+    uint8_t *dec;  /* (panels, BFP_SLICE_BLOCKS, 256): one k-slice of a panel, decoded */
+    float *ws;     /* (panels, BFP_SLICE_BLOCKS, 16): that slice's row scales */
+    int32_t *wc;   /* (panels, BFP_SLICE_BLOCKS, 16): -128 * each row's sum of the block's weights (avx512.c) */
+    int32_t *wsb;  /* (panels, BFP_SLICE_BLOCKS, 16): the row scales' exponents, shifted to a float's (avx512.c) */
+    float *acc;    /* (n_tok, panels, 16): the panels' partial sums between slices */
 } act_q8;
 
 /* Carves the arrays for n_blk activation blocks out of this thread's
  * scratch and, when wide_tok > 0 (the tokens of a call that takes the wide
  * path), those of the wide path too. */
 static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
-    size_t q_bytes = (n_blk * 16 + 63) & ~(size_t)63, d_bytes = (n_blk * 4 + 63) & ~(size_t)63;
-    size_t wide_bytes = wide_tok ? d_bytes + BFP_SLICE_BLOCKS * (256 + 64 + 64) + wide_tok * 64 + q_bytes : 0;
-    char *s = q35_kernels_scratch(q_bytes + 2 * d_bytes + wide_bytes);
+#define ACT_ROUND(n) (((size_t)(n) + 63) & ~(size_t)63)
+    const size_t q_bytes = ACT_ROUND(n_blk * 16), d_bytes = ACT_ROUND(n_blk * 4);
+    const size_t slice = (size_t)BFP_WIDE_MAX_PANELS * BFP_SLICE_BLOCKS; /* blocks */
+    size_t at = q_bytes + 2 * d_bytes, off = at, qu = off + d_bytes, xe = qu + q_bytes,
+           dec = xe + ACT_ROUND(wide_tok * 2), ws = dec + slice * 256, wc = ws + slice * 64, wsb = wc + slice * 64,
+           acc = wsb + slice * 64, end = acc + wide_tok * BFP_WIDE_MAX_PANELS * 64;
+#undef ACT_ROUND
+    char *s = q35_kernels_scratch(wide_tok ? end : at);
     if (!s) return 0;
     a->q = (int8_t *)s;
     a->d = (float *)(s + q_bytes);
     a->sum = (int32_t *)(s + q_bytes + d_bytes);
-    s += q_bytes + 2 * d_bytes;
-    a->off = wide_tok ? (int32_t *)s : NULL;
-    a->dec = wide_tok ? (uint8_t *)(s + d_bytes) : NULL;
-    a->ws = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 256) : NULL;
-    a->acc = wide_tok ? (float *)(s + d_bytes + BFP_SLICE_BLOCKS * 320) : NULL;
-    a->wc = wide_tok ? (int32_t *)(s + d_bytes + BFP_SLICE_BLOCKS * 320 + wide_tok * 64) : NULL;
-    a->qu = wide_tok ? (uint8_t *)(s + d_bytes + BFP_SLICE_BLOCKS * 384 + wide_tok * 64) : NULL;
+    a->off = wide_tok ? (int32_t *)(s + off) : NULL;
+    a->qu = wide_tok ? (uint8_t *)(s + qu) : NULL;
+    a->xe = wide_tok ? (uint8_t *)(s + xe) : NULL;
+    a->dec = wide_tok ? (uint8_t *)(s + dec) : NULL;
+    a->ws = wide_tok ? (float *)(s + ws) : NULL;
+    a->wc = wide_tok ? (int32_t *)(s + wc) : NULL;
+    a->wsb = wide_tok ? (int32_t *)(s + wsb) : NULL;
+    a->acc = wide_tok ? (float *)(s + acc) : NULL;
     return 1;
 }
 
