@@ -57,11 +57,14 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
             float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
             float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
             __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv))); /* nearest even */
-            const __m128i q16 = _mm512_cvtepi32_epi8(qi);
+            const __m128i q16 = _mm512_cvtepi32_epi8(qi), qu = _mm_xor_si128(q16, _mm_set1_epi8((char)0x80));
             _mm_storeu_si128((__m128i *)(a->q + 16 * i), q16);
-            if (a->qu) _mm_storeu_si128((__m128i *)(a->qu + 16 * i), _mm_xor_si128(q16, _mm_set1_epi8((char)0x80)));
+            if (a->qu) _mm_storeu_si128((__m128i *)(a->qu + 16 * i), qu);
             a->d[i] = amax / 127.0f;
-            a->sum[i] = _mm512_reduce_add_epi32(qi);
+            /* the sum of the bytes stored (q + 128 summed by psadbw, less 16 * 128): the same as qi's for
+             * finite x, and within +-2048 where x holds an infinity or a NaN (qi then holds INT_MIN) */
+            const __m128i sad = _mm_sad_epu8(qu, _mm_setzero_si128());
+            a->sum[i] = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
             uint32_t bits;
             memcpy(&bits, &a->d[i], 4);
             bits = bits >> 23 & 0xff;
