@@ -402,3 +402,115 @@ TEST(ops, softmax_rows_match_ref) {
         free(src), free(ref), free(got);
     }
 }
+
+/* silu(g) u and u sigmoid(g): every table within kernels.h's bound of the
+ * reference (NaN and infinities where it has them), over typical and extreme
+ * g (zeros, subnormals, +-87..100, +-1e30, infinities, NaN; some random g
+ * fall in -88.7 .. -87.3, where the fast exp gives 0); in place (h = g for
+ * silu, h = u for sigmoid) the same; silu with u NULL the same as u all
+ * ones; and any piece of the array, at any offset and length (the vector
+ * tails), gives each element the same bits. */
+static void check_gate_op(int silu) {
+    const q35_kernels *tb[4];
+    int n = tables(tb);
+    enum { N = 1003 };
+    static float g[N], u[N], ones[N], ref[N], h[N], h2[N];
+    const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, 87.0f, -87.0f, 88.7f, -88.8f, -100.0f, 100.0f,
+                             1e30f, -1e30f, INFINITY, -INFINITY, NAN, 20.0f, -20.0f, 1e-3f, -1e-3f};
+    const int n_special = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < N; i++) {
+        g[i] = i < n_special ? special[i] : frand() * (i % 3 == 0 ? 1.0f : i % 3 == 1 ? 10.0f : 100.0f);
+        u[i] = 3.0f * frand();
+        ones[i] = 1.0f;
+    }
+    const double flushed = silu ? 1.1e-36 : 1.2e-38; /* |h| / |u| where the fast exp gives 0 */
+    (silu ? q35_silu_mul_ref : q35_sigmoid_mul_ref)(ref, g, u, N);
+    for (int ti = 0; ti < n; ti++) {
+        const q35_silu_mul_fn fn = silu ? tb[ti]->silu_mul : tb[ti]->sigmoid_mul;
+        long bad = 0, pieces = 0, other = 0;
+        fn(h, g, u, N);
+        for (int i = 0; i < N; i++) {
+            const double bound = 1e-6 * fabs(ref[i]) + flushed * fabs(u[i]);
+            bad += !(isnan(ref[i]) ? isnan(h[i]) : isinf(ref[i]) ? h[i] == ref[i] : fabs((double)h[i] - ref[i]) <= bound);
+        }
+        memcpy(h2, silu ? g : u, sizeof g); /* in place */
+        fn(h2, silu ? h2 : g, silu ? u : h2, N);
+        other += memcmp(h2, h, sizeof h) != 0;
+        if (silu) { /* no u */
+            fn(h, g, NULL, N);
+            fn(h2, g, ones, N);
+            other += memcmp(h2, h, sizeof h) != 0;
+            fn(h, g, u, N);
+        }
+        const int offs[] = {0, 1, 5, 8, 13}, lens[] = {1, 7, 8, 9, 31};
+        for (int a = 0; a < 5; a++)
+            for (int b = 0; b < 5; b++) {
+                memset(h2, 0, sizeof h2);
+                fn(h2 + offs[a], g + offs[a], u + offs[a], lens[b]);
+                pieces += memcmp(h2 + offs[a], h + offs[a], sizeof(float) * (size_t)lens[b]) != 0;
+                for (int i = 0; i < N; i++) pieces += (i < offs[a] || i >= offs[a] + lens[b]) && h2[i] != 0.0f;
+            }
+        CHECK_MSG(bad == 0 && pieces == 0 && other == 0,
+                  "%s %s: %ld outside the bound of the reference, %ld pieces differ, %ld in place / without u differ",
+                  tb[ti]->name, silu ? "silu_mul" : "sigmoid_mul", bad, pieces, other);
+    }
+}
+
+TEST(ops, silu_mul_matches_ref) { check_gate_op(1); }
+TEST(ops, sigmoid_mul_matches_ref) { check_gate_op(0); }
+
+/* The GDN convolution: for every table, channel counts with and without a
+ * vector tail (13 = 8 + 5, 16), kernel sizes 1, 3, 4, 16 and strided rows,
+ * each output is silu_mul's silu of the sum the test forms itself (taps in
+ * order, products rounded then added), bit for bit; the state after the
+ * rows and the per-row states (rows) are exactly the inputs they should
+ * hold; and 37 rows in one call equal 20 then 17 with the state carried. */
+TEST(ops, conv_silu_sums_and_states) {
+    const q35_kernels *tb[4];
+    int n_tb = tables(tb);
+    enum { T = 37, LD = 40, MAXC = 16 };
+    static float x[T * LD], w[MAXC * 16], st0[MAXC * 15], st[MAXC * 15], st2[MAXC * 15], y[T * LD], y2[T * LD];
+    static float acc[T * LD], want[T * LD], rows[T * MAXC * 15];
+    const int chans[2] = {13, 16}, cks[4] = {1, 3, 4, 16};
+    for (int i = 0; i < T * LD; i++) x[i] = 4.0f * frand();
+    for (int ci = 0; ci < 2; ci++)
+        for (int ki = 0; ki < 4; ki++) {
+            const int n = chans[ci], CK = cks[ki], H = CK - 1;
+            for (int i = 0; i < n * CK; i++) w[i] = frand();
+            for (int i = 0; i < n * H; i++) st0[i] = 4.0f * frand();
+            for (int c = 0; c < n; c++) /* the sums, as the kernels must form them */
+                for (int t = 0; t < T; t++) {
+                    float a = 0.0f;
+                    for (int i = 0; i < CK; i++) {
+                        int back = CK - 1 - i; /* tap i reads the input `back` rows before t */
+                        float in = t - back >= 0 ? x[(t - back) * LD + c] : st0[c * H + (H - (back - t))];
+                        a += w[c * CK + i] * in;
+                    }
+                    acc[t * LD + c] = a;
+                }
+            for (int ti = 0; ti < n_tb; ti++) {
+                long bad_y = 0, bad_st = 0, bad_rows = 0, bad_split = 0;
+                for (int t = 0; t < T; t++) tb[ti]->silu_mul(want + t * LD, acc + t * LD, NULL, n);
+                memcpy(st, st0, sizeof st0);
+                tb[ti]->conv_silu(y, LD, x, LD, w, st, n, T, CK, rows, (size_t)(n * H));
+                for (int t = 0; t < T; t++) bad_y += memcmp(y + t * LD, want + t * LD, sizeof(float) * (size_t)n) != 0;
+                for (int c = 0; c < n; c++)
+                    for (int i = 0; i < H; i++) {
+                        bad_st += st[c * H + i] != x[(T - H + i) * LD + c];
+                        for (int t = 0; t + 1 < T; t++) {
+                            int r = t - (H - 1) + i; /* the input row held after row t */
+                            float in = r >= 0 ? x[r * LD + c] : st0[c * H + H + r];
+                            bad_rows += rows[(size_t)t * n * H + c * H + i] != in;
+                        }
+                    }
+                memcpy(st2, st0, sizeof st0);
+                tb[ti]->conv_silu(y2, LD, x, LD, w, st2, n, 20, CK, NULL, 0);
+                tb[ti]->conv_silu(y2 + 20 * LD, LD, x + 20 * LD, LD, w, st2, n, T - 20, CK, NULL, 0);
+                for (int t = 0; t < T; t++) bad_split += memcmp(y2 + t * LD, y + t * LD, sizeof(float) * (size_t)n) != 0;
+                bad_split += memcmp(st2, st, sizeof(float) * (size_t)(n * H)) != 0;
+                CHECK_MSG(bad_y + bad_st + bad_rows + bad_split == 0,
+                          "%s, %d channels, kernel %d: %ld rows of y, %ld state, %ld row states, %ld split differ",
+                          tb[ti]->name, n, CK, bad_y, bad_st, bad_rows, bad_split);
+            }
+        }
+}

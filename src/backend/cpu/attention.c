@@ -83,7 +83,7 @@ static void attend(const attn_job *j, const q35_attn_seg *sg, int32_t r, int32_t
         for (int32_t g = 0; g < G; g++) {
             const float *gate = q + (size_t)t * QD * 2 + (size_t)g * 2 * HD + HD;
             float *oh = o + (size_t)t * QD + (size_t)g * HD;
-            for (int32_t d = 0; d < HD; d++) oh[d] *= 1.0f / (1.0f + expf(-gate[d]));
+            j->k->sigmoid_mul(oh, gate, oh, HD);
         }
 }
 

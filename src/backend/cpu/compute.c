@@ -76,11 +76,8 @@ static void swiglu_worker(void *p, int ith, int nth) {
     if (lo >= hi) return;
     const int64_t o0[2] = {lo, lo}, o1[2] = {hi, hi};
     j->k->matmul_n(2, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
-    for (int64_t t = 0; t < j->n_tok; t++) {
-        const float *g = j->ys[0] + t * I, *u = j->ys[1] + t * I;
-        float *h = j->swiglu_out + t * I;
-        for (int64_t i = lo; i < hi; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
+    for (int64_t t = 0; t < j->n_tok; t++)
+        j->k->silu_mul(j->swiglu_out + t * I + lo, j->ys[0] + t * I + lo, j->ys[1] + t * I + lo, hi - lo);
 }
 
 void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_tensor *W_gate, const q35_tensor *W_up,
@@ -94,8 +91,6 @@ void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_te
 }
 
 void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
-    double ss = 0.0;
-    for (int32_t i = 0; i < n; i++) ss += (double)src[i] * src[i];
-    float r = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int32_t i = 0; i < n; i++) dst[i] = src[i] * r * (1.0f + q35_tensor_get_f32(w, i));
+    float r = 1.0f / sqrtf((float)(q35_sum_squares(src, n) / n) + eps);
+    for (int32_t i = 0; i < n; i++) dst[i] = src[i] * r * (1.0f + q35_weight_f32(w, i));
 }

@@ -17,7 +17,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch threshold 20 */
 
@@ -45,9 +44,7 @@ void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, c
 }
 
 static void l2norm(float *x, int32_t n) {
-    double ss = 0.0;
-    for (int32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float r = 1.0f / sqrtf((float)ss + 1e-6f);
+    float r = 1.0f / sqrtf((float)q35_sum_squares(x, n) + 1e-6f);
     for (int32_t i = 0; i < n; i++) x[i] *= r;
 }
 
@@ -64,27 +61,19 @@ typedef struct {
 
 /* Causal depthwise conv + SiLU of channels [ch0, ch0 + n) over one
  * sequence's rows (raw -> y), advancing its conv state: tap j multiplies the
- * input CK-1-j steps back. */
+ * input CK-1-j steps back. The taps go to the kernel as fp32, 64 channels at
+ * a time. */
 static void conv_channels(const heads_job *j, const q35_gdn_seg *sg, int32_t ch0, int32_t n) {
     const q35_config *c = j->c;
     const int32_t CD = q35_conv_dim(c), CK = c->lin_conv_kernel;
-    for (int32_t ch = ch0; ch < ch0 + n; ch++) {
-        float w[16], hist[16 + 1];
-        for (int32_t i = 0; i < CK; i++) w[i] = q35_tensor_get_f32(&j->l->conv1d, (int64_t)ch * CK + i);
-        float *st = sg->conv_state + (size_t)ch * (CK - 1);
-        for (int32_t i = 0; i < CK - 1; i++) hist[i] = st[i];
-        for (int32_t t = 0; t < sg->n_rows; t++) {
-            size_t row = (size_t)(sg->row0 + t);
-            hist[CK - 1] = j->raw[row * CD + ch];
-            float acc = 0.0f;
-            for (int32_t i = 0; i < CK; i++) acc += w[i] * hist[i];
-            j->y[row * CD + ch] = silu(acc);
-            for (int32_t i = 0; i < CK - 1; i++) hist[i] = hist[i + 1];
-            if (sg->rows_conv && t + 1 < sg->n_rows)
-                memcpy(sg->rows_conv + (size_t)t * sg->rows_stride + (size_t)ch * (CK - 1), hist,
-                       sizeof(float) * (size_t)(CK - 1));
-        }
-        for (int32_t i = 0; i < CK - 1; i++) st[i] = hist[i];
+    const size_t r0 = (size_t)sg->row0 * CD;
+    for (int32_t b = ch0; b < ch0 + n; b += 64) {
+        const int32_t nb = ch0 + n - b < 64 ? ch0 + n - b : 64;
+        float w[64 * 16];
+        for (int32_t i = 0; i < nb * CK; i++) w[i] = q35_weight_f32(&j->l->conv1d, (int64_t)b * CK + i);
+        j->k->conv_silu(j->y + r0 + b, (size_t)CD, j->raw + r0 + b, (size_t)CD, w,
+                        sg->conv_state + (size_t)b * (CK - 1), nb, sg->n_rows, CK,
+                        sg->rows_conv ? sg->rows_conv + (size_t)b * (CK - 1) : NULL, sg->rows_stride);
     }
 }
 
@@ -115,11 +104,10 @@ static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float
         j->k->gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
     for (int32_t t = 0; t < T; t++) { /* gated RMSNorm: normalise, * w (plain), * silu(z) */
         const float *o = ho + (size_t)t * DV, *zt = j->z + (size_t)(r0 + t) * VD + h * DV;
-        double ss = 0.0;
-        for (int32_t i = 0; i < DV; i++) ss += (double)o[i] * o[i];
-        float r = 1.0f / sqrtf((float)(ss / DV) + c->rms_norm_eps);
+        float r = 1.0f / sqrtf((float)(q35_sum_squares(o, DV) / DV) + c->rms_norm_eps);
         float *dst = j->core + (size_t)(r0 + t) * VD + h * DV;
-        for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_tensor_get_f32(&l->gdn_norm, i) * silu(zt[i]);
+        j->k->silu_mul(dst, zt, NULL, DV);
+        for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_weight_f32(&l->gdn_norm, i) * dst[i];
     }
 }
 

@@ -25,7 +25,9 @@
  * gemm_f32 (the vision tower's attention): register tiles of 6 rows of A by
  * 16 columns of B, each C element one FMA chain over k. softmax_rows: its
  * row softmax, with attention's exp (attend_driver.inc), eight lanes of fp32
- * sums. */
+ * sums. silu_mul (SwiGLU, the GDN gated norm) and sigmoid_mul (attention's
+ * output gate): the same exp. conv_silu (the GDN convolution): 8 channels
+ * per vector, then silu_mul's silu. */
 #include "backend/cpu/kernels/kernels.h"
 
 #include <immintrin.h>
@@ -437,3 +439,84 @@ void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float 
         if (c < n) _mm256_maskstore_ps(s + c, tail, _mm256_mul_ps(_mm256_maskload_ps(s + c, tail), inv));
     }
 }
+
+/* ---- silu_mul, sigmoid_mul ---- */
+
+/* With t = e^-|g| (never above 1, so no overflow), sigmoid(g) is 1 / (1 + t)
+ * for g >= 0 and t / (1 + t) below: silu(g) u = (g >= 0 ? g : g t) / (1 +
+ * t) u, and u sigmoid(g) = u ((g >= 0 ? 1 : t) / (1 + t)). blendv picks its
+ * second operand where g's sign bit is set. A NaN g gives t = 0: silu's
+ * numerator keeps it, sigmoid puts it back. */
+static inline __m256 gate8(const int silu, __m256 g, __m256 u) {
+    const __m256 t = att_exp_neg(_mm256_or_ps(g, _mm256_set1_ps(-0.0f))); /* -|g| */
+    const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), t);
+    if (silu) return _mm256_mul_ps(_mm256_div_ps(_mm256_blendv_ps(g, _mm256_mul_ps(g, t), g), den), u);
+    const __m256 sig = _mm256_div_ps(_mm256_blendv_ps(_mm256_set1_ps(1.0f), t, g), den);
+    return _mm256_mul_ps(u, _mm256_blendv_ps(sig, g, _mm256_cmp_ps(g, g, _CMP_UNORD_Q))); /* a NaN g stays NaN */
+}
+
+static inline __attribute__((always_inline)) void gate_mul(const int silu, float *h, const float *g, const float *u,
+                                                           int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(h + i, gate8(silu, _mm256_loadu_ps(g + i), u ? _mm256_loadu_ps(u + i) : one));
+    if (i < n) { /* the tail through masked lanes: the same arithmetic */
+        const __m256i m =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 um = u ? _mm256_maskload_ps(u + i, m) : one;
+        _mm256_maskstore_ps(h + i, m, gate8(silu, _mm256_maskload_ps(g + i, m), um));
+    }
+}
+
+void q35_silu_mul_avx2(float *h, const float *g, const float *u, int64_t n) { gate_mul(1, h, g, u, n); }
+
+void q35_sigmoid_mul_avx2(float *h, const float *g, const float *u, int64_t n) { gate_mul(0, h, g, u, n); }
+
+/* ---- conv_silu ---- */
+
+/* Channels [c, c + 8) (lanes under m) over every row: the taps and the
+ * history transposed into one vector per tap, then per row one multiply and
+ * one add per tap in tap order (the reference's sum, bit for bit) and
+ * silu_mul's silu. CK is a literal after inlining where it is 4. */
+static inline __attribute__((always_inline)) void conv_silu8(const int CK, float *y, size_t ldy, const float *x,
+                                                             size_t ldx, const float *w, float *state, int nl,
+                                                             int32_t T, float *rows, size_t rows_stride) {
+    float wt[16][8] = {{0}}, ht[16][8] = {{0}};
+    for (int l = 0; l < nl; l++)
+        for (int i = 0; i < CK; i++) {
+            wt[i][l] = w[(size_t)l * CK + i];
+            if (i < CK - 1) ht[i][l] = state[(size_t)l * (CK - 1) + i];
+        }
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nl), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 wv[16], hv[16];
+    for (int i = 0; i < CK; i++) wv[i] = _mm256_loadu_ps(wt[i]), hv[i] = _mm256_loadu_ps(ht[i]);
+    for (int32_t t = 0; t < T; t++) {
+        hv[CK - 1] = _mm256_maskload_ps(x + (size_t)t * ldx, m);
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < CK; i++) acc = _mm256_add_ps(acc, _mm256_mul_ps(wv[i], hv[i]));
+        _mm256_maskstore_ps(y + (size_t)t * ldy, m, gate8(1, acc, one));
+        for (int i = 0; i < CK - 1; i++) hv[i] = hv[i + 1];
+        if (rows && t + 1 < T) {
+            for (int i = 0; i < CK - 1; i++) _mm256_storeu_ps(ht[i], hv[i]);
+            float *r = rows + (size_t)t * rows_stride;
+            for (int l = 0; l < nl; l++)
+                for (int i = 0; i < CK - 1; i++) r[(size_t)l * (CK - 1) + i] = ht[i][l];
+        }
+    }
+    for (int i = 0; i < CK - 1; i++) _mm256_storeu_ps(ht[i], hv[i]);
+    for (int l = 0; l < nl; l++)
+        for (int i = 0; i < CK - 1; i++) state[(size_t)l * (CK - 1) + i] = ht[i][l];
+}
+
+void q35_conv_silu_avx2(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state, int32_t n,
+                        int32_t T, int32_t CK, float *rows, size_t rows_stride) {
+    for (int32_t c = 0; c < n; c += 8) {
+        const int nl = n - c < 8 ? (int)(n - c) : 8;
+        float *yc = y + c, *sc = state + (size_t)c * (CK - 1), *rc = rows ? rows + (size_t)c * (CK - 1) : NULL;
+        if (CK == 4) conv_silu8(4, yc, ldy, x + c, ldx, w + (size_t)c * 4, sc, nl, T, rc, rows_stride);
+        else conv_silu8(CK, yc, ldy, x + c, ldx, w + (size_t)c * CK, sc, nl, T, rc, rows_stride);
+    }
+}
+

@@ -130,6 +130,32 @@ void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const fl
  * element relative to the row's largest in the tests (about 1e-7 seen). */
 void q35_softmax_rows_ref(float *S, size_t lds, int64_t rows, int64_t n, float scale);
 
+/* h[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] for i < n, or
+ * silu(g[i]) alone where u is NULL (SwiGLU, the GDN convolution); h may be
+ * g. The reference takes expf; the fast tables use attention's polynomial
+ * exp of -|g| (within 1.3 ulp; 0 below -87.34, where expf is under 1.2e-38)
+ * and a division: |dh| <= 1e-6 |h| + 1.1e-36 |u| in the tests (the second
+ * term is g in -88.73 .. -87.34, where h is below 1.05e-36 |u| and the fast
+ * tables give 0). Each element's bits do not depend on n or on where it
+ * sits in the array. */
+void q35_silu_mul_ref(float *h, const float *g, const float *u, int64_t n);
+
+/* The GDN causal depthwise convolution and its SiLU, n channels over T rows:
+ * channel c of row t is y[t * ldy + c] = silu(sum_{i < CK} w[c * CK + i] *
+ * h[i]), h the channel's last CK inputs up to row t (x[t * ldx + c] last,
+ * state[c * (CK - 1) ..] before row 0), the sum from 0 in tap order, each
+ * product rounded then added (no FMA), silu as silu_mul's. state (n, CK - 1)
+ * moves past row T - 1; with rows, the state after each row t < T - 1 also
+ * goes to rows + t * rows_stride. CK <= 16. The fast tables' sums are the
+ * reference's bits; their silu is silu_mul's. */
+void q35_conv_silu_ref(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state, int32_t n,
+                       int32_t T, int32_t CK, float *rows, size_t rows_stride);
+
+/* h[i] = u[i] * sigmoid(g[i]) = u[i] * (1 / (1 + exp(-g[i]))) for i < n
+ * (attention's output gate); h may be u. The same exp and bounds as
+ * silu_mul, with 1.2e-38 |u| for the second term. */
+void q35_sigmoid_mul_ref(float *h, const float *g, const float *u, int64_t n);
+
 /* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
@@ -145,6 +171,10 @@ void q35_attend_rows_q8_avx2(float *o, size_t o_row, size_t o_stride, const floa
                              int32_t R, int32_t G, const uint8_t *k, const uint8_t *v, size_t kv_stride,
                              int32_t n_keys0, int32_t key_step, int32_t HD, float scale, float *scores);
 void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float scale);
+void q35_silu_mul_avx2(float *h, const float *g, const float *u, int64_t n);
+void q35_sigmoid_mul_avx2(float *h, const float *g, const float *u, int64_t n);
+void q35_conv_silu_avx2(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state, int32_t n,
+                        int32_t T, int32_t CK, float *rows, size_t rows_stride);
 void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
                        int64_t N, int64_t K);
 
@@ -169,6 +199,10 @@ typedef void (*q35_attend_rows_q8_fn)(float *o, size_t o_row, size_t o_stride, c
                                       float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
 typedef void (*q35_softmax_rows_fn)(float *S, size_t lds, int64_t rows, int64_t n, float scale);
+typedef void (*q35_silu_mul_fn)(float *h, const float *g, const float *u, int64_t n);
+typedef void (*q35_sigmoid_mul_fn)(float *h, const float *g, const float *u, int64_t n);
+typedef void (*q35_conv_silu_fn)(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state,
+                                 int32_t n, int32_t T, int32_t CK, float *rows, size_t rows_stride);
 typedef void (*q35_gemm_f32_fn)(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb,
                                 int64_t M, int64_t N, int64_t K);
 
@@ -197,6 +231,9 @@ typedef struct q35_kernels {
     q35_gemm_f32_fn gemm_f32;
     q35_softmax_rows_fn softmax_rows;
     q35_attend_rows_q8_fn attend_rows_q8;
+    q35_silu_mul_fn silu_mul;
+    q35_sigmoid_mul_fn sigmoid_mul;
+    q35_conv_silu_fn conv_silu;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

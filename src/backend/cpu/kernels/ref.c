@@ -7,6 +7,7 @@
 #include "base/util.h"
 
 #include <math.h>
+#include <string.h>
 
 static void row_to_f32(float *out, const q35_tensor *W, int64_t r) {
     int64_t n = W->shape[W->ndim - 1];
@@ -259,6 +260,33 @@ void q35_softmax_rows_ref(float *S, size_t lds, int64_t rows, int64_t n, float s
     }
 }
 
+void q35_silu_mul_ref(float *h, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
+}
+
+void q35_conv_silu_ref(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state, int32_t n,
+                       int32_t T, int32_t CK, float *rows, size_t rows_stride) {
+    for (int32_t c = 0; c < n; c++) {
+        float hist[16];
+        float *st = state + (size_t)c * (CK - 1);
+        for (int32_t i = 0; i < CK - 1; i++) hist[i] = st[i];
+        for (int32_t t = 0; t < T; t++) {
+            hist[CK - 1] = x[(size_t)t * ldx + c];
+            float acc = 0.0f;
+            for (int32_t i = 0; i < CK; i++) acc += w[(size_t)c * CK + i] * hist[i];
+            y[(size_t)t * ldy + c] = acc / (1.0f + expf(-acc));
+            for (int32_t i = 0; i < CK - 1; i++) hist[i] = hist[i + 1];
+            if (rows && t + 1 < T)
+                memcpy(rows + (size_t)t * rows_stride + (size_t)c * (CK - 1), hist, sizeof(float) * (size_t)(CK - 1));
+        }
+        for (int32_t i = 0; i < CK - 1; i++) st[i] = hist[i];
+    }
+}
+
+void q35_sigmoid_mul_ref(float *h, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h[i] = u[i] * (1.0f / (1.0f + expf(-g[i])));
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -270,4 +298,5 @@ uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
 const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q35_gdn_recurrent_ref,
                                      q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref,
                                      q35_attend_rows_ref, q35_gemm_f32_ref, q35_softmax_rows_ref,
-                                     q35_attend_rows_q8_ref};
+                                     q35_attend_rows_q8_ref, q35_silu_mul_ref,
+                                     q35_sigmoid_mul_ref, q35_conv_silu_ref};
