@@ -426,7 +426,7 @@ static void check_gate_op(int silu) {
     const double flushed = silu ? 1.1e-36 : 1.2e-38; /* |h| / |u| where the fast exp gives 0 */
     (silu ? q35_silu_mul_ref : q35_sigmoid_mul_ref)(ref, g, u, N);
     for (int ti = 0; ti < n; ti++) {
-        const q35_silu_mul_fn fn = silu ? tb[ti]->silu_mul : tb[ti]->sigmoid_mul;
+        const q35_gate_mul_fn fn = silu ? tb[ti]->silu_mul : tb[ti]->sigmoid_mul;
         long bad = 0, pieces = 0, other = 0;
         fn(h, g, u, N);
         for (int i = 0; i < N; i++) {

@@ -199,8 +199,8 @@ typedef void (*q35_attend_rows_q8_fn)(float *o, size_t o_row, size_t o_stride, c
                                       float *scores);
 typedef uint64_t (*q35_read_stream_fn)(const void *p, size_t bytes);
 typedef void (*q35_softmax_rows_fn)(float *S, size_t lds, int64_t rows, int64_t n, float scale);
-typedef void (*q35_silu_mul_fn)(float *h, const float *g, const float *u, int64_t n);
-typedef void (*q35_sigmoid_mul_fn)(float *h, const float *g, const float *u, int64_t n);
+/* silu_mul and sigmoid_mul: h from a gate g and a factor u, elementwise */
+typedef void (*q35_gate_mul_fn)(float *h, const float *g, const float *u, int64_t n);
 typedef void (*q35_conv_silu_fn)(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state,
                                  int32_t n, int32_t T, int32_t CK, float *rows, size_t rows_stride);
 typedef void (*q35_gemm_f32_fn)(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb,
@@ -231,8 +231,8 @@ typedef struct q35_kernels {
     q35_gemm_f32_fn gemm_f32;
     q35_softmax_rows_fn softmax_rows;
     q35_attend_rows_q8_fn attend_rows_q8;
-    q35_silu_mul_fn silu_mul;
-    q35_sigmoid_mul_fn sigmoid_mul;
+    q35_gate_mul_fn silu_mul;
+    q35_gate_mul_fn sigmoid_mul;
     q35_conv_silu_fn conv_silu;
 } q35_kernels;
 
