@@ -239,30 +239,38 @@ TEST(ops, attend_rows_equal_rows_alone) {
 TEST(ops, kv_q8_rows_and_attention_over_them) {
     const q35_kernels *tb[4];
     int n = tables(tb);
-    const int32_t dims[] = {256, 32, 24, 16, 48}, firsts[] = {1, 130}, rows[] = {1, 5}, groups[] = {1, 4, 5};
-    for (size_t di = 0; di < 5; di++) {
-        const int32_t HD = dims[di], B = q35_kv_q8_block(HD);
+    const int32_t dims[] = {256, 128, 64, 32, 24, 16, 48}, firsts[] = {1, 130}, rows[] = {1, 5}, groups[] = {1, 4, 5};
+    for (size_t di = 0; di < 7; di++) {
+        const int32_t HD = dims[di], B = q35_kv_q8_block(HD), nb = q35_kv_q8_nblocks(HD);
         const size_t rb = q35_kv_q8_row_bytes(HD), stride = rb + 16; /* padding between rows */
         CHECK_EQ_INT((int64_t)rb, (int64_t)(HD + 4 * (HD / B)));
-        { /* round trip, a zero block, NaN */
+        CHECK_EQ_INT(nb, HD % 32 ? 1 : HD / 32);
+        { /* round trip, a zero block, NaN; value i in block (i / 4) % nb */
             float x[256], y[256];
             uint8_t row[256 + 32];
+            int32_t count[8] = {0};
             for (int32_t i = 0; i < HD; i++) x[i] = 3.0f * frand();
-            for (int32_t i = 0; i < B; i++) x[i] = 0.0f;
+            for (int32_t i = 0; i < HD; i++)
+                if (q35_kv_q8_block_of(i, nb) == 0) x[i] = 0.0f;
             x[HD - 1] = NAN;
             q35_kv_q8_quantize(row, x, HD);
             q35_kv_q8_dequantize(y, row, HD);
             long bad = 0;
-            for (int32_t b = 0; b < HD / B; b++) {
+            for (int32_t b = 0; b < nb; b++) {
                 float d, amax = 0;
                 memcpy(&d, row + 4 * b, 4);
-                for (int32_t i = b * B; i < (b + 1) * B; i++)
-                    if (x[i] == x[i]) amax = fmaxf(amax, fabsf(x[i]));
+                for (int32_t i = 0; i < HD; i++)
+                    if (i / 4 % nb == b && x[i] == x[i]) amax = fmaxf(amax, fabsf(x[i]));
                 bad += d != amax / 127.0f;
-                for (int32_t i = b * B; i < (b + 1) * B; i++)
-                    bad += x[i] == x[i] ? !(fabsf(y[i] - x[i]) <= 0.5f * d * 1.0001f) : y[i] != 0.0f;
+                for (int32_t i = 0; i < HD; i++)
+                    if (i / 4 % nb == b) {
+                        count[b]++;
+                        bad += x[i] == x[i] ? !(fabsf(y[i] - x[i]) <= 0.5f * d * 1.0001f) : y[i] != 0.0f;
+                    }
+                bad += count[b] != B;
             }
-            for (int32_t i = 0; i < B; i++) bad += y[i] != 0.0f || row[4 * (HD / B) + i] != 0;
+            for (int32_t i = 0; i < HD; i++)
+                if (i / 4 % nb == 0) bad += y[i] != 0.0f || row[4 * nb + i] != 0;
             CHECK_MSG(bad == 0, "HD=%d: %ld values off", HD, bad);
         }
         for (size_t fi = 0; fi < 2; fi++)
@@ -278,8 +286,13 @@ TEST(ops, kv_q8_rows_and_attention_over_them) {
                         float *o_ref = calloc(o_row * R, sizeof(float)), *o_f = calloc(o_row * R, sizeof(float));
                         float *o = calloc(o_row * R, sizeof(float)), *o1 = malloc(sizeof(float) * HD * G);
                         for (size_t i = 0; i < q_row * R; i++) q[i] = 2.0f * frand();
+                        /* row 0's head 0 and key 0 at full scale with one sign pattern: every code product
+                         * 127 x 127 (no saturation in the integer dots) */
+                        for (int32_t i = 0; i < HD; i++) q[i] = i % 3 ? 2.0f : -2.0f;
                         for (int32_t p = 0; p < NK; p++) {
                             for (int32_t i = 0; i < HD; i++) x[i] = frand() * (i % 7 == 3 ? 8.0f : 1.0f);
+                            if (p == 0)
+                                for (int32_t i = 0; i < HD; i++) x[i] = i % 3 ? 1.0f : -1.0f;
                             q35_kv_q8_quantize(kc + p * stride, x, HD);
                             for (int32_t i = 0; i < HD; i++) x[i] = frand();
                             q35_kv_q8_quantize(vc + p * stride, x, HD);
@@ -289,8 +302,19 @@ TEST(ops, kv_q8_rows_and_attention_over_them) {
                         const float scale = 1.0f / sqrtf((float)HD);
                         q35_attend_rows_q8_ref(o_ref, o_row, HD, q, q_row, q_stride, R, G, kc, vc, stride, N0, step,
                                                HD, scale, scores);
-                        q35_attend_rows_ref(o_f, o_row, HD, q, q_row, q_stride, R, G, kf, vf, HD, N0, step, HD, scale,
+                        /* the fp32 reference over the same values: the cache's, and each query head rounded
+                         * to the row format as the integer scores take it */
+                        float *qf = malloc(sizeof(float) * q_row * R);
+                        uint8_t qrow[256 + 32];
+                        memcpy(qf, q, sizeof(float) * q_row * R);
+                        for (int32_t r = 0; r < R; r++)
+                            for (int32_t g = 0; g < G; g++) {
+                                q35_kv_q8_quantize(qrow, q + r * q_row + g * q_stride, HD);
+                                q35_kv_q8_dequantize(qf + r * q_row + g * q_stride, qrow, HD);
+                            }
+                        q35_attend_rows_ref(o_f, o_row, HD, qf, q_row, q_stride, R, G, kf, vf, HD, N0, step, HD, scale,
                                             scores);
+                        free(qf);
                         double worst = 0;
                         for (int32_t r = 0; r < R; r++) {
                             double d = rel_max_diff(o_ref + r * o_row, o_f + r * o_row, (size_t)HD * G);

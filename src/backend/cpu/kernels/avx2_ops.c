@@ -29,6 +29,7 @@
  * output gate): the same exp. conv_silu (the GDN convolution): 8 channels
  * per vector, then silu_mul's silu. */
 #include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/attend_q8.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -170,6 +171,40 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 #define av_hsum(v) hsum8(v)
 #define av_hmax(v) hmax8(v)
 #define av_ldexp_or_zero(p, n, x) ldexp_or_zero8((p), (n), (x), ATT_EXP_LO)
+/* The 8-bit cache's integer scores (attend_q8.h): per 32 codes, vpmaddubsw of the query's magnitudes
+ * with the key's codes under the query's signs (|q| k sgn q: pairs at most 2 x 127 x 127, no
+ * saturation), then vpmaddwd to 32-bit lanes, each its exact share of one block's dot product
+ * (lane l: block l % nb). 8 blocks: q35_kv_q8_score_sum's tree is hsum8's. */
+ALWAYS_INLINE float att_q8_score(const att_q8_query *qq, const uint8_t *row, int32_t HD, int32_t nb) {
+    const int8_t *kc = (const int8_t *)(row + sizeof(float) * (size_t)nb);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc = _mm256_setzero_si256();
+    for (int32_t j = 0; j < HD; j += 32) {
+        const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(qq->a + j)),
+                                               _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(kc + j)),
+                                                                _mm256_load_si256((const __m256i *)(qq->c + j))));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+    }
+    if (nb == 8)
+        return hsum8(_mm256_mul_ps(_mm256_cvtepi32_ps(acc),
+                                   _mm256_mul_ps(_mm256_load_ps(qq->d), _mm256_loadu_ps((const float *)row))));
+    int32_t lanes[8], I[8] = {0};
+    float kd[8];
+    _mm256_storeu_si256((__m256i *)lanes, acc);
+    for (int l = 0; l < 8; l++) I[l & (nb - 1)] += lanes[l]; /* nb 1, 2 or 4 */
+    memcpy(kd, row, sizeof(float) * (size_t)nb);
+    if (nb == 1) return (float)I[0] * (qq->d[0] * kd[0]);
+    return q35_kv_q8_score_sum(I, qq->d, kd, nb);
+}
+
+/* a row's nb scales by lane: vector s lane l is scale idx[8 s + l] */
+static inline void att_q8_scale_vecs(float *dst, const void *row, int32_t nb, const int32_t *idx, int32_t nsv) {
+    const __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 d = _mm256_maskload_ps((const float *)row, lt);
+    for (int32_t s = 0; s < nsv; s++)
+        _mm256_store_ps(dst + 8 * s, _mm256_permutevar8x32_ps(d, _mm256_loadu_si256((const __m256i *)(idx + 8 * s))));
+}
+#define ATT_Q8_HDM 32
 #define ATT_KP 2
 #define ATT_FN q35_attend_heads_avx2
 #define ATT_ROWS_FN q35_attend_rows_avx2

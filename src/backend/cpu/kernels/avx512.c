@@ -29,6 +29,7 @@
  * states for it. */
 #include "formats/bfp.h"
 #include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/attend_q8.h"
 #include "base/util.h"
 
 #include <immintrin.h>
@@ -680,6 +681,96 @@ static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const flo
 /* vscalefps: p 2^n exactly; 0 where x is below the range */
 #define av_ldexp_or_zero(p, n, x) \
     _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask((x), _mm512_set1_ps(ATT_EXP_LO), _CMP_GE_OQ), (p), (n))
+/* The 8-bit cache's integer scores (attend_q8.h): a key's 64-code vectors (a last 32 masked), made
+ * unsigned by adding 128 (xor 0x80), against the query's signed codes with vpdpbusd, from -128 times the
+ * query's lane sums, so each lane ends at its exact share of one block's dot product (lane l: block
+ * l % nb). */
+ALWAYS_INLINE __m512i att_q8_lanes(const att_q8_query *qq, const int8_t *kc, int32_t HD) {
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    __m512i acc = _mm512_load_si512(qq->corr);
+    int32_t j = 0;
+    for (; j + 64 <= HD; j += 64)
+        acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_loadu_si512(kc + j), x80), _mm512_load_si512(qq->c + j));
+    if (j < HD) { /* the last 32 codes into lanes 0-7, the rest 128 x 0 */
+        const __mmask64 m = ((__mmask64)1 << (HD - j)) - 1;
+        acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, kc + j), x80),
+                                  _mm512_maskz_loadu_epi8(m, qq->c + j));
+    }
+    return acc;
+}
+
+/* q35_kv_q8_score_sum of a key's block dots: for 8 blocks in vectors (lanes b + b+4, b+2, b+1, as its tree) */
+ALWAYS_INLINE float att_q8_score(const att_q8_query *qq, const uint8_t *row, int32_t HD, int32_t nb) {
+    const __m512i acc = att_q8_lanes(qq, (const int8_t *)(row + sizeof(float) * (size_t)nb), HD);
+    if (nb == 8) {
+        const __m256i I = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+        const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(I),
+                                       _mm256_mul_ps(_mm256_load_ps(qq->d), _mm256_loadu_ps((const float *)row)));
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+    }
+    float kd[8];
+    memcpy(kd, row, sizeof(float) * (size_t)nb);
+    if (nb == 1) return (float)_mm512_reduce_add_epi32(acc) * (qq->d[0] * kd[0]);
+    int32_t lanes[16], I[8] = {0};
+    _mm512_storeu_si512(lanes, acc);
+    for (int l = 0; l < 16; l++) I[l & (nb - 1)] += lanes[l]; /* nb 2 or 4 */
+    return q35_kv_q8_score_sum(I, qq->d, kd, nb);
+}
+
+/* 4 keys x 4 heads with 8 blocks: each head's lanes folded to its 8 block sums (two heads per vector),
+ * then the tree across 128-bit quarters (b + 4), and over the 4 keys at once (b + 2, b + 1): lane 4g + i
+ * of the last vector is head g's score of key i, att_q8_score's bits. */
+static inline void att_q8_tile_4x4(const att_q8_query *qq, const uint8_t *k, size_t kv_stride, int32_t p0,
+                                   int32_t HD, float scale, float *s, size_t n_keys) {
+    const __m512 qd01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(qq[0].d)), _mm256_load_ps(qq[1].d), 1);
+    const __m512 qd23 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(qq[2].d)), _mm256_load_ps(qq[3].d), 1);
+    __m512 w[4];
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *row = k + (size_t)(p0 + i) * kv_stride;
+        const int8_t *kc = (const int8_t *)(row + 32);
+        const __m512i x80 = _mm512_set1_epi8((char)0x80);
+        __m512i a0 = _mm512_load_si512(qq[0].corr), a1 = _mm512_load_si512(qq[1].corr);
+        __m512i a2 = _mm512_load_si512(qq[2].corr), a3 = _mm512_load_si512(qq[3].corr);
+        for (int32_t j = 0; j < HD; j += 64) {
+            const __m512i kx = _mm512_xor_si512(_mm512_loadu_si512(kc + j), x80);
+            a0 = _mm512_dpbusd_epi32(a0, kx, _mm512_load_si512(qq[0].c + j));
+            a1 = _mm512_dpbusd_epi32(a1, kx, _mm512_load_si512(qq[1].c + j));
+            a2 = _mm512_dpbusd_epi32(a2, kx, _mm512_load_si512(qq[2].c + j));
+            a3 = _mm512_dpbusd_epi32(a3, kx, _mm512_load_si512(qq[3].c + j));
+        }
+        const __m512i P = _mm512_add_epi32(_mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                           _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
+        const __m512i Q = _mm512_add_epi32(_mm512_shuffle_i32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                           _mm512_shuffle_i32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+        const __m512 kd = _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)row));
+        const __m512 tP = _mm512_mul_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(qd01, kd));
+        const __m512 tQ = _mm512_mul_ps(_mm512_cvtepi32_ps(Q), _mm512_mul_ps(qd23, kd));
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(tP, tQ, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(tP, tQ, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    const __m512 x01 = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 x23 = _mm512_add_ps(_mm512_shuffle_ps(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_ps(w[2], w[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 h = _mm512_mul_ps(_mm512_add_ps(_mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 1, 3, 1))),
+                                   _mm512_set1_ps(scale));
+    _mm_storeu_ps(s, _mm512_castps512_ps128(h));
+    _mm_storeu_ps(s + n_keys, _mm512_extractf32x4_ps(h, 1));
+    _mm_storeu_ps(s + 2 * n_keys, _mm512_extractf32x4_ps(h, 2));
+    _mm_storeu_ps(s + 3 * n_keys, _mm512_extractf32x4_ps(h, 3));
+}
+
+/* a row's nb scales by lane: vector s lane l is scale idx[16 s + l] */
+static inline void att_q8_scale_vecs(float *dst, const void *row, int32_t nb, const int32_t *idx, int32_t nsv) {
+    const __m512 d = _mm512_maskz_loadu_ps((__mmask16)((1u << nb) - 1), row);
+    for (int32_t s = 0; s < nsv; s++)
+        _mm512_store_ps(dst + 16 * s, _mm512_permutexvar_ps(_mm512_loadu_si512(idx + 16 * s), d));
+}
+#define ATT_Q8_TILE_4X4 att_q8_tile_4x4
+#define ATT_Q8_HDM 32
 #define ATT_KP 4
 #define ATT_FN attend_heads_isa
 #define ATT_ROWS_FN attend_rows_isa

@@ -182,10 +182,23 @@ static float kv_elem_f32(const void *base, size_t stride, int32_t p, int32_t d, 
 
 static float kv_elem_q8(const void *base, size_t stride, int32_t p, int32_t d, int32_t HD) {
     const uint8_t *row = (const uint8_t *)base + (size_t)p * stride;
-    const int32_t B = q35_kv_q8_block(HD);
+    const int32_t nb = q35_kv_q8_nblocks(HD);
     float sc;
-    memcpy(&sc, row + sizeof(float) * (size_t)(d / B), sizeof sc);
-    return (float)((const int8_t *)(row + sizeof(float) * (size_t)(HD / B)))[d] * sc;
+    memcpy(&sc, row + sizeof(float) * (size_t)q35_kv_q8_block_of(d, nb), sizeof sc);
+    return (float)((const int8_t *)(row + sizeof(float) * (size_t)nb))[d] * sc;
+}
+
+/* the softmax of scores[0, n_keys) (mx their largest) and o = their weighted sum of the value rows */
+static void attend_values(float *o, const void *v, size_t kv_stride, int32_t n_keys, int32_t HD, float *scores,
+                          float mx, kv_elem_fn elem) {
+    double sum = 0.0;
+    for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
+    float inv = (float)(1.0 / sum);
+    for (int32_t d = 0; d < HD; d++) o[d] = 0.0f;
+    for (int32_t p = 0; p < n_keys; p++) {
+        float wgt = scores[p] * inv;
+        for (int32_t d = 0; d < HD; d++) o[d] += wgt * elem(v, kv_stride, p, d, HD);
+    }
 }
 
 static void attend_head(float *o, const float *q, const void *k, const void *v, size_t kv_stride, int32_t n_keys,
@@ -197,14 +210,29 @@ static void attend_head(float *o, const float *q, const void *k, const void *v, 
         scores[p] = (float)acc * scale;
         if (scores[p] > mx) mx = scores[p];
     }
-    double sum = 0.0;
-    for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
-    float inv = (float)(1.0 / sum);
-    for (int32_t d = 0; d < HD; d++) o[d] = 0.0f;
+    attend_values(o, v, kv_stride, n_keys, HD, scores, mx, elem);
+}
+
+/* one query head over the 8-bit cache: its integer scores (kernels.h), then the values */
+static void attend_head_q8(float *o, const float *q, const uint8_t *k, const uint8_t *v, size_t kv_stride,
+                           int32_t n_keys, int32_t HD, float scale, float *scores) {
+    const int32_t nb = q35_kv_q8_nblocks(HD);
+    uint8_t qrow[Q35_KV_Q8_SCORE_HD_MAX + 4 * Q35_KV_Q8_SCORE_NB_MAX];
+    q35_kv_q8_quantize(qrow, q, HD);
+    float qd[Q35_KV_Q8_SCORE_NB_MAX], kd[Q35_KV_Q8_SCORE_NB_MAX];
+    memcpy(qd, qrow, sizeof(float) * (size_t)nb);
+    const int8_t *qc = (const int8_t *)(qrow + sizeof(float) * (size_t)nb);
+    float mx = -INFINITY;
     for (int32_t p = 0; p < n_keys; p++) {
-        float wgt = scores[p] * inv;
-        for (int32_t d = 0; d < HD; d++) o[d] += wgt * elem(v, kv_stride, p, d, HD);
+        const uint8_t *row = k + (size_t)p * kv_stride;
+        const int8_t *kc = (const int8_t *)(row + sizeof(float) * (size_t)nb);
+        int32_t I[Q35_KV_Q8_SCORE_NB_MAX] = {0};
+        for (int32_t d = 0; d < HD; d++) I[q35_kv_q8_block_of(d, nb)] += (int32_t)qc[d] * kc[d];
+        memcpy(kd, row, sizeof(float) * (size_t)nb);
+        scores[p] = q35_kv_q8_score_sum(I, qd, kd, nb) * scale;
+        if (scores[p] > mx) mx = scores[p];
     }
+    attend_values(o, v, kv_stride, n_keys, HD, scores, mx, kv_elem_q8);
 }
 
 void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
@@ -232,8 +260,8 @@ void q35_attend_rows_q8_ref(float *o, size_t o_row, size_t o_stride, const float
                             int32_t n_keys0, int32_t key_step, int32_t HD, float scale, float *scores) {
     for (int32_t r = 0; r < R; r++)
         for (int32_t g = 0; g < G; g++)
-            attend_head(o + (size_t)r * o_row + (size_t)g * o_stride, q + (size_t)r * q_row + (size_t)g * q_stride, k,
-                        v, kv_stride, n_keys0 + r * key_step, HD, scale, scores, kv_elem_q8);
+            attend_head_q8(o + (size_t)r * o_row + (size_t)g * o_stride, q + (size_t)r * q_row + (size_t)g * q_stride,
+                           k, v, kv_stride, n_keys0 + r * key_step, HD, scale, scores);
 }
 
 void q35_gemm_f32_ref(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
