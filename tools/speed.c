@@ -105,17 +105,22 @@ static q35_generation *timing_gen(q35_session *s, const float *logits, q35_error
     return g;
 }
 
-/* Median seconds of a plain decode step (on the non-speculative session
- * plain), of a verify step (k+1 checkpointed rows with their logits, as a
- * speculative step computes them, rewound) and of a whole
- * speculative step (draft + verify) on s with the full draft head
- * (t_step[0]) and with a reduced head of rows[h] rows (the lowest ids;
- * t_step[1 + h]). All of them are interleaved in one loop so that the ratios
- * do not drift with the machine's load. Both sessions start over from a
- * short prompt; s needs 8 * (1 + (n_rows + 1) * (k + 1)) more positions. */
+/* The median seconds of a plain decode step (on the non-speculative session
+ * plain), and in decode steps the costs of a verify step (k+1 checkpointed
+ * rows with their logits, as a speculative step computes them, rewound), of
+ * a whole speculative step (draft + verify) on s with the full draft head
+ * (r_step[0]) and with a reduced head of rows[h] rows (the lowest ids;
+ * r_step[1 + h]), and of those steps' drafts (the step less the verify:
+ * r_draft). All of them are interleaved in one loop, and each cost is the
+ * median over the rounds of that round's time over its own decode step, so
+ * that a change in the machine's read bandwidth between rounds (other
+ * tenants) cancels. Both sessions start over from a short prompt; s needs
+ * SPEC_REPS * (1 + (n_rows + 1) * (k + 1)) more positions. */
+enum { SPEC_REPS = 8 };
 static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, const int32_t *toks, int k, const int *rows,
-                           int n_rows, double *t_decode, double *t_verify, double *t_step, q35_error *err) {
-    enum { REPS = 8 };
+                           int n_rows, double *t_decode, double *r_verify, double *r_step, double *r_draft,
+                           q35_error *err) {
+    enum { REPS = SPEC_REPS };
     double d[REPS], v[REPS], w[9][REPS];
     int32_t max_rows = 0;
     for (int h = 0; h < n_rows; h++) max_rows = rows[h] > max_rows ? rows[h] : max_rows;
@@ -155,9 +160,16 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
     free(ids);
     free(logits);
     if (rc) return -1;
+    double ratio[REPS];
+    for (int r = 0; r < REPS; r++) ratio[r] = v[r] / d[r];
+    *r_verify = median(ratio, REPS);
+    for (int h = 0; h <= n_rows; h++) {
+        for (int r = 0; r < REPS; r++) ratio[r] = w[h][r] / d[r];
+        r_step[h] = median(ratio, REPS);
+        for (int r = 0; r < REPS; r++) ratio[r] = (w[h][r] - v[r]) / d[r];
+        r_draft[h] = median(ratio, REPS);
+    }
     *t_decode = median(d, REPS);
-    *t_verify = median(v, REPS);
-    for (int h = 0; h <= n_rows; h++) t_step[h] = median(w[h], REPS);
     return 0;
 }
 
@@ -272,7 +284,7 @@ int cmd_speed(int argc, char **argv) {
     int max_prompt = n_depths ? depth_prompt : 0; /* time_depths reads that many of the tokens */
     for (int i = 0; i < n_prompts; i++) if (prompts[i] > max_prompt) max_prompt = prompts[i];
     int32_t n_ctx = max_prompt + n_decode + 64;
-    int32_t spec_ctx = 8 + 8 * (1 + (n_draft_rows + 1) * (spec_k + 1)); /* time_spec_steps */
+    int32_t spec_ctx = 8 + SPEC_REPS * (1 + (n_draft_rows + 1) * (spec_k + 1)); /* time_spec_steps */
     if (n_ctx < spec_ctx) n_ctx = spec_ctx;
     q35_error err = {0};
     decode_row rows[8];
@@ -355,19 +367,24 @@ int cmd_speed(int argc, char **argv) {
                 if (q35_session_new(e, 64, &bs[nb], &err)) { rc = 1; break; }
                 if (q35_session_eval(bs[nb], toks + nb, 4, NULL, 0, &err)) { rc = 1; nb++; break; }
             }
-            double base = 0;
-            for (int bi = 0; bi < 4 && !rc; bi++) {
-                double v[5];
-                for (int r = 0; r < 5 && !rc; r++) {
+            /* rounds of 1, 2, 4 and 8 rows in turn; each cost the median over the rounds of that round's step
+             * over its own one-row step, so that a change in the read bandwidth between rounds cancels */
+            enum { BATCH_ROUNDS = 7 };
+            double bt[4][BATCH_ROUNDS];
+            for (int r = 0; r < BATCH_ROUNDS && !rc; r++)
+                for (int bi = 0; bi < 4 && !rc; bi++) {
                     double t0 = cli_now();
                     if (q35_batch_decode(bs, toks + 16, batch_sizes[bi], NULL, &err)) rc = 1;
-                    v[r] = cli_now() - t0;
+                    bt[bi][r] = cli_now() - t0;
                 }
-                double t = median(v, 5);
-                if (bi == 0) base = t;
-                batch_ratio[bi] = t / base;
-                fprintf(stderr, "batch decode of %d rows: %.3f s per step (%.2fx one row)\n", batch_sizes[bi], t, batch_ratio[bi]);
+            for (int bi = 0; bi < 4 && !rc; bi++) {
+                double ratio[BATCH_ROUNDS];
+                for (int r = 0; r < BATCH_ROUNDS; r++) ratio[r] = bt[bi][r] / bt[0][r];
+                batch_ratio[bi] = median(ratio, BATCH_ROUNDS);
             }
+            for (int bi = 0; bi < 4 && !rc; bi++)
+                fprintf(stderr, "batch decode of %d rows: %.3f s per step (median), %.2fx one row (median of rounds)\n",
+                        batch_sizes[bi], median(bt[bi], BATCH_ROUNDS), batch_ratio[bi]);
             for (int i = 0; i < nb; i++) q35_session_free(bs[i]);
             /* speculation: a verify step of k+1 rows, and a whole step with drafting */
             if (!rc && info.has_mtp && spec_k > 0) {
@@ -375,15 +392,15 @@ int cmd_speed(int argc, char **argv) {
                 for (int di = 0; di < n_draft_rows; di++)
                     head_rows[di] = draft_rows[di] < info.vocab_size ? draft_rows[di] : info.vocab_size;
                 q35_session *plain = NULL;
-                double t_verify = 0, t_dec = 0, t_step[9];
+                double t_dec = 0, r_step[9], r_draft[9];
                 if (q35_session_new(e, n_ctx, &plain, &err) || q35_session_set_spec(s, spec_k, &err) ||
-                    time_spec_steps(e, s, plain, toks, spec_k, head_rows, n_draft_rows, &t_dec, &t_verify, t_step, &err))
+                    time_spec_steps(e, s, plain, toks, spec_k, head_rows, n_draft_rows, &t_dec, &verify_ratio, r_step,
+                                    r_draft, &err))
                     rc = 1;
                 q35_session_free(plain);
                 if (!rc) {
-                    step_spec_s = t_step[0];
-                    verify_ratio = t_verify / t_dec;
-                    draft_ratio = (step_spec_s - t_verify) / t_dec;
+                    step_spec_s = r_step[0] * t_dec;
+                    draft_ratio = r_draft[0];
                     synthetic_tok_s = tokens_per_step(accept, spec_k) / step_spec_s;
                     fprintf(stderr, "speculation k=%d: decode step %.3f s; step %.2fx a decode step (verify %.2fx, drafting "
                             "%.2fx); SYNTHETIC acceptance %.2f -> %.2f tok/s (%.2fx plain decode)\n", spec_k, t_dec,
@@ -394,9 +411,9 @@ int cmd_speed(int argc, char **argv) {
                     draft_row *d = &dr[n_dr++];
                     d->rows = head_rows[di];
                     /* the whole step is the robust figure; its split into verify and draft is a difference of
-                     * two medians, which the machine's noise can even make negative */
-                    d->step_cost = t_step[1 + di] / t_dec;
-                    d->draft_cost = (t_step[1 + di] - t_verify) / t_dec;
+                     * two times, which the machine's noise can even make negative */
+                    d->step_cost = r_step[1 + di];
+                    d->draft_cost = r_draft[1 + di];
                     double t = d->step_cost; /* in decode steps */
                     d->speedup = tokens_per_step(accept, spec_k) / t;
                     d->tok_s = d->speedup / t_dec;
