@@ -254,7 +254,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
 
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
-                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out, const uint8_t *next) {
     (void)nt, (void)n_out; /* one token (BFP_GEMV_TOKENS is 1: 16 registers hold no more) */
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
@@ -267,10 +267,22 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
     }
     for (int64_t b = 0; b < n_blk; b++) {
         __m256i sum[BFP_GEMV_PANELS][2];
-        #pragma GCC unroll 4
-        for (int p = 0; p < np; p++)
-            bfp_prefetch_block_ahead(panel + p * panel_bytes, panel + p * panel_bytes + n_blk * 16 + b * block_bytes, b,
-                                     block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
+        /* the last blocks ask for the next call's first ones instead of what lies past each panel's end */
+        const int64_t bn = b + BFP_GEMV_PREFETCH_BLOCKS(is4) - n_blk;
+        if (next && bn >= 0) {
+            #pragma GCC unroll 4
+            for (int p = 0; p < np; p++) {
+                const uint8_t *q = next + p * panel_bytes;
+                for (int l = 0; l < block_bytes; l += 64)
+                    _mm_prefetch((const char *)q + n_blk * 16 + bn * block_bytes + l, BFP_PREFETCH_HINT);
+                if ((bn & 3) == 0) _mm_prefetch((const char *)q + 16 * bn, _MM_HINT_T0);
+            }
+        } else {
+            #pragma GCC unroll 4
+            for (int p = 0; p < np; p++)
+                bfp_prefetch_block_ahead(panel + p * panel_bytes, panel + p * panel_bytes + n_blk * 16 + b * block_bytes,
+                                         b, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
+        }
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i xg = bcast_x4(a->q + 16 * b, g);

@@ -256,7 +256,8 @@ ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_
 }
 
 ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int vbmi, const uint8_t *panel,
-                                 size_t panel_bytes, int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
+                                 size_t panel_bytes, int64_t n_in, const act_q8 *a, float *y, int64_t n_out,
+                                 const uint8_t *next) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int block_bytes = is4 ? 128 : 256;
@@ -270,14 +271,20 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int vbmi, co
         bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, ahead);
     }
     for (int64_t b = 0; b < n_blk; b++) {
+        /* the last blocks ask for the next group's first ones (its panels' exponents and codes) instead of
+         * what lies past each panel's end, so that the next call starts on lines already coming */
+        const int64_t bn = b + ahead - n_blk;
+        const uint8_t *pf = next && bn >= 0 ? next : panel;
+        const int64_t pb = next && bn >= 0 ? bn : b + ahead;
         if ((b & 3) == 0) /* one branch for the four panels' exponent lines */
             #pragma GCC unroll 8
-            for (int p = 0; p < np; p++) _mm_prefetch((const char *)panel + p * panel_bytes + 16 * (b + ahead), _MM_HINT_T0);
+            for (int p = 0; p < np; p++) _mm_prefetch((const char *)pf + p * panel_bytes + 16 * pb, _MM_HINT_T0);
         #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
             const uint8_t *exps = panel + p * panel_bytes, *cb = exps + n_blk * 16 + b * block_bytes;
+            const uint8_t *pc = pf + p * panel_bytes + n_blk * 16 + pb * block_bytes;
             #pragma GCC unroll 4
-            for (int l = 0; l < block_bytes; l += 64) _mm_prefetch((const char *)cb + ahead * block_bytes + l, BFP_GEMV_HINT);
+            for (int l = 0; l < block_bytes; l += 64) _mm_prefetch((const char *)pc + l, BFP_GEMV_HINT);
             __m512i w[4];
             if (is4 && vbmi) {
                 #pragma GCC unroll 4
@@ -301,11 +308,11 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int vbmi, co
 /* bfp4 takes vpermb (bfp4_group_vbmi) where the CPU has AVX512_VBMI: 2
  * instead of 3 vector uops per group. */
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
-                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out, const uint8_t *next) {
     if (is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi"))
-        bfp_gemv_loop(is4, nt, 1, panel, panel_bytes, n_in, a, y, n_out);
+        bfp_gemv_loop(is4, nt, 1, panel, panel_bytes, n_in, a, y, n_out, next);
     else
-        bfp_gemv_loop(is4, nt, 0, panel, panel_bytes, n_in, a, y, n_out);
+        bfp_gemv_loop(is4, nt, 0, panel, panel_bytes, n_in, a, y, n_out, next);
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
