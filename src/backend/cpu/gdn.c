@@ -35,7 +35,7 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_work
 
 void q35_gdn_recurrent(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                        float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride) {
-    q35_kernels_get()->gdn_recurrent(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride);
+    q35_kernels_get()->gdn_recurrent(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride, NULL);
 }
 
 void q35_gdn_chunked(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
@@ -79,7 +79,8 @@ static void conv_channels(const heads_job *j, const q35_gdn_seg *sg, int32_t ch0
 
 /* One V head h of one sequence: gates, delta rule over the sequence's rows,
  * gated RMSNorm into core. Its q, k and v are in y already. */
-static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float *scr) {
+/* V head h of segment sg; S_next: the state this worker runs next (NULL: none) */
+static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float *scr, const float *S_next) {
     const q35_config *c = j->c;
     const q35_layer_weights *l = j->l;
     const int32_t T = sg->n_rows, r0 = sg->row0, CD = q35_conv_dim(c);
@@ -99,7 +100,7 @@ static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float
     float *S = sg->ssm_state + (size_t)h * DK * DV;
     if (sg->recurrent || sg->rows_ssm || T == 1)
         j->k->gdn_recurrent(S, hq, hk, hv, hg, hb, ho, T, DK, DV, sg->rows_ssm ? sg->rows_ssm + (size_t)h * DK * DV : NULL,
-                            sg->rows_stride);
+                            sg->rows_stride, S_next);
     else
         j->k->gdn_chunked(S, hq, hk, hv, hg, hb, ho, T, DK, DV, chunk);
     for (int32_t t = 0; t < T; t++) { /* gated RMSNorm: normalise, * w (plain), * silu(z) */
@@ -114,7 +115,7 @@ static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float
 /* One K head kh of one sequence and the V heads that read it: conv of its
  * q, k and v channels, L2 norm of q and k, then each V head. Items touch
  * disjoint channels, states and outputs, so any worker may run any. */
-static void run_k_head(const heads_job *j, int32_t seg_i, int32_t kh, float *scr) {
+static void run_k_head(const heads_job *j, int32_t seg_i, int32_t kh, float *scr, const float *S_next) {
     const q35_config *c = j->c;
     const q35_gdn_seg *sg = &j->segs[seg_i];
     const int32_t HK = c->lin_n_head_k, HV = c->lin_n_head_v, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
@@ -129,15 +130,18 @@ static void run_k_head(const heads_job *j, int32_t seg_i, int32_t kh, float *scr
         l2norm(yt + KD + kh * DK, DK);
         for (int32_t i = 0; i < DK; i++) yt[kh * DK + i] *= s;
     }
-    for (int32_t h = kh * rep; h < (kh + 1) * rep; h++) run_head(j, sg, h, scr);
+    for (int32_t h = kh * rep; h < (kh + 1) * rep; h++)
+        run_head(j, sg, h, scr, h + 1 < (kh + 1) * rep ? sg->ssm_state + (size_t)(h + 1) * DK * DV : S_next);
 }
 
 static void heads_worker(void *p, int ith, int nth) {
     const heads_job *j = p;
     int64_t lo, hi, HK = j->c->lin_n_head_k;
     q35_split((int64_t)j->n_segs * HK, 1, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++)
-        run_k_head(j, (int32_t)(i / HK), (int32_t)(i % HK), j->head_scratch + (size_t)ith * j->head_stride);
+    const int64_t rep = j->c->lin_n_head_v / HK, DKV = (int64_t)j->c->lin_head_k_dim * j->c->lin_head_v_dim;
+    for (int64_t i = lo; i < hi; i++) /* the next item's first state: the last V head's prefetch */
+        run_k_head(j, (int32_t)(i / HK), (int32_t)(i % HK), j->head_scratch + (size_t)ith * j->head_stride,
+                   i + 1 < hi ? j->segs[(i + 1) / HK].ssm_state + (size_t)((i + 1) % HK * rep * DKV) : NULL);
 }
 
 void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs,

@@ -45,14 +45,15 @@ ALWAYS_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* a[j0..j0+8nv) = sum_i k[i] S[i][j], b likewise with q. */
+/* a[j0..j0+8nv) = sum_i k[i] S[i][j], b likewise with q; with pf, one line of it per row i (pf + 64 i). */
 ALWAYS_INLINE void gdn_read_block(const int nv, float *a, float *b, const float *S, const float *k, const float *q,
-                                  int32_t DK, int32_t DV, int32_t j0) {
+                                  int32_t DK, int32_t DV, int32_t j0, const char *pf) {
     __m256 acc_a[4], acc_b[4];
     #pragma GCC unroll 4
     for (int u = 0; u < nv; u++) acc_a[u] = acc_b[u] = _mm256_setzero_ps();
     for (int32_t i = 0; i < DK; i++) {
         const float *row = S + (size_t)i * DV + j0;
+        if (pf) _mm_prefetch(pf + 64 * (size_t)i, _MM_HINT_T1);
         __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
         #pragma GCC unroll 4
         for (int u = 0; u < nv; u++) {
@@ -71,10 +72,10 @@ ALWAYS_INLINE void gdn_read_block(const int nv, float *a, float *b, const float 
 /* S[i][j] = decay S[i][j] + k[i] delta[j] over one column block, copying the
  * result to after (when given; with stream, past the caches: the copies are
  * read again only if a speculative row is rejected) and, when kn is given, forming the next
- * row's a and b from the new values exactly as gdn_read_block does. */
+ * row's a and b from the new values exactly as gdn_read_block does; pf as there. */
 ALWAYS_INLINE void gdn_update_block(const int nv, float *S, const float *k, const float *delta, float decay,
                                     float *after, int stream, const float *kn, const float *qn, float *a, float *b,
-                                    int32_t DK, int32_t DV, int32_t j0) {
+                                    int32_t DK, int32_t DV, int32_t j0, const char *pf) {
     __m256 d[4], acc_a[4], acc_b[4];
     const __m256 dec = _mm256_set1_ps(decay);
     #pragma GCC unroll 4
@@ -84,6 +85,7 @@ ALWAYS_INLINE void gdn_update_block(const int nv, float *S, const float *k, cons
     }
     for (int32_t i = 0; i < DK; i++) {
         float *row = S + (size_t)i * DV + j0;
+        if (pf) _mm_prefetch(pf + 64 * (size_t)i, _MM_HINT_T1);
         __m256 ki = _mm256_set1_ps(k[i]);
         __m256 kni = _mm256_set1_ps(kn ? kn[i] : 0.0f), qni = _mm256_set1_ps(kn ? qn[i] : 0.0f);
         #pragma GCC unroll 4
@@ -109,16 +111,21 @@ ALWAYS_INLINE void gdn_update_block(const int nv, float *S, const float *k, cons
 
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
-                            size_t after_stride) {
+                            size_t after_stride, const float *S_next) {
     if (DV % 8 || DV > 1024) {
-        q35_gdn_recurrent_ref(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride);
+        q35_gdn_recurrent_ref(S, q, k, v, g, beta, o, T, DK, DV, S_after, after_stride, S_next);
         return;
     }
     float a[1024], b[1024], delta[1024];
     const int stream = S_after && (uintptr_t)S_after % 32 == 0 && after_stride % 8 == 0; /* every row 32-byte aligned */
+    /* S_next's DK DV floats are 4 DK DV / 64 lines: the read pass and the first update pass visit the
+     * rows of each 32-column block once, 2 DK (DV / 32) rows in all, the same count, so each row asks
+     * for one line (blocks of 32 columns only; a narrower tail asks for none) */
+    const char *pf = S_next && DV % 32 == 0 ? (const char *)S_next : NULL;
+    const size_t pf_pass = (size_t)64 * DK * (size_t)(DV / 32), pf_block = (size_t)64 * DK;
     int32_t j0 = 0;
-    for (; j0 + 32 <= DV; j0 += 32) gdn_read_block(4, a, b, S, k, q, DK, DV, j0);
-    for (; j0 < DV; j0 += 8) gdn_read_block(1, a, b, S, k, q, DK, DV, j0);
+    for (; j0 + 32 <= DV; j0 += 32) gdn_read_block(4, a, b, S, k, q, DK, DV, j0, pf ? pf + pf_block * (j0 / 32) : NULL);
+    for (; j0 < DV; j0 += 8) gdn_read_block(1, a, b, S, k, q, DK, DV, j0, NULL);
     for (int32_t t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * DK, *kt = k + (size_t)t * DK, *vt = v + (size_t)t * DV;
         float *ot = o + (size_t)t * DV;
@@ -135,8 +142,10 @@ void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const floa
         float *after = S_after && next ? S_after + (size_t)t * after_stride : NULL;
         const float *kn = next ? kt + DK : NULL, *qn = next ? qt + DK : NULL;
         for (j0 = 0; j0 + 32 <= DV; j0 += 32)
-            gdn_update_block(4, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0);
-        for (; j0 < DV; j0 += 8) gdn_update_block(1, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0);
+            gdn_update_block(4, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0,
+                             pf && t == 0 ? pf + pf_pass + pf_block * (j0 / 32) : NULL);
+        for (; j0 < DV; j0 += 8)
+            gdn_update_block(1, S, kt, delta, decay, after, stream, kn, qn, a, b, DK, DV, j0, NULL);
     }
     if (stream) _mm_sfence();
 }

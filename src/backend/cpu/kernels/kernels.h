@@ -58,7 +58,10 @@ void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
  *   S = exp(g_t) S;  delta = beta_t (v_t - S^T k_t);  S += k_t delta^T;  o_t = S^T q_t
  * S (DK, DV) in place; q, k (T, DK) already normalised; v, o (T, DV); g,
  * beta (T). With S_after, the state after row t < T-1 is also written to
- * S_after + t * after_stride. Computed as
+ * S_after + t * after_stride. S_next (or NULL) is the state the caller
+ * runs next, DK x DV floats: the fast tables ask for it (into L2) while
+ * this one's passes run, as it comes from memory with no stream a prefetcher
+ * would follow. Computed as
  *   a = S^T k_t, b = S^T q_t                 (one read of S)
  *   delta = beta (v - e^g a), o = e^g b + (q.k) delta
  *   S = e^g S + k delta^T                    (one read-modify-write of S)
@@ -66,7 +69,8 @@ void q35_get_row_ref(float *out, const q35_tensor *W, int64_t r);
  * cost T+1 passes over S. Each a[j], b[j] sums over i in ascending order, so
  * row t's results are the same bits whether it runs alone or in a batch. */
 void q35_gdn_recurrent_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
-                           float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride);
+                           float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride,
+                           const float *S_next);
 
 /* The same recurrence over T rows in chunks of Q35_GDN_CHUNK_ROWS (prompts;
  * HF torch_chunk_gated_delta_rule): within a chunk, with G the inclusive
@@ -180,7 +184,7 @@ void q35_sigmoid_mul_ref(float *h, const float *g, const float *u, int64_t n);
 /* AVX2 versions (avx2_ops.c), shared by the avx2 and avx512 tables. */
 void q35_gdn_recurrent_avx2(float *S, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
-                            size_t after_stride);
+                            size_t after_stride, const float *S_next);
 void q35_gdn_chunked_avx2(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                           float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 void q35_attend_heads_avx2(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
@@ -204,7 +208,7 @@ typedef void (*q35_matmul_n_fn)(int n, float *const *ys, const q35_tensor *const
 typedef void (*q35_get_row_fn)(float *out, const q35_tensor *W, int64_t r);
 typedef void (*q35_gdn_recurrent_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
                                      const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *S_after,
-                                     size_t after_stride);
+                                     size_t after_stride, const float *S_next);
 typedef void (*q35_gdn_chunked_fn)(float *S, const float *q, const float *k, const float *v, const float *g,
                                    const float *beta, float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 typedef void (*q35_attend_heads_fn)(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G,

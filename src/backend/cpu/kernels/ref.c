@@ -69,7 +69,9 @@ static void gdn_read(float *a, float *b, const float *S, const float *k, const f
 }
 
 void q35_gdn_recurrent_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
-                           float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride) {
+                           float *o, int32_t T, int32_t DK, int32_t DV, float *S_after, size_t after_stride,
+                           const float *S_next) {
+    (void)S_next;
     float a[DV > 0 ? DV : 1], b[DV > 0 ? DV : 1], delta[DV > 0 ? DV : 1]; /* DV: a head dim, <= a few hundred */
     gdn_read(a, b, S, k, q, DK, DV);
     for (int32_t t = 0; t < T; t++) {
