@@ -173,63 +173,70 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
     return 0;
 }
 
-/* Decode and prompt speed at context depths: the session filled to depth d
- * with random states (attention reads d rows of every KV cache, as after a
- * real prompt of d tokens), then n_decode single steps (median) and one
- * prompt of depth_prompt tokens. Row 0 is depth 0. The memory per 1k positions
- * is the resident growth over the fills alone, before anything runs. */
-typedef struct { int depth; double decode_tok_s, prompt_tok_s; } depth_row;
+/* Decode and prompt speed at context depths: one session per depth (row 0:
+ * depth 0), filled with random states to that depth (attention reads d rows
+ * of every KV cache, as after a real prompt of d tokens). The sessions take
+ * decode steps in turn, one each (0, d1, d2, 0, d1, d2, ...), DEPTH_ROUNDS *
+ * n_decode times: decode_vs0 is the median over those turns of depth 0's
+ * step time over the depth's, so a change of the host's read bandwidth
+ * between turns cancels; decode_tok_s is from the median step. Then, in as
+ * many rounds, one prompt of depth_prompt tokens at each depth (refilled
+ * first), the best time of each. The memory per 1k positions is the
+ * resident growth over the deepest session's fill, before anything runs. */
+typedef struct { int depth; double decode_tok_s, decode_vs0, prompt_tok_s; } depth_row;
 
 static int time_depths(q35_engine *e, const int *depths, int n_depths, int n_decode, int depth_prompt,
                        const int32_t *toks, depth_row *out, double *bytes_per_1k, q35_error *err) {
+    enum { DEPTH_ROUNDS = 3 };
+    const int n_rows = n_depths + 1, per = DEPTH_ROUNDS * n_decode;
     int32_t max_d = 0;
     for (int i = 0; i < n_depths; i++) if (depths[i] > max_d) max_d = depths[i];
-    q35_session *s;
-    if (q35_session_new(e, max_d + depth_prompt + n_decode + 8, &s, err)) return -1;
-    int rc = q35_session_fill_random(s, 0, 0, err) ? -1 : 0;
-    long kb0 = status_kb("RssAnon"), kb1 = kb0;
-    for (int i = 0; i < n_depths && !rc; i++) /* ascending is not required: the largest decides */
-        if (q35_session_fill_random(s, depths[i], 1, err)) rc = -1;
-        else if (depths[i] == max_d) kb1 = status_kb("RssAnon");
+    q35_session *ss[9] = {NULL};
+    int rc = 0;
+    long kb0 = 0, kb1 = 0;
+    for (int i = 0; i < n_rows && !rc; i++) {
+        const int32_t depth = i ? depths[i - 1] : 0;
+        if (q35_session_new(e, depth + (depth_prompt > per ? depth_prompt : per) + 8, &ss[i], err)) { rc = -1; break; }
+        const int deepest = depth == max_d && !kb1;
+        if (deepest) kb0 = status_kb("RssAnon");
+        if (q35_session_fill_random(ss[i], depth, 1, err)) rc = -1;
+        if (deepest) kb1 = status_kb("RssAnon");
+    }
     *bytes_per_1k = max_d > 0 ? (double)(kb1 - kb0) * 1024.0 / max_d * 1024.0 : 0;
-    /* The depths take turns over DEPTH_ROUNDS rounds (0, d1, d2, 0, d1, d2, ...), each step's time pooled
-     * per depth and the median taken, so a spell of load from other jobs lands on every depth alike rather
-     * than on one; the prompt's best time per depth. */
-    enum { DEPTH_ROUNDS = 3 };
-    int n_rows = n_depths + 1, per = DEPTH_ROUNDS * n_decode;
-    double *dt = malloc(sizeof(double) * (size_t)(n_rows * per));
+    double *dt = malloc(sizeof(double) * (size_t)(n_rows * per)), *ratio = malloc(sizeof(double) * (size_t)per);
     double *best_prompt = calloc((size_t)n_rows, sizeof(double));
     float *logits = malloc(sizeof(float) * (size_t)q35_engine_info(e)->vocab_size); /* a step reads lm_head too */
-    if (!dt || !logits || !best_prompt) rc = -1;
-    for (int round = 0; round < DEPTH_ROUNDS && !rc; round++) {
+    if (!dt || !ratio || !logits || !best_prompt) rc = -1;
+    for (int j = 0; j < per && !rc; j++)
         for (int i = 0; i < n_rows && !rc; i++) {
-            int depth = i ? depths[i - 1] : 0;
-            if (q35_session_fill_random(s, depth, 1, err)) { rc = -1; break; }
-            for (int k = 0; k < n_decode && !rc; k++) {
-                double t0 = cli_now();
-                if (q35_session_eval(s, toks + k, 1, logits, 0, err)) rc = -1;
-                dt[i * per + round * n_decode + k] = cli_now() - t0;
-            }
-            if (rc || !depth_prompt) continue;
-            if (q35_session_fill_random(s, depth, 1, err)) { rc = -1; break; }
             double t0 = cli_now();
-            if (q35_session_eval(s, toks, depth_prompt, logits, 0, err)) { rc = -1; break; }
+            if (q35_session_eval(ss[i], toks + j % 64, 1, logits, 0, err)) rc = -1;
+            dt[i * per + j] = cli_now() - t0;
+        }
+    for (int round = 0; round < DEPTH_ROUNDS && depth_prompt && !rc; round++)
+        for (int i = 0; i < n_rows && !rc; i++) {
+            if (q35_session_fill_random(ss[i], i ? depths[i - 1] : 0, 1, err)) { rc = -1; break; }
+            double t0 = cli_now();
+            if (q35_session_eval(ss[i], toks, depth_prompt, logits, 0, err)) { rc = -1; break; }
             double secs = cli_now() - t0;
             if (!best_prompt[i] || secs < best_prompt[i]) best_prompt[i] = secs;
         }
-    }
     for (int i = 0; i < n_rows && !rc; i++) {
         depth_row *r = &out[i];
         r->depth = i ? depths[i - 1] : 0;
+        for (int j = 0; j < per; j++) ratio[j] = dt[j] / dt[i * per + j];
+        r->decode_vs0 = median(ratio, per);
         r->decode_tok_s = 1.0 / median(dt + i * per, per);
         r->prompt_tok_s = depth_prompt ? depth_prompt / best_prompt[i] : 0;
-        fprintf(stderr, "depth %d: decode %.2f tok/s (%.0f%% of depth 0), prompt of %d tokens %.2f tok/s\n", r->depth,
-                r->decode_tok_s, 100.0 * r->decode_tok_s / out[0].decode_tok_s, depth_prompt, r->prompt_tok_s);
     }
+    for (int i = 0; i < n_rows && !rc; i++)
+        fprintf(stderr, "depth %d: decode %.2f tok/s (%.0f%% of depth 0), prompt of %d tokens %.2f tok/s\n", out[i].depth,
+                out[i].decode_tok_s, 100.0 * out[i].decode_vs0, depth_prompt, out[i].prompt_tok_s);
     free(best_prompt);
+    free(ratio);
     free(dt);
     free(logits);
-    q35_session_free(s);
+    for (int i = 0; i < n_rows; i++) q35_session_free(ss[i]);
     return rc;
 }
 
@@ -481,7 +488,7 @@ int cmd_speed(int argc, char **argv) {
                dr[i].break_even);
     for (int i = 0; n_depths && i <= n_depths; i++)
         printf("depth %-6d decode %6.2f tok/s (%3.0f%% of depth 0), prompt %d %6.2f tok/s\n", drow[i].depth,
-               drow[i].decode_tok_s, 100.0 * drow[i].decode_tok_s / drow[0].decode_tok_s, depth_prompt, drow[i].prompt_tok_s);
+               drow[i].decode_tok_s, 100.0 * drow[i].decode_vs0, depth_prompt, drow[i].prompt_tok_s);
     if (n_depths) printf("context memory: %.1f MiB per 1k positions\n", ctx_bytes_per_1k / 1048576.0);
 
     if (json_path) {
@@ -515,7 +522,7 @@ int cmd_speed(int argc, char **argv) {
         for (int i = 0; n_depths && i <= n_depths; i++)
             fprintf(fp, "%s\n    {\"depth\": %d, \"decode_tok_s\": %.4f, \"decode_vs_depth0\": %.4f, \"prompt_tokens\": %d, "
                     "\"prompt_tok_s\": %.4f}", i ? "," : "", drow[i].depth, drow[i].decode_tok_s,
-                    drow[i].decode_tok_s / drow[0].decode_tok_s, depth_prompt, drow[i].prompt_tok_s);
+                    drow[i].decode_vs0, depth_prompt, drow[i].prompt_tok_s);
         fprintf(fp, "%s]\n}\n", n_depths ? "\n  " : "");
         if (fclose(fp)) { fprintf(stderr, "qwen35 speed: cannot write %s\n", json_path); return 1; }
         printf("wrote %s\n", json_path);
