@@ -78,8 +78,8 @@ static void conv_channels(const heads_job *j, const q35_gdn_seg *sg, int32_t ch0
 }
 
 /* One V head h of one sequence: gates, delta rule over the sequence's rows,
- * gated RMSNorm into core. Its q, k and v are in y already. */
-/* V head h of segment sg; S_next: the state this worker runs next (NULL: none) */
+ * gated RMSNorm into core. Its q, k and v are in y already. S_next: the
+ * state this worker runs next (NULL: none), for the recurrence's prefetch. */
 static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float *scr, const float *S_next) {
     const q35_config *c = j->c;
     const q35_layer_weights *l = j->l;
