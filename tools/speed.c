@@ -31,6 +31,14 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The median over i < n of (num[i] - sub[i]) / den[i] (sub may be NULL; r: n doubles of scratch): a
+ * cost from paired timings, each pair taken moments apart, so a change of the host's speed between pairs
+ * cancels. */
+static double median_ratio(double *r, const double *num, const double *sub, const double *den, int n) {
+    for (int i = 0; i < n; i++) r[i] = (num[i] - (sub ? sub[i] : 0.0)) / den[i];
+    return median(r, n);
+}
+
 /* A "Key: N kB" line of /proc/self/status (0 when absent): VmHWM is the
  * peak resident set since the last reset_peak_rss(), RssAnon and RssFile
  * the resident set now, anonymous and file-backed. */
@@ -160,14 +168,11 @@ static int time_spec_steps(q35_engine *e, q35_session *s, q35_session *plain, co
     free(ids);
     free(logits);
     if (rc) return -1;
-    double ratio[REPS];
-    for (int r = 0; r < REPS; r++) ratio[r] = v[r] / d[r];
-    *r_verify = median(ratio, REPS);
+    double r[REPS];
+    *r_verify = median_ratio(r, v, NULL, d, REPS);
     for (int h = 0; h <= n_rows; h++) {
-        for (int r = 0; r < REPS; r++) ratio[r] = w[h][r] / d[r];
-        r_step[h] = median(ratio, REPS);
-        for (int r = 0; r < REPS; r++) ratio[r] = (w[h][r] - v[r]) / d[r];
-        r_draft[h] = median(ratio, REPS);
+        r_step[h] = median_ratio(r, w[h], NULL, d, REPS);
+        r_draft[h] = median_ratio(r, w[h], v, d, REPS);
     }
     *t_decode = median(d, REPS);
     return 0;
@@ -224,8 +229,7 @@ static int time_depths(q35_engine *e, const int *depths, int n_depths, int n_dec
     for (int i = 0; i < n_rows && !rc; i++) {
         depth_row *r = &out[i];
         r->depth = i ? depths[i - 1] : 0;
-        for (int j = 0; j < per; j++) ratio[j] = dt[j] / dt[i * per + j];
-        r->decode_vs0 = median(ratio, per);
+        r->decode_vs0 = median_ratio(ratio, dt, NULL, dt + i * per, per);
         r->decode_tok_s = 1.0 / median(dt + i * per, per);
         r->prompt_tok_s = depth_prompt ? depth_prompt / best_prompt[i] : 0;
     }
@@ -384,11 +388,8 @@ int cmd_speed(int argc, char **argv) {
                     if (q35_batch_decode(bs, toks + 16, batch_sizes[bi], NULL, &err)) rc = 1;
                     bt[bi][r] = cli_now() - t0;
                 }
-            for (int bi = 0; bi < 4 && !rc; bi++) {
-                double ratio[BATCH_ROUNDS];
-                for (int r = 0; r < BATCH_ROUNDS; r++) ratio[r] = bt[bi][r] / bt[0][r];
-                batch_ratio[bi] = median(ratio, BATCH_ROUNDS);
-            }
+            double br[BATCH_ROUNDS];
+            for (int bi = 0; bi < 4 && !rc; bi++) batch_ratio[bi] = median_ratio(br, bt[bi], NULL, bt[0], BATCH_ROUNDS);
             for (int bi = 0; bi < 4 && !rc; bi++)
                 fprintf(stderr, "batch decode of %d rows: %.3f s per step (median), %.2fx one row (median of rounds)\n",
                         batch_sizes[bi], median(bt[bi], BATCH_ROUNDS), batch_ratio[bi]);

@@ -110,20 +110,18 @@ void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q
                          int32_t key_step, int32_t HD, float scale, float *scores);
 
 /* attend_rows over an 8-bit cache (formats/kv_q8.h): key and value rows (q35_kv_q8_row_bytes)
- * kv_stride bytes apart, HD <= Q35_KV_Q8_SCORE_HD_MAX. Each query head is first rounded to the
+ * kv_stride bytes apart, HD <= 32 Q35_KV_Q8_MAX_BLOCKS. Each query head is first rounded to the
  * cache's row format (q35_kv_q8_quantize: codes qc, block scales qd, as llama.cpp's q8_0 cache
  * rounds Q for K Q^T), and the score of a key with codes kc and scales kd is scale times
  * q35_kv_q8_score_sum of the exact integer block dots I[b] = sum of qc[i] kc[i] over the values i of
  * block b: the fast tables form those with integer dot products (AVX-512 vpdpbusd, AVX2 vpmaddubsw),
  * and every table gives the same bits for a score. The values are attend_rows's with the
  * dequantized value rows. Each row gives the same bits alone as in any block of rows. */
-#define Q35_KV_Q8_SCORE_HD_MAX 1024
-#define Q35_KV_Q8_SCORE_NB_MAX (Q35_KV_Q8_SCORE_HD_MAX / 32)
 /* sum over b < nb of t_b = (float)I[b] * (qd[b] * kd[b]) (I[b] exact in a float: |I[b]| < 2^24), added
  * in a halving tree: while w > 1 terms are left, h = (w + 1) / 2 and t_b += t_{b + h} for b + h < w
  * (for 8 blocks: lanes b and b + 4, then b + 2, then b + 1, as a vector reduction) */
 static inline float q35_kv_q8_score_sum(const int32_t *I, const float *qd, const float *kd, int32_t nb) {
-    float t[Q35_KV_Q8_SCORE_NB_MAX];
+    float t[Q35_KV_Q8_MAX_BLOCKS];
     t[0] = 0.0f; /* nb >= 1 */
     for (int32_t b = 0; b < nb; b++) t[b] = (float)I[b] * (qd[b] * kd[b]);
     for (int32_t w = nb; w > 1;) {

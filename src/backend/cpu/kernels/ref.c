@@ -219,16 +219,16 @@ static void attend_head(float *o, const float *q, const void *k, const void *v, 
 static void attend_head_q8(float *o, const float *q, const uint8_t *k, const uint8_t *v, size_t kv_stride,
                            int32_t n_keys, int32_t HD, float scale, float *scores) {
     const int32_t nb = q35_kv_q8_nblocks(HD);
-    uint8_t qrow[Q35_KV_Q8_SCORE_HD_MAX + 4 * Q35_KV_Q8_SCORE_NB_MAX];
+    uint8_t qrow[(32 + 4) * Q35_KV_Q8_MAX_BLOCKS];
     q35_kv_q8_quantize(qrow, q, HD);
-    float qd[Q35_KV_Q8_SCORE_NB_MAX], kd[Q35_KV_Q8_SCORE_NB_MAX];
+    float qd[Q35_KV_Q8_MAX_BLOCKS], kd[Q35_KV_Q8_MAX_BLOCKS];
     memcpy(qd, qrow, sizeof(float) * (size_t)nb);
     const int8_t *qc = (const int8_t *)(qrow + sizeof(float) * (size_t)nb);
     float mx = -INFINITY;
     for (int32_t p = 0; p < n_keys; p++) {
         const uint8_t *row = k + (size_t)p * kv_stride;
         const int8_t *kc = (const int8_t *)(row + sizeof(float) * (size_t)nb);
-        int32_t I[Q35_KV_Q8_SCORE_NB_MAX] = {0};
+        int32_t I[Q35_KV_Q8_MAX_BLOCKS] = {0};
         for (int32_t d = 0; d < HD; d++) I[q35_kv_q8_block_of(d, nb)] += (int32_t)qc[d] * kc[d];
         memcpy(kd, row, sizeof(float) * (size_t)nb);
         scores[p] = q35_kv_q8_score_sum(I, qd, kd, nb) * scale;
