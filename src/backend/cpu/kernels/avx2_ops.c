@@ -519,6 +519,64 @@ void q35_sigmoid_mul_avx2(float *h, const float *g, const float *u, int64_t n) {
 
 /* ---- conv_silu ---- */
 
+/* The 4 x 4 transposes in each 128-bit lane of a, b, c, d (rows): out[j]
+ * is their column j. */
+static inline void transpose_4x4x2(__m256 a, __m256 b, __m256 c, __m256 d, __m256 out[4]) {
+    const __m256 t0 = _mm256_unpacklo_ps(a, b), t1 = _mm256_unpackhi_ps(a, b);
+    const __m256 t2 = _mm256_unpacklo_ps(c, d), t3 = _mm256_unpackhi_ps(c, d);
+    out[0] = _mm256_shuffle_ps(t0, t2, 0x44), out[1] = _mm256_shuffle_ps(t0, t2, 0xee);
+    out[2] = _mm256_shuffle_ps(t1, t3, 0x44), out[3] = _mm256_shuffle_ps(t1, t3, 0xee);
+}
+
+/* Record l (s = 3 or 4 floats, channel after channel) as 4 floats; the
+ * last 3-float record's fourth is not read (masked). */
+static inline __m128 conv_rec(const float *p, int s, int l) {
+    if (s == 3 && l == 7) return _mm_maskload_ps(p + 21, _mm_setr_epi32(-1, -1, -1, 0));
+    return _mm_loadu_ps(p + (size_t)s * l);
+}
+
+/* Eight channels' records of s floats as one vector per element: v[i]
+ * holds element i of channels 0..7 (for s = 3, v[3] is not defined). */
+static inline void conv_recs_load(const float *p, int s, __m256 v[4]) {
+    transpose_4x4x2(_mm256_set_m128(conv_rec(p, s, 4), conv_rec(p, s, 0)),
+                    _mm256_set_m128(conv_rec(p, s, 5), conv_rec(p, s, 1)),
+                    _mm256_set_m128(conv_rec(p, s, 6), conv_rec(p, s, 2)),
+                    _mm256_set_m128(conv_rec(p, s, 7), conv_rec(p, s, 3)), v);
+}
+
+/* The inverse for 3-float records (a history of 3 taps): each channel's
+ * record stored as 4 floats in channel order, so that its fourth is
+ * overwritten by the next channel's, and the last one's through the mask. */
+static inline void conv_hist_store(float *p, const __m256 h[3]) {
+    __m256 c[4];
+    transpose_4x4x2(h[0], h[1], h[2], _mm256_setzero_ps(), c);
+    for (int l = 0; l < 7; l++)
+        _mm_storeu_ps(p + 3 * l, l < 4 ? _mm256_castps256_ps128(c[l]) : _mm256_extractf128_ps(c[l - 4], 1));
+    _mm_maskstore_ps(p + 21, _mm_setr_epi32(-1, -1, -1, 0), _mm256_extractf128_ps(c[3], 1));
+}
+
+/* conv_silu8 for 4 taps and 8 whole channels: the taps and the history
+ * transposed in registers. Rows are summed as conv_silu8 sums them. */
+static void conv_silu8_k4(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state, int32_t T,
+                          float *rows, size_t rows_stride) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 wv[4], hv[4];
+    conv_recs_load(w, 4, wv);
+    conv_recs_load(state, 3, hv);
+    __m256 h0 = hv[0], h1 = hv[1], h2 = hv[2]; /* named, so that they stay in registers */
+    for (int32_t t = 0; t < T; t++) {
+        const __m256 h3 = _mm256_loadu_ps(x + (size_t)t * ldx);
+        __m256 acc = _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(wv[0], h0)); /* from +0, as the reference */
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(wv[1], h1));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(wv[2], h2));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(wv[3], h3));
+        _mm256_storeu_ps(y + (size_t)t * ldy, gate8(1, acc, one));
+        h0 = h1, h1 = h2, h2 = h3;
+        if (rows && t + 1 < T) conv_hist_store(rows + (size_t)t * rows_stride, (const __m256[3]){h0, h1, h2});
+    }
+    conv_hist_store(state, (const __m256[3]){h0, h1, h2});
+}
+
 /* Channels [c, c + 8) (lanes under m) over every row: the taps and the
  * history transposed into one vector per tap, then per row one multiply and
  * one add per tap in tap order (the reference's sum, bit for bit) and
@@ -559,7 +617,8 @@ void q35_conv_silu_avx2(float *y, size_t ldy, const float *x, size_t ldx, const 
     for (int32_t c = 0; c < n; c += 8) {
         const int nl = n - c < 8 ? (int)(n - c) : 8;
         float *yc = y + c, *sc = state + (size_t)c * (CK - 1), *rc = rows ? rows + (size_t)c * (CK - 1) : NULL;
-        if (CK == 4) conv_silu8(4, yc, ldy, x + c, ldx, w + (size_t)c * 4, sc, nl, T, rc, rows_stride);
+        if (CK == 4 && nl == 8) conv_silu8_k4(yc, ldy, x + c, ldx, w + (size_t)c * 4, sc, T, rc, rows_stride);
+        else if (CK == 4) conv_silu8(4, yc, ldy, x + c, ldx, w + (size_t)c * 4, sc, nl, T, rc, rows_stride);
         else conv_silu8(CK, yc, ldy, x + c, ldx, w + (size_t)c * CK, sc, nl, T, rc, rows_stride);
     }
 }
