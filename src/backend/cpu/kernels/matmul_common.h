@@ -36,6 +36,8 @@ typedef struct act_q8 {
     int32_t *wc;   /* (panels, BFP_SLICE_BLOCKS, 16): -128 * each row's sum of the block's weights (avx512.c) */
     int32_t *wsb;  /* (panels, BFP_SLICE_BLOCKS, 16): the row scales' exponents, shifted to a float's (avx512.c) */
     float *acc;    /* (n_tok, panels, 16): the panels' partial sums between slices */
+    int il;        /* 0: q, d and sum token by token as above; else the call's n_tok (avx512.c, 2 to 8 tokens):
+                    * block by block, the tokens' blocks side by side (block b of token t at b * il + t) */
 } act_q8;
 
 /* Carves the arrays for n_blk activation blocks out of this thread's
@@ -62,6 +64,7 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     a->wc = wide_tok ? (int32_t *)(s + wc) : NULL;
     a->wsb = wide_tok ? (int32_t *)(s + wsb) : NULL;
     a->acc = wide_tok ? (float *)(s + acc) : NULL;
+    a->il = 0;
     return 1;
 }
 
