@@ -70,6 +70,7 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
              * finite x, and within +-2048 where x holds an infinity or a NaN (qi then holds INT_MIN) */
             const __m128i sad = _mm_sad_epu8(qu, _mm_setzero_si128());
             a->sum[i] = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
+            a->o4[i] = -8 * a->sum[i], a->o8[i] = -128 * a->sum[i];
             uint32_t bits;
             memcpy(&bits, &a->d[i], 4);
             bits = bits >> 23 & 0xff;
@@ -129,10 +130,10 @@ ALWAYS_INLINE __m512 bfp_dot_fma(__m512i d, __m512 ws, float xd, __m512 acc) {
  * weights w with x's 16 int8 (xb), started from -offset * sum(q) to
  * cancel the offset, then one FMA with x's block scale xd times the row
  * scales ws (a power of two, so the product is rounded once). */
-ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const __m512i w[4], const int8_t *xb, int32_t xs, float xd,
+ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const __m512i w[4], const int8_t *xb, const int32_t *xo, float xd,
                                    __m512 ws, __m512 acc) {
     /* two chains halve the vpdpbusd latency per block */
-    __m512i d0 = _mm512_set1_epi32(-xs * (1 << (is4 ? 3 : 7))); /* weight offset 8 or 128 */
+    __m512i d0 = _mm512_set1_epi32(*xo); /* -8 or -128 times x's sum: a broadcast from memory */
     __m512i d1 = _mm512_setzero_si512();
     d0 = _mm512_dpbusd_epi32(d0, w[0], bcast_x4(xb, 0));
     d1 = _mm512_dpbusd_epi32(d1, w[1], bcast_x4(xb, 1));
@@ -209,7 +210,7 @@ ALWAYS_INLINE void bfp_panel_loop(const int is4, const int nt, const int il, con
         __m512 ws = bfp_block_read(is4, exps, codes, b, w);
         #pragma GCC unroll 8
         for (int t = 0; t < nt; t++)
-            acc[t] = bfp_block_fma(is4, w, ACT_Q(a, il, t0 + t, b, n_in), a->sum[ACT_I(il, t0 + t, b, n_blk)],
+            acc[t] = bfp_block_fma(is4, w, ACT_Q(a, il, t0 + t, b, n_in), (is4 ? a->o4 : a->o8) + ACT_I(il, t0 + t, b, n_blk),
                                    a->d[ACT_I(il, t0 + t, b, n_blk)], ws, acc[t]);
     }
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
@@ -270,9 +271,9 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
  * vpdpbusd chain (the integer sum is exact in any order; the four panels
  * are four independent chains), and xd * 2^e as one vscalefps: both it and
  * bfp_block_fma's ws * xd are xd * 2^e correctly rounded. */
-ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_t *xb, int32_t xs, float xd,
+ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_t *xb, const int32_t *xo, float xd,
                                   __m512 e, __m512 acc) {
-    __m512i d = _mm512_set1_epi32(-xs * (1 << (is4 ? 3 : 7)));
+    __m512i d = _mm512_set1_epi32(*xo);
     #pragma GCC unroll 4
     for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_scalef_ps(_mm512_set1_ps(xd), e), acc);
@@ -318,7 +319,7 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
             const __m512 e = bfp_row_exps_gemv(is4, exps + 16 * b);
             #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
-                acc[p][t] = bfp_gemv_fma(is4, w, ACT_Q(a, il, t, b, n_in), a->sum[ACT_I(il, t, b, n_blk)],
+                acc[p][t] = bfp_gemv_fma(is4, w, ACT_Q(a, il, t, b, n_in), (is4 ? a->o4 : a->o8) + ACT_I(il, t, b, n_blk),
                                          a->d[ACT_I(il, t, b, n_blk)], e, acc[p][t]);
         }
     }

@@ -26,6 +26,8 @@ typedef struct act_q8 {
     int8_t *q;     /* (n_tok, n_in) */
     float *d;      /* (n_tok, n_in / 16): x ~= q * d */
     int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block */
+    int32_t *o4;   /* as sum: -8 * sum and -128 * sum, the corrections of bfp4's and bfp8's offset codes (avx512.c) */
+    int32_t *o8;
     /* ISA_BFP_WIDE only (NULL otherwise); the slice arrays hold one slice per panel of a wide tile,
      * panel p at p * BFP_SLICE_BLOCKS blocks: */
     int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
@@ -47,7 +49,7 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
 #define ACT_ROUND(n) (((size_t)(n) + 63) & ~(size_t)63)
     const size_t q_bytes = ACT_ROUND(n_blk * 16), d_bytes = ACT_ROUND(n_blk * 4);
     const size_t slice = (size_t)BFP_WIDE_MAX_PANELS * BFP_SLICE_BLOCKS; /* blocks */
-    size_t at = q_bytes + 2 * d_bytes, off = at, qu = off + d_bytes, xe = qu + q_bytes,
+    size_t at = q_bytes + 4 * d_bytes, off = at, qu = off + d_bytes, xe = qu + q_bytes,
            dec = xe + ACT_ROUND(wide_tok * 2), ws = dec + slice * 256, wc = ws + slice * 64, wsb = wc + slice * 64,
            acc = wsb + slice * 64, end = acc + wide_tok * BFP_WIDE_MAX_PANELS * 64;
 #undef ACT_ROUND
@@ -56,6 +58,8 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     a->q = (int8_t *)s;
     a->d = (float *)(s + q_bytes);
     a->sum = (int32_t *)(s + q_bytes + d_bytes);
+    a->o4 = (int32_t *)(s + q_bytes + 2 * d_bytes);
+    a->o8 = (int32_t *)(s + q_bytes + 3 * d_bytes);
     a->off = wide_tok ? (int32_t *)(s + off) : NULL;
     a->qu = wide_tok ? (uint8_t *)(s + qu) : NULL;
     a->xe = wide_tok ? (uint8_t *)(s + xe) : NULL;
