@@ -2,7 +2,9 @@
 #include "golden.h"
 #include "qwen35.h"
 #include "test.h"
+#include "backend/cpu/compute.h"
 #include "backend/cpu/threadpool.h"
+#include "formats/bfp.h"
 
 #include <stdatomic.h>
 
@@ -69,4 +71,69 @@ TEST(pool, logits_identical_for_any_thread_count) {
     }
     free(ref);
     golden_free(&g);
+}
+
+/* A [n_out, n_in] BFP4 matrix of pseudo-random values (its own buffer in t->data). */
+static int bfp4_matrix(q35_tensor *t, int64_t n_out, int64_t n_in, uint32_t seed) {
+    size_t nb = q35_bfp_tensor_bytes(Q35_DT_BFP4, n_out, n_in);
+    float *f = malloc(sizeof(float) * (size_t)(n_out * n_in));
+    void *d = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+    if (!f || !d) return 0;
+    for (int64_t i = 0; i < n_out * n_in; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        f[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+    int ok = q35_bfp_pack_matrix(Q35_DT_BFP4, d, nb, f, Q35_DT_F32, n_out, n_in, 0, NULL) == Q35_OK;
+    free(f);
+    *t = (q35_tensor){.name = "w", .dtype = Q35_DT_BFP4, .ndim = 2, .shape = {n_out, n_in}, .data = d, .nbytes = nb};
+    return ok;
+}
+
+/* Matmuls of up to 8 tokens are claimed in shrinking ranges by whichever
+ * worker is free (compute.c), so which worker computes which rows changes
+ * from call to call; the results must not. Two matrices in one handoff (a
+ * range may span both) and the SwiGLU MLP, on pools of 2 and 3 workers, 30
+ * times each with x and -x in turn in one buffer (a worker quantizes x once
+ * per job, never across jobs), bit for bit against one thread; 9 tokens
+ * (fixed ranges) too. */
+TEST(pool, matmuls_claimed_by_free_workers_match_one_thread) {
+    enum { N_IN = 512, A = 400, B = 208, I = 704, H = 512, MAX_TOK = 9 };
+    q35_tensor Wa, Wb, Wg, Wu, Wd;
+    REQUIRE(bfp4_matrix(&Wa, A, N_IN, 1) && bfp4_matrix(&Wb, B, N_IN, 2) && bfp4_matrix(&Wg, I, N_IN, 3) &&
+            bfp4_matrix(&Wu, I, N_IN, 4) && bfp4_matrix(&Wd, H, I, 5));
+    static float x[MAX_TOK * N_IN], ya[MAX_TOK * A], yb[MAX_TOK * B], ra[2 * MAX_TOK * A], rb[2 * MAX_TOK * B];
+    static float out[MAX_TOK * H], rout[2 * MAX_TOK * H], gate[MAX_TOK * I], up[MAX_TOK * I];
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+    const q35_host one = {.k = q35_kernels_get()};
+    const q35_tensor *Ws[2] = {&Wa, &Wb};
+    const int toks[4] = {1, 2, 8, 9};
+    long bad = 0;
+    for (int n = 2; n <= 3; n++) {
+        q35_pool *pool;
+        q35_error err;
+        REQUIRE(q35_pool_new(n, &pool, &err) == Q35_OK);
+        const q35_host many = {.k = q35_kernels_get(), .pool = pool};
+        for (int ti = 0; ti < 4; ti++) {
+            const int nt = toks[ti];
+            float *ys[2] = {ya, yb};
+            for (int sign = 0; sign < 2; sign++) { /* x, then -x in the same buffer */
+                float *rys[2] = {ra + sign * MAX_TOK * A, rb + sign * MAX_TOK * B};
+                q35_matmul_multi(&one, 2, rys, Ws, x, nt);
+                q35_mlp(&one, rout + sign * MAX_TOK * H, gate, up, &Wg, &Wu, &Wd, x, nt);
+                for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = -x[i];
+            }
+            for (int r = 0; r < 30; r++) { /* x's contents change between calls: no call may reuse the last x */
+                const int sign = r % 2;
+                q35_matmul_multi(&many, 2, ys, Ws, x, nt);
+                q35_mlp(&many, out, gate, up, &Wg, &Wu, &Wd, x, nt);
+                bad += memcmp(ya, ra + sign * MAX_TOK * A, sizeof(float) * (size_t)(nt * A)) != 0;
+                bad += memcmp(yb, rb + sign * MAX_TOK * B, sizeof(float) * (size_t)(nt * B)) != 0;
+                bad += memcmp(out, rout + sign * MAX_TOK * H, sizeof(float) * (size_t)(nt * H)) != 0;
+                for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = -x[i];
+            }
+        }
+        q35_pool_free(pool);
+    }
+    CHECK_MSG(bad == 0, "%ld results differ from one thread's", bad);
+    free((void *)Wa.data), free((void *)Wb.data), free((void *)Wg.data), free((void *)Wu.data), free((void *)Wd.data);
 }

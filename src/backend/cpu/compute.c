@@ -3,6 +3,7 @@
 #include "backend/cpu/compute.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 #define ROW_ALIGN 64 /* whole weight panels per worker */
 #define Q35_MATMUL_MAX_PIECES 8 /* per job */
@@ -15,17 +16,44 @@ typedef struct {
     const float *x;
     int64_t n_tok, n_blocks;     /* n_blocks: ROW_ALIGN-row blocks of all pieces together */
     float *swiglu_out;           /* q35_mlp: silu(y0) * y1 goes here (it may be y0) */
+    _Atomic int64_t next;        /* the first block (or row block of the MLP) no worker has claimed */
+    uint64_t epoch;              /* the job's q35_kernels_x_epoch: a worker quantizes x once for its claims */
 } matmul_job;
+
+static _Atomic uint64_t g_epoch;
+
+/* Calls of more tokens than this split the rows in fixed ranges, one per
+ * worker: every call quantizes all of x again, which a prompt's hundreds of
+ * tokens would pay once per claim. */
+#define DYNAMIC_MAX_TOKENS 8
+
+/* Claims a worker's next range [*lo, *hi) of n items, for decode and small
+ * batches: a quarter of what is left for two workers (1 / (2 nth) of it),
+ * at least one, so that the claims shrink towards the end (guided
+ * scheduling) and a worker slowed by something else on its core leaves its
+ * share to the others instead of holding them at the job's end. Which
+ * worker computes a row does not change its value (the kernels' rule), so
+ * neither does the order of claims. Returns 0 when nothing is left. */
+static int claim(matmul_job *j, int64_t n, int nth, int64_t *lo, int64_t *hi) {
+    int64_t cur = atomic_load_explicit(&j->next, memory_order_relaxed);
+    for (;;) {
+        if (cur >= n) return 0;
+        int64_t c = nth > 1 ? (n - cur) / (2 * nth) : n - cur;
+        if (c < 1) c = 1;
+        if (atomic_compare_exchange_weak_explicit(&j->next, &cur, cur + c, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *lo = cur, *hi = cur + c;
+            return 1;
+        }
+    }
+}
 
 static int64_t piece_blocks(const q35_tensor *W) { return (W->shape[0] + ROW_ALIGN - 1) / ROW_ALIGN; }
 
-/* The pieces' rows, concatenated and cut into blocks of ROW_ALIGN (a piece's
- * last block may be short), are split over the workers in fixed ranges; a
- * worker's ranges go to the kernels in one call, so x is quantized once. */
-static void matmul_worker(void *p, int ith, int nth) {
-    const matmul_job *j = p;
-    int64_t lo, hi, base = 0, o0[Q35_MATMUL_MAX_PIECES], o1[Q35_MATMUL_MAX_PIECES];
-    q35_split(j->n_blocks, 1, ith, nth, &lo, &hi);
+/* Blocks [lo, hi) of the pieces' rows (below) in one kernel call, so x is
+ * quantized once for them. */
+static void matmul_range(const matmul_job *j, int64_t lo, int64_t hi) {
+    int64_t base = 0, o0[Q35_MATMUL_MAX_PIECES], o1[Q35_MATMUL_MAX_PIECES];
     for (int i = 0; i < j->n; i++) {
         const q35_tensor *W = j->Ws[i];
         int64_t nb = piece_blocks(W), b0 = lo - base, b1 = hi - base;
@@ -38,6 +66,23 @@ static void matmul_worker(void *p, int ith, int nth) {
     if (lo < hi) j->k->matmul_n(j->n, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
 }
 
+/* The pieces' rows, concatenated and cut into blocks of ROW_ALIGN (a piece's
+ * last block may be short), are claimed by the workers in shrinking ranges
+ * (claim); a range goes to the kernels in one call, whatever pieces it
+ * spans. */
+static void matmul_worker(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    int64_t lo, hi;
+    if (j->n_tok > DYNAMIC_MAX_TOKENS) {
+        q35_split(j->n_blocks, 1, ith, nth, &lo, &hi);
+        matmul_range(j, lo, hi);
+    } else {
+        q35_kernels_x_epoch = j->epoch;
+        while (claim(j, j->n_blocks, nth, &lo, &hi)) matmul_range(j, lo, hi);
+        q35_kernels_x_epoch = 0;
+    }
+}
+
 static double job_work(const matmul_job *j) {
     double w = 0;
     for (int i = 0; i < j->n; i++) w += (double)j->Ws[i]->shape[0] * (double)j->Ws[i]->shape[j->Ws[i]->ndim - 1];
@@ -45,6 +90,8 @@ static double job_work(const matmul_job *j) {
 }
 
 static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
+    atomic_init(&j->next, 0);
+    j->epoch = atomic_fetch_add_explicit(&g_epoch, 1, memory_order_relaxed) + 1;
     j->n_blocks = 0;
     for (int i = 0; i < j->n; i++) j->n_blocks += piece_blocks(j->Ws[i]);
     if (job_work(j) < 2e5 || !h->pool) fn(j, 0, 1); /* too small to be worth a handoff */
@@ -60,19 +107,16 @@ void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tens
     if (h->tap) h->tap(h->tap_ctx, n, Ws, x, n_tok);
     for (int i = 0; i < n; i += Q35_MATMUL_MAX_PIECES) { /* callers pass 2-4 */
         matmul_job j = {h->k, n - i < Q35_MATMUL_MAX_PIECES ? n - i : Q35_MATMUL_MAX_PIECES,
-                        ys + i, Ws + i, x, n_tok, 0, NULL};
+                        ys + i, Ws + i, x, n_tok, 0, NULL, 0, 0};
         run_job(h, &j, matmul_worker);
     }
 }
 
-/* Each worker owns the same block range of gate and up (the split of one
- * piece), computes both and applies silu(gate) * up to its own rows while
- * they are still in its cache. */
-static void swiglu_worker(void *p, int ith, int nth) {
-    const matmul_job *j = p;
+/* Each range a worker takes is the same rows of gate and up: it computes
+ * both and applies silu(gate) * up to those rows while they are still in
+ * its cache. */
+static void swiglu_range(const matmul_job *j, int64_t lo, int64_t hi) {
     const int64_t I = j->Ws[0]->shape[0];
-    int64_t lo, hi;
-    q35_split(I, ROW_ALIGN, ith, nth, &lo, &hi);
     if (lo >= hi) return;
     const int64_t o0[2] = {lo, lo}, o1[2] = {hi, hi};
     j->k->matmul_n(2, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
@@ -80,11 +124,26 @@ static void swiglu_worker(void *p, int ith, int nth) {
         j->k->silu_mul(j->swiglu_out + t * I + lo, j->ys[0] + t * I + lo, j->ys[1] + t * I + lo, hi - lo);
 }
 
+static void swiglu_worker(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    const int64_t I = j->Ws[0]->shape[0];
+    int64_t lo, hi;
+    if (j->n_tok > DYNAMIC_MAX_TOKENS) {
+        q35_split(I, ROW_ALIGN, ith, nth, &lo, &hi);
+        swiglu_range(j, lo, hi);
+    } else {
+        q35_kernels_x_epoch = j->epoch;
+        while (claim(j, (I + ROW_ALIGN - 1) / ROW_ALIGN, nth, &lo, &hi))
+            swiglu_range(j, lo * ROW_ALIGN, hi * ROW_ALIGN < I ? hi * ROW_ALIGN : I);
+        q35_kernels_x_epoch = 0;
+    }
+}
+
 void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_tensor *W_gate, const q35_tensor *W_up,
              const q35_tensor *W_down, const float *x, int64_t n_tok) {
     float *ys[2] = {gate, up};
     const q35_tensor *Ws[2] = {W_gate, W_up};
-    matmul_job j = {h->k, 2, ys, Ws, x, n_tok, 0, gate};
+    matmul_job j = {h->k, 2, ys, Ws, x, n_tok, 0, gate, 0, 0};
     if (h->tap) h->tap(h->tap_ctx, 2, Ws, x, n_tok);
     run_job(h, &j, swiglu_worker);
     q35_matmul(h, out, W_down, gate, n_tok);

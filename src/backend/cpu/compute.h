@@ -2,9 +2,11 @@
  * a kernel table and a pool of workers (q35_host), matmuls over the pool,
  * and RMSNorm.
  *
- * The matmuls split their output rows across the pool's workers in fixed,
- * aligned ranges, so results do not depend on the thread count (each output
- * row is computed by exactly one worker, in the same order). */
+ * The matmuls split their output rows across the pool's workers in aligned
+ * ranges (fixed ones for more than 8 tokens; below that, claimed in
+ * shrinking ranges by whichever worker is free): each output row is computed
+ * by exactly one worker, and its value does not depend on which, so results
+ * do not depend on the thread count or the timing. */
 #ifndef Q35_COMPUTE_H
 #define Q35_COMPUTE_H
 

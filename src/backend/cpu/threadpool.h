@@ -2,8 +2,9 @@
  *
  * q35_pool_run(pool, fn, ctx) calls fn(ctx, i, n) once for every i in
  * 0..n-1 (the calling thread is worker 0) and returns when all are done.
- * Work is split by worker index only, never by timing, so results do not
- * depend on scheduling. Threads are created once, at pool creation: the
+ * Results must not depend on scheduling: work is split by worker index,
+ * or (compute.c's matmuls of up to 8 tokens) claimed by whichever worker
+ * is free, where which worker computes an item does not change its value. Threads are created once, at pool creation: the
  * token loop creates none. Workers spin briefly between jobs (decode runs
  * hundreds of jobs per token) and then sleep on a futex. */
 #ifndef Q35_THREADPOOL_H

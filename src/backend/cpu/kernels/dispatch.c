@@ -102,6 +102,8 @@ typedef struct scratch_buf {
     size_t cap;
 } scratch_buf;
 
+__thread uint64_t q35_kernels_x_epoch;
+
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 static int g_scratch_key_ok;

@@ -293,6 +293,13 @@ const char *q35_kernels_note(void);
  * of memory; the kernels then fall back to the reference path. */
 void *q35_kernels_scratch(size_t bytes);
 
+/* Set by a caller whose matmul_n calls on this thread, until it sets 0
+ * again, all read the same x (the same pointer and contents): calls under
+ * the same nonzero value quantize x for bfp weights once, the first time,
+ * and reuse it from this thread's scratch. A thread pool's matmul job, whose
+ * workers claim rows in several calls, sets a value of its own. */
+extern __thread uint64_t q35_kernels_x_epoch;
+
 /* Bytes of int8 activations a prompt's matmul takes per chunk of tokens:
  * half of a core's L2, so that they stay there while every panel passes
  * over them (prompts of 512 on Zen 5's 1 MiB L2: 512 KiB chunks 29.6-30.1
