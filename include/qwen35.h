@@ -226,6 +226,17 @@ q35_status q35_session_rewind(q35_session *session, int32_t n_keep, q35_error *e
  * about a second. */
 q35_status q35_read_bandwidth(int32_t n_threads, double *gb_s, q35_error *err);
 
+/* The same measurement, to take again and again beside other work (a
+ * benchmark that compares each of its steps with the bandwidth of that
+ * moment): q35_read_probe_new maps and writes `bytes` (rounded up to 4 KiB;
+ * 0: 1 GiB) and starts n_threads threads; q35_read_probe_run streams the
+ * buffer `passes` times as q35_read_bandwidth does and returns the best
+ * pass in GB/s; q35_read_probe_free unmaps it and stops the threads. */
+typedef struct q35_read_probe q35_read_probe;
+q35_status q35_read_probe_new(int32_t n_threads, size_t bytes, q35_read_probe **out, q35_error *err);
+double q35_read_probe_run(q35_read_probe *probe, int passes);
+void q35_read_probe_free(q35_read_probe *probe);
+
 /* Greedy choice: the lowest index among the largest logits. */
 int32_t q35_argmax(const float *logits, int32_t n);
 

@@ -513,6 +513,23 @@ TEST(kernels, read_stream_reads_everything) {
     free(buf);
 }
 
+/* The read probe (q35_read_probe_*): an odd size rounds up to whole pages,
+ * each run on 1 and 2 threads gives a positive, finite bandwidth, and the
+ * probe can run again and again before it is freed; freeing NULL is a no-op. */
+TEST(kernels, read_probe_runs_again_and_again) {
+    for (int nt = 1; nt <= 2; nt++) {
+        q35_read_probe *p = NULL;
+        q35_error err;
+        REQUIRE(q35_read_probe_new(nt, ((size_t)8 << 20) + 123, &p, &err) == Q35_OK);
+        for (int r = 0; r < 3; r++) {
+            double gb = q35_read_probe_run(p, r + 1);
+            CHECK_MSG(gb > 0.0 && gb < 1e6, "%d threads, run %d: %g GB/s", nt, r, gb);
+        }
+        q35_read_probe_free(p);
+    }
+    q35_read_probe_free(NULL);
+}
+
 TEST(kernels, dispatch_by_cpu_and_env) {
     const q35_kernels *k = NULL;
     q35_error err = {0};
