@@ -318,6 +318,55 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
     }
 }
 
+/* Small batches (2-8 tokens in one call: avx512.c's tokens side by side)
+ * against each token alone, bit for bit, on raw panels: 0-1 and 5 typical
+ * exponent bytes (100..140), 2 bytes 0..8 (products subnormal), 3 any byte, 4 bytes
+ * 240..255 (products past the largest float with 2^100); x's blocks scaled
+ * per token by 1, 2^100, 2^-60, 2^60, 1, 2^-100, about 1e-36 (a subnormal
+ * int8 scale) and 0, and every window of 2-8 consecutive tokens (a tile
+ * that made a block's scale product any other way than the multiply, an
+ * integer add to the exponent say, would have to get every one of these
+ * edges right). */
+TEST(kernels, bfp_small_batches_match_single_tokens) {
+    const q35_kernels *tables[MAX_FAST_TABLES];
+    int n_tables = fast_tables(tables);
+    enum { n_out = 96, n_in = 272, n_blk = n_in / 16, max_tok = 8 };
+    const float scales[max_tok] = {1.0f, 0x1p100f, 0x1p-60f, 0x1p60f, 1.0f, 0x1p-100f, 1e-36f, 0.0f};
+    float x[max_tok * n_in], y[max_tok * n_out], y1[max_tok * n_out];
+    for (int t = 0; t < max_tok * n_blk; t++) {
+        float sc = scales[t / n_blk];
+        if (sc != 1e-36f) sc = ldexpf(sc, (int)(rng_unit() * 3.0));
+        for (int j = 0; j < 16; j++) x[16 * t + j] = sc * (float)rng_unit();
+    }
+    const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
+    long bad = 0;
+    for (int d = 0; d < 2; d++) {
+        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), pb = q35_bfp_panel_bytes(dts[d], n_in);
+        uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        REQUIRE(w);
+        for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
+        for (int p = 0; p < n_out / 16; p++)
+            for (int i = 0; i < n_blk * 16; i++) {
+                int u = (int)(rng_unit() * 128.0 + 128.0);
+                w[p * pb + i] = (uint8_t)(p < 2 || p == 5 ? 100 + u % 41 : p == 2 ? u % 9 : p == 4 ? 240 + u % 16 : u);
+            }
+        q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
+        for (int k = 0; k < n_tables; k++) {
+            for (int t = 0; t < max_tok; t++) q35_kernels_matmul(tables[k], y1 + t * n_out, &W, x + t * n_in, 1, 0, n_out);
+            for (int n = 2; n <= max_tok; n++)
+                for (int t0 = 0; t0 + n <= max_tok; t0++) {
+                    q35_kernels_matmul(tables[k], y, &W, x + t0 * n_in, n, 0, n_out);
+                    long b = memcmp(y, y1 + t0 * n_out, sizeof(float) * (size_t)(n * n_out)) != 0;
+                    CHECK_MSG(!b, "%s %s, tokens %d..%d: differ from each token alone", tables[k]->name,
+                              q35_dtype_name(dts[d]), t0, t0 + n - 1);
+                    bad += b;
+                }
+        }
+        free(w);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
 /* The wide path (prompts: more than 8 tokens, two panels at a time where
  * avx512.c can) against each token alone (the decode path), bit for bit, on
  * raw panels whose scale products sit at the edges of the normal floats:
