@@ -278,6 +278,38 @@ TEST(kernels, batch_and_split_invariant) {
     }
 }
 
+/* x for n_tok tokens of n_in, each token's blocks scaled by scales[t] times
+ * 2^-2..2^2 at random (1e-36 exactly: the int8 scale stays subnormal). */
+static void scaled_x(float *x, const float *scales, int n_tok, int n_in) {
+    for (int t = 0; t < n_tok * (n_in / 16); t++) {
+        float s = scales[t / (n_in / 16)];
+        if (s != 1e-36f) s = ldexpf(s, (int)(rng_unit() * 3.0));
+        for (int j = 0; j < 16; j++) x[16 * t + j] = s * (float)rng_unit();
+    }
+}
+
+/* A raw bfp matrix (random codes), each exponent byte chosen by
+ * exp_byte(panel, row, u) from a random u in 0..255; free() it. */
+static uint8_t *raw_bfp(q35_dtype dt, int n_out, int n_in, int (*exp_byte)(int p, int row, int u), q35_tensor *W) {
+    size_t nb = q35_bfp_tensor_bytes(dt, n_out, n_in), pb = q35_bfp_panel_bytes(dt, n_in);
+    uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+    if (!w) return NULL;
+    for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
+    for (int p = 0; p < n_out / 16; p++)
+        for (int i = 0; i < n_in; i++)
+            w[p * pb + i] = (uint8_t)exp_byte(p, 16 * p + i % 16, (int)(rng_unit() * 128.0 + 128.0));
+    *W = (q35_tensor){.name = "w", .dtype = dt, .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
+    return w;
+}
+
+static int exp_by_row(int p, int row, int u) {
+    return row % 4 == 0 ? 100 + u % 40 : row % 4 == 1 ? u % 9 : row % 4 == 2 ? 240 + u % 16 : u;
+}
+
+static int exp_by_panel(int p, int row, int u) {
+    return p < 2 || p == 5 ? 100 + u % 41 : p == 2 ? u % 9 : p == 4 ? 240 + u % 16 : u;
+}
+
 /* The decode path (whole runs of panels, up to 4 tokens: bfp_gemv_tile in
  * avx512.c) against the single-panel tiles (16-row ranges), bit for bit, on
  * raw panels: random codes and exponent bytes by row (typical, 0..8 so
@@ -287,26 +319,15 @@ TEST(kernels, batch_and_split_invariant) {
 TEST(kernels, bfp_gemv_matches_panel_tile) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
-    enum { n_out = 80, n_in = 272, n_blk = n_in / 16, max_tok = 4 };
+    enum { n_out = 80, n_in = 272, max_tok = 4 };
     const float scales[max_tok] = {1.0f, 1e12f, 1e-36f, 0.0f};
     float x[max_tok * n_in], y[max_tok * n_out], yp[max_tok * n_out];
-    for (int t = 0; t < max_tok * n_blk; t++) {
-        float s = scales[t / n_blk];
-        if (s != 1e-36f) s = ldexpf(s, (int)(rng_unit() * 3.0)); /* 1e-36: the int8 scale stays subnormal */
-        for (int j = 0; j < 16; j++) x[16 * t + j] = s * (float)rng_unit();
-    }
+    scaled_x(x, scales, max_tok, n_in);
     const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
     for (int d = 0; d < 2; d++) {
-        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), pb = q35_bfp_panel_bytes(dts[d], n_in);
-        uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        q35_tensor W;
+        uint8_t *w = raw_bfp(dts[d], n_out, n_in, exp_by_row, &W);
         REQUIRE(w);
-        for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
-        for (int p = 0; p < n_out / 16; p++)
-            for (int i = 0; i < n_blk * 16; i++) {
-                int u = (int)(rng_unit() * 128.0 + 128.0), row = 16 * p + i % 16;
-                w[p * pb + i] = (uint8_t)(row % 4 == 0 ? 100 + u % 40 : row % 4 == 1 ? u % 9 : row % 4 == 2 ? 240 + u % 16 : u);
-            }
-        q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
         for (int k = 0; k < n_tables; k++)
             for (int n = 1; n <= max_tok; n++) {
                 q35_kernels_matmul(tables[k], y, &W, x, n, 0, n_out);
@@ -330,27 +351,16 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
 TEST(kernels, bfp_small_batches_match_single_tokens) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
-    enum { n_out = 96, n_in = 272, n_blk = n_in / 16, max_tok = 8 };
+    enum { n_out = 96, n_in = 272, max_tok = 8 };
     const float scales[max_tok] = {1.0f, 0x1p100f, 0x1p-60f, 0x1p60f, 1.0f, 0x1p-100f, 1e-36f, 0.0f};
     float x[max_tok * n_in], y[max_tok * n_out], y1[max_tok * n_out];
-    for (int t = 0; t < max_tok * n_blk; t++) {
-        float sc = scales[t / n_blk];
-        if (sc != 1e-36f) sc = ldexpf(sc, (int)(rng_unit() * 3.0));
-        for (int j = 0; j < 16; j++) x[16 * t + j] = sc * (float)rng_unit();
-    }
+    scaled_x(x, scales, max_tok, n_in);
     const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
     long bad = 0;
     for (int d = 0; d < 2; d++) {
-        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), pb = q35_bfp_panel_bytes(dts[d], n_in);
-        uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        q35_tensor W;
+        uint8_t *w = raw_bfp(dts[d], n_out, n_in, exp_by_panel, &W);
         REQUIRE(w);
-        for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
-        for (int p = 0; p < n_out / 16; p++)
-            for (int i = 0; i < n_blk * 16; i++) {
-                int u = (int)(rng_unit() * 128.0 + 128.0);
-                w[p * pb + i] = (uint8_t)(p < 2 || p == 5 ? 100 + u % 41 : p == 2 ? u % 9 : p == 4 ? 240 + u % 16 : u);
-            }
-        q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
         for (int k = 0; k < n_tables; k++) {
             for (int t = 0; t < max_tok; t++) q35_kernels_matmul(tables[k], y1 + t * n_out, &W, x + t * n_in, 1, 0, n_out);
             for (int n = 2; n <= max_tok; n++)
