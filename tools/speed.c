@@ -55,7 +55,7 @@ static long status_kb(const char *key) {
     return kb;
 }
 
-/* The bandwidth probe's buffer is not the engine's memory: forget it. */
+/* The read probe's buffer is not the engine's memory: forget it. */
 static void reset_peak_rss(void) {
     FILE *fp = fopen("/proc/self/clear_refs", "w");
     if (fp) { fputs("5", fp); fclose(fp); }
@@ -314,13 +314,6 @@ int cmd_speed(int argc, char **argv) {
     int rc = 0;
     uint64_t rng = 88172645463325252ull;
 
-    /* bandwidth first, so that its buffer is gone before the engine's peak is measured */
-    for (int ti = 0; ti < n_threads; ti++)
-        if (q35_read_bandwidth(threads[ti], &rows[ti].bw, &err)) {
-            fprintf(stderr, "qwen35 speed: %s\n", err.msg);
-            rows[ti].bw = 0;
-        }
-    reset_peak_rss();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         q35_engine_params p = {.n_threads = threads[ti], .weights = weights, .kv_cache = kv_cache};
         q35_engine *e;
@@ -353,12 +346,12 @@ int cmd_speed(int argc, char **argv) {
         long hwm = status_kb("VmHWM"); /* the peak so far, which the probe's buffer is not part of */
         if (hwm > peak_kb) peak_kb = hwm;
         if (q35_read_probe_new(threads[ti], PROBE_BYTES, &probe, &err)) {
-            fprintf(stderr, "qwen35 speed: %s (the decode share is against the bandwidth measured at start)\n", err.msg);
+            fprintf(stderr, "qwen35 speed: %s (no share of bandwidth)\n", err.msg);
             probe = NULL;
         }
         q35_gen_out o;
         for (int i = 0; i < n_decode && !rc; i++) {
-            bw[i] = probe ? q35_read_probe_run(probe, 2) : rows[ti].bw;
+            bw[i] = probe ? q35_read_probe_run(probe, 2) : 0;
             double t0 = cli_now();
             if (q35_generation_step(gen, &o, &err)) rc = 1;
             dt[i] = cli_now() - t0;
@@ -371,9 +364,8 @@ int cmd_speed(int argc, char **argv) {
         rows[ti].threads = threads[ti];
         rows[ti].tok_s = 1.0 / decode_s;
         rows[ti].gb_s = (double)info.bytes_per_token / decode_s / 1e9;
-        if (probe) rows[ti].bw = median(bw, n_decode);
-        rows[ti].pct = probe ? 100.0 * median(share, n_decode)
-                             : rows[ti].bw > 0 ? 100.0 * rows[ti].gb_s / rows[ti].bw : 0;
+        rows[ti].bw = median(bw, n_decode); /* 0 without the probe, and so is the share */
+        rows[ti].pct = 100.0 * median(share, n_decode);
         free(dt);
         fprintf(stderr, "decode, %d thread(s): %.2f tok/s, %.1f GB/s of %.1f GB/s measured (%.0f%%)\n", threads[ti],
                 rows[ti].tok_s, rows[ti].gb_s, rows[ti].bw, rows[ti].pct);

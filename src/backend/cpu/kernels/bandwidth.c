@@ -22,28 +22,24 @@
 #define BW_BYTES ((size_t)1 << 30)
 #define BW_PASSES 5
 
-typedef struct bw_job {
+struct q35_read_probe {
+    q35_pool *pool;
     uint8_t *buf;
+    size_t bytes;
     q35_read_stream_fn read;
     int touch;                 /* first pass: write the pages (each thread its own share) */
     _Atomic uint64_t checksum; /* keeps the reads alive */
-} bw_job;
-
-struct q35_read_probe {
-    q35_pool *pool;
-    bw_job job;
-    size_t bytes;
 };
 
 static void probe_worker(void *ctx, int ith, int nth) {
     q35_read_probe *p = ctx;
     int64_t lo, hi;
     q35_split((int64_t)p->bytes, 4096, ith, nth, &lo, &hi);
-    if (p->job.touch) {
-        memset(p->job.buf + lo, ith + 1, (size_t)(hi - lo));
+    if (p->touch) {
+        memset(p->buf + lo, ith + 1, (size_t)(hi - lo));
         return;
     }
-    atomic_fetch_add_explicit(&p->job.checksum, p->job.read(p->job.buf + lo, (size_t)(hi - lo)), memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->checksum, p->read(p->buf + lo, (size_t)(hi - lo)), memory_order_relaxed);
 }
 
 q35_status q35_read_probe_new(int32_t n_threads, size_t bytes, q35_read_probe **out, q35_error *err) {
@@ -67,9 +63,9 @@ q35_status q35_read_probe_new(int32_t n_threads, size_t bytes, q35_read_probe **
     }
     /* on huge pages where the kernel allows, as the engine's weights are by default */
     madvise(buf, bytes, MADV_HUGEPAGE);
-    p->job = (bw_job){.buf = buf, .read = q35_kernels_get()->read_stream, .touch = 1};
+    p->buf = buf, p->read = q35_kernels_get()->read_stream, p->touch = 1;
     q35_pool_run(p->pool, probe_worker, p);
-    p->job.touch = 0;
+    p->touch = 0;
     *out = p;
     return Q35_OK;
 }
@@ -87,7 +83,7 @@ double q35_read_probe_run(q35_read_probe *p, int passes) {
 
 void q35_read_probe_free(q35_read_probe *p) {
     if (!p) return;
-    munmap(p->job.buf, p->bytes);
+    munmap(p->buf, p->bytes);
     q35_pool_free(p->pool);
     free(p);
 }
