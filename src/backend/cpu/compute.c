@@ -66,21 +66,28 @@ static void matmul_range(const matmul_job *j, int64_t lo, int64_t hi) {
     if (lo < hi) j->k->matmul_n(j->n, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
 }
 
-/* The pieces' rows, concatenated and cut into blocks of ROW_ALIGN (a piece's
- * last block may be short), are claimed by the workers in shrinking ranges
- * (claim); a range goes to the kernels in one call, whatever pieces it
- * spans. */
-static void matmul_worker(void *p, int ith, int nth) {
-    matmul_job *j = p;
+/* Worker ith's share of the job's n blocks, each range to range(j, lo,
+ * hi): more than DYNAMIC_MAX_TOKENS tokens a fixed range, else the ranges
+ * it claims, x quantized once for all of them (q35_kernels_x_epoch). */
+static void run_ranges(matmul_job *j, int64_t n, int ith, int nth,
+                       void (*range)(const matmul_job *, int64_t, int64_t)) {
     int64_t lo, hi;
     if (j->n_tok > DYNAMIC_MAX_TOKENS) {
-        q35_split(j->n_blocks, 1, ith, nth, &lo, &hi);
-        matmul_range(j, lo, hi);
-    } else {
-        q35_kernels_x_epoch = j->epoch;
-        while (claim(j, j->n_blocks, nth, &lo, &hi)) matmul_range(j, lo, hi);
-        q35_kernels_x_epoch = 0;
+        q35_split(n, 1, ith, nth, &lo, &hi);
+        range(j, lo, hi);
+        return;
     }
+    q35_kernels_x_epoch = j->epoch;
+    while (claim(j, n, nth, &lo, &hi)) range(j, lo, hi);
+    q35_kernels_x_epoch = 0;
+}
+
+/* The pieces' rows, concatenated and cut into blocks of ROW_ALIGN (a piece's
+ * last block may be short), go to the workers in ranges (run_ranges); a
+ * range goes to the kernels in one call, whatever pieces it spans. */
+static void matmul_worker(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    run_ranges(j, j->n_blocks, ith, nth, matmul_range);
 }
 
 static double job_work(const matmul_job *j) {
@@ -112,11 +119,11 @@ void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tens
     }
 }
 
-/* Each range a worker takes is the same rows of gate and up: it computes
- * both and applies silu(gate) * up to those rows while they are still in
- * its cache. */
-static void swiglu_range(const matmul_job *j, int64_t lo, int64_t hi) {
-    const int64_t I = j->Ws[0]->shape[0];
+/* Each range a worker takes (blocks [b0, b1) of ROW_ALIGN rows) is the same
+ * rows of gate and up: it computes both and applies silu(gate) * up to
+ * those rows while they are still in its cache. */
+static void swiglu_range(const matmul_job *j, int64_t b0, int64_t b1) {
+    const int64_t I = j->Ws[0]->shape[0], lo = b0 * ROW_ALIGN, hi = b1 * ROW_ALIGN < I ? b1 * ROW_ALIGN : I;
     if (lo >= hi) return;
     const int64_t o0[2] = {lo, lo}, o1[2] = {hi, hi};
     j->k->matmul_n(2, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
@@ -126,17 +133,7 @@ static void swiglu_range(const matmul_job *j, int64_t lo, int64_t hi) {
 
 static void swiglu_worker(void *p, int ith, int nth) {
     matmul_job *j = p;
-    const int64_t I = j->Ws[0]->shape[0];
-    int64_t lo, hi;
-    if (j->n_tok > DYNAMIC_MAX_TOKENS) {
-        q35_split(I, ROW_ALIGN, ith, nth, &lo, &hi);
-        swiglu_range(j, lo, hi);
-    } else {
-        q35_kernels_x_epoch = j->epoch;
-        while (claim(j, (I + ROW_ALIGN - 1) / ROW_ALIGN, nth, &lo, &hi))
-            swiglu_range(j, lo * ROW_ALIGN, hi * ROW_ALIGN < I ? hi * ROW_ALIGN : I);
-        q35_kernels_x_epoch = 0;
-    }
+    run_ranges(j, piece_blocks(j->Ws[0]), ith, nth, swiglu_range);
 }
 
 void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_tensor *W_gate, const q35_tensor *W_up,

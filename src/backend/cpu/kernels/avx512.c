@@ -69,8 +69,8 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
             /* the sum of the bytes stored (q + 128 summed by psadbw, less 16 * 128): the same as qi's for
              * finite x, and within +-2048 where x holds an infinity or a NaN (qi then holds INT_MIN) */
             const __m128i sad = _mm_sad_epu8(qu, _mm_setzero_si128());
-            a->sum[i] = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
-            a->o4[i] = -8 * a->sum[i], a->o8[i] = -128 * a->sum[i];
+            const int32_t sum = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
+            a->o4[i] = -8 * sum, a->o8[i] = -128 * sum; /* the tiles' starts (bfp_block_fma) */
             uint32_t bits;
             memcpy(&bits, &a->d[i], 4);
             bits = bits >> 23 & 0xff;

@@ -25,9 +25,9 @@
 typedef struct act_q8 {
     int8_t *q;     /* (n_tok, n_in) */
     float *d;      /* (n_tok, n_in / 16): x ~= q * d */
-    int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block */
-    int32_t *o4;   /* as sum: -8 * sum and -128 * sum, the corrections of bfp4's and bfp8's offset codes (avx512.c) */
-    int32_t *o8;
+    int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block (avx2.c) */
+    int32_t *o4;   /* as sum: -8 * sum and -128 * sum, the corrections of bfp4's and bfp8's offset codes, in */
+    int32_t *o8;   /* their place in avx512.c */
     /* ISA_BFP_WIDE only (NULL otherwise); the slice arrays hold one slice per panel of a wide tile,
      * panel p at p * BFP_SLICE_BLOCKS blocks: */
     int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
