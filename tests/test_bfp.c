@@ -208,29 +208,41 @@ TEST(bfp, inf_and_nan_inputs) {
 /* The layout: explicit byte positions, packing and unpacking, padding rows,
  * BF16 input equal to its F32 widening, and shape errors. */
 TEST(bfp, panel_layout_positions) {
-    enum { n_out = 19, n_in = 48 };
-    float w[n_out * n_in];
+    enum { n_out = 83, n_in = 48 }; /* two groups of four panels, the second mostly padding; three blocks */
+    static float w[n_out * n_in];
     for (int i = 0; i < n_out * n_in; i++) w[i] = rng_unit();
     q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
     for (int d = 0; d < 2; d++) {
         q35_dtype dt = dts[d];
+        const size_t C = dt == Q35_DT_BFP4 ? 128 : 256, U = 4 * (16 + C); /* a block's codes; a unit */
         size_t nb = q35_bfp_tensor_bytes(dt, n_out, n_in);
-        CHECK_EQ_INT(nb, 2 * 3 * (dt == Q35_DT_BFP4 ? 144 : 272));
+        CHECK_EQ_INT(nb, 2 * 3 * U);
+        CHECK_EQ_INT(q35_bfp_unit_bytes(dt), U);
         uint8_t *buf = malloc(nb);
         REQUIRE(buf);
         q35_error err = {0};
         REQUIRE(q35_bfp_pack_matrix(dt, buf, nb, w, Q35_DT_F32, n_out, n_in, 0, &err) == Q35_OK);
-        /* Row 9, input 21: block 1, group 1, j = 1. */
+        /* Input 21: block 1, group 1, j = 1. Row 9: group 0, panel 0, row 9 (a high nibble of bfp4); row 57:
+         * group 0, panel 3, row 9; row 75: group 1 (3 units on), panel 0, row 11. */
+        const struct { int r; size_t group, p, rr; } at[3] = {{9, 0, 0, 9}, {57, 0, 3, 9}, {75, 3 * U, 0, 11}};
+        for (int i = 0; i < 3; i++) {
+            uint32_t bits[16];
+            uint8_t codes[16];
+            memcpy(bits, &w[at[i].r * n_in + 16], sizeof bits);
+            uint8_t e = q35_bfp_encode_block(dt, bits, 0, codes);
+            size_t unit = at[i].group + 1 * U, rr = at[i].rr;
+            CHECK_EQ_INT(buf[unit + 16 * at[i].p + rr], e);
+            CHECK_EQ_INT(q35_bfp_panel_exps(dt, n_in, at[i].r), at[i].group + 16 * at[i].p);
+            CHECK_EQ_INT(q35_bfp_panel_codes(dt, n_in, at[i].r), at[i].group + 64 + at[i].p * C);
+            size_t codes_at = unit + 64 + at[i].p * C;
+            if (dt == Q35_DT_BFP4)
+                CHECK_EQ_INT(rr >= 8 ? buf[codes_at + 32 + 4 * (rr - 8) + 1] >> 4
+                                     : buf[codes_at + 32 + 4 * rr + 1] & 15, codes[5]);
+            else
+                CHECK_EQ_INT(buf[codes_at + 64 + 4 * rr + 1], codes[5]);
+        }
         uint32_t bits[16];
-        uint8_t codes[16];
-        memcpy(bits, &w[9 * n_in + 16], sizeof bits);
-        uint8_t e = q35_bfp_encode_block(dt, bits, 0, codes);
-        size_t panel0_codes = 3 * 16;
-        CHECK_EQ_INT(buf[1 * 16 + 9], e);
-        if (dt == Q35_DT_BFP4)
-            CHECK_EQ_INT(buf[panel0_codes + 1 * 128 + 32 + 4 * 1 + 1] >> 4, codes[5]);
-        else
-            CHECK_EQ_INT(buf[panel0_codes + 1 * 256 + 64 + 4 * 9 + 1], codes[5]);
+        uint8_t codes[16], e;
         /* Rows and elements decode to the codec's values. */
         long bad = 0;
         float row[n_in];
@@ -247,8 +259,8 @@ TEST(bfp, panel_layout_positions) {
             }
         }
         CHECK_EQ_INT(bad, 0);
-        /* Padding rows 19..31 read as zero. */
-        q35_bfp_get_row(dt, buf, n_in, 31, row);
+        /* Padding rows 83..127 read as zero. */
+        q35_bfp_get_row(dt, buf, n_in, 127, row);
         for (int i = 0; i < n_in; i++) bad += row[i] != 0.0f;
         CHECK_EQ_INT(bad, 0);
         /* BF16 input packs like its exact F32 widening. */

@@ -125,13 +125,13 @@ TEST(gptq, bytes_do_not_depend_on_threads_or_chunks) {
     q35_gptq g;
     q35_error err = {0};
     REQUIRE(q35_gptq_make(gram(x, n_tok, n), n, Q35_GPTQ_DAMP, 1, 1, &g, &err) == Q35_OK);
-    size_t nb = q35_bfp_tensor_bytes(Q35_DT_BFP4, rows, n), first = q35_bfp_tensor_bytes(Q35_DT_BFP4, 32, n);
+    size_t nb = q35_bfp_tensor_bytes(Q35_DT_BFP4, rows, n), first = q35_bfp_tensor_bytes(Q35_DT_BFP4, 64, n);
     uint8_t *one = malloc(nb), *three = malloc(nb), *chunks = malloc(nb);
     REQUIRE(q35_bfp_pack_gptq(Q35_DT_BFP4, one, w, rows, n, &g, Q35_BFP_EXP_SEARCH, 1, &err) == Q35_OK);
     REQUIRE(q35_bfp_pack_gptq(Q35_DT_BFP4, three, w, rows, n, &g, Q35_BFP_EXP_SEARCH, 3, &err) == Q35_OK);
-    /* two chunks of whole panels, as the cache writer cuts a large tensor */
-    REQUIRE(q35_bfp_pack_gptq(Q35_DT_BFP4, chunks, w, 32, n, &g, Q35_BFP_EXP_SEARCH, 2, &err) == Q35_OK);
-    REQUIRE(q35_bfp_pack_gptq(Q35_DT_BFP4, chunks + first, w + 32 * n, rows - 32, n, &g, Q35_BFP_EXP_SEARCH, 1, &err) ==
+    /* two chunks of whole groups of panels, as the cache writer cuts a large tensor */
+    REQUIRE(q35_bfp_pack_gptq(Q35_DT_BFP4, chunks, w, 64, n, &g, Q35_BFP_EXP_SEARCH, 2, &err) == Q35_OK);
+    REQUIRE(q35_bfp_pack_gptq(Q35_DT_BFP4, chunks + first, w + 64 * n, rows - 64, n, &g, Q35_BFP_EXP_SEARCH, 1, &err) ==
             Q35_OK);
     CHECK(!memcmp(one, three, nb));
     CHECK(!memcmp(one, chunks, nb));

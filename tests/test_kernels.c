@@ -291,13 +291,14 @@ static void scaled_x(float *x, const float *scales, int n_tok, int n_in) {
 /* A raw bfp matrix (random codes), each exponent byte chosen by
  * exp_byte(panel, row, u) from a random u in 0..255; free() it. */
 static uint8_t *raw_bfp(q35_dtype dt, int n_out, int n_in, int (*exp_byte)(int p, int row, int u), q35_tensor *W) {
-    size_t nb = q35_bfp_tensor_bytes(dt, n_out, n_in), pb = q35_bfp_panel_bytes(dt, n_in);
+    size_t nb = q35_bfp_tensor_bytes(dt, n_out, n_in), unit = q35_bfp_unit_bytes(dt);
     uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
     if (!w) return NULL;
     for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
-    for (int p = 0; p < n_out / 16; p++)
+    for (int p = 0; p < n_out / 16; p++) /* block i / 16, row i % 16 of panel p */
         for (int i = 0; i < n_in; i++)
-            w[p * pb + i] = (uint8_t)exp_byte(p, 16 * p + i % 16, (int)(rng_unit() * 128.0 + 128.0));
+            w[q35_bfp_panel_exps(dt, n_in, 16 * p) + (size_t)(i / 16) * unit + (size_t)(i % 16)] =
+                (uint8_t)exp_byte(p, 16 * p + i % 16, (int)(rng_unit() * 128.0 + 128.0));
     *W = (q35_tensor){.name = "w", .dtype = dt, .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
     return w;
 }
@@ -319,7 +320,7 @@ static int exp_by_panel(int p, int row, int u) {
 TEST(kernels, bfp_gemv_matches_panel_tile) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
-    enum { n_out = 80, n_in = 272, max_tok = 4 };
+    enum { n_out = 144, n_in = 272, max_tok = 4 }; /* two whole groups of panels and one panel */
     const float scales[max_tok] = {1.0f, 1e12f, 1e-36f, 0.0f};
     float x[max_tok * n_in], y[max_tok * n_out], yp[max_tok * n_out];
     scaled_x(x, scales, max_tok, n_in);
@@ -409,15 +410,16 @@ TEST(kernels, bfp_wide_matches_single_tokens) {
                 if (amax > 0.0f) xb[b % 16] = b % 2 ? amax : -amax;
                 if (t == 36 && b == 40) xb[3] = INFINITY;
             }
-        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), pb = q35_bfp_panel_bytes(dts[d], n_in);
+        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), unit = q35_bfp_unit_bytes(dts[d]);
         uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
         REQUIRE(w);
         for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
         for (int p = 0; p < (n_out + 15) / 16; p++)
-            for (int i = 0; i < n_blk * 16; i++) {
+            for (int i = 0; i < n_blk * 16; i++) { /* block i / 16, row i % 16 of panel p */
                 int u = (int)(rng_unit() * 128.0 + 128.0), row = i % 16;
                 int any = row % 4 == 0 ? 100 + u % 40 : row % 4 == 1 ? u % 9 : row % 4 == 2 ? 240 + u % 16 : u;
-                w[p * pb + i] = (uint8_t)(p < 2 ? 100 + u % 40 : p < 4 ? 0 : p < 6 ? 255 : any);
+                w[q35_bfp_panel_exps(dts[d], n_in, 16 * p) + (size_t)(i / 16) * unit + (size_t)row] =
+                    (uint8_t)(p < 2 ? 100 + u % 40 : p < 4 ? 0 : p < 6 ? 255 : any);
             }
         q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
         for (int k = 0; k < n_tables; k++) {

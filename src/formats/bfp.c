@@ -1,4 +1,4 @@
-/* bfp.c: the bfp4_b / bfp8_b codec and the 16-row panel layout (see bfp.h).
+/* bfp.c: the bfp4_b / bfp8_b codec and the layout in groups of four 16-row panels (see bfp.h).
  *
  * Scalar and exact: this runs once per tensor when the weight cache is
  * written, and it is the oracle for every kernel that reads the layout. */
@@ -91,17 +91,28 @@ size_t q35_bfp_panel_bytes(q35_dtype dt, int64_t n_in) {
     return (size_t)(n_in / Q35_BFP_BLOCK) * (Q35_BFP_PANEL + block_code_bytes(dt));
 }
 
+size_t q35_bfp_group_bytes(q35_dtype dt, int64_t n_in) { return Q35_BFP_GROUP * q35_bfp_panel_bytes(dt, n_in); }
+
 size_t q35_bfp_tensor_bytes(q35_dtype dt, int64_t n_out, int64_t n_in) {
-    int64_t n_panel = (n_out + Q35_BFP_PANEL - 1) / Q35_BFP_PANEL;
-    return (size_t)n_panel * q35_bfp_panel_bytes(dt, n_in);
+    int64_t n_group = (n_out + Q35_BFP_GROUP_ROWS - 1) / Q35_BFP_GROUP_ROWS;
+    return (size_t)n_group * q35_bfp_group_bytes(dt, n_in);
+}
+
+size_t q35_bfp_panel_exps(q35_dtype dt, int64_t n_in, int64_t r) {
+    return (size_t)(r / Q35_BFP_GROUP_ROWS) * q35_bfp_group_bytes(dt, n_in) +
+           (size_t)(r / Q35_BFP_PANEL % Q35_BFP_GROUP) * Q35_BFP_PANEL;
+}
+
+size_t q35_bfp_panel_codes(q35_dtype dt, int64_t n_in, int64_t r) {
+    return (size_t)(r / Q35_BFP_GROUP_ROWS) * q35_bfp_group_bytes(dt, n_in) + Q35_BFP_GROUP * Q35_BFP_PANEL +
+           (size_t)(r / Q35_BFP_PANEL % Q35_BFP_GROUP) * block_code_bytes(dt);
 }
 
 /* Where row r, block b lives: its exponent byte and the start of its codes. */
 static void locate(q35_dtype dt, int64_t n_in, int64_t r, int64_t b, size_t *exp_off, size_t *code_off) {
-    int64_t n_blk = n_in / Q35_BFP_BLOCK;
-    size_t panel = (size_t)(r / Q35_BFP_PANEL) * q35_bfp_panel_bytes(dt, n_in);
-    *exp_off = panel + (size_t)b * Q35_BFP_PANEL + (size_t)(r % Q35_BFP_PANEL);
-    *code_off = panel + (size_t)n_blk * Q35_BFP_PANEL + (size_t)b * block_code_bytes(dt);
+    size_t unit = (size_t)b * q35_bfp_unit_bytes(dt);
+    *exp_off = q35_bfp_panel_exps(dt, n_in, r) + unit + (size_t)(r % Q35_BFP_PANEL);
+    *code_off = q35_bfp_panel_codes(dt, n_in, r) + unit;
 }
 
 /* Byte index in a block's codes of (row-in-panel rr, input kk) and, for bfp4,

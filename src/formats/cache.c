@@ -250,8 +250,8 @@ static q35_status write_tensor(int fd, const char *path, q35_cache_item *it, int
     if (it->ndim == 1) { rows = 1; row_elems = it->shape[0]; }
     size_t src_row = q35_dtype_row_bytes(it->src_dtype, row_elems);
     int64_t chunk = (int64_t)(CHUNK_BYTES / (src_row ? src_row : 1));
-    chunk = chunk / Q35_BFP_PANEL * Q35_BFP_PANEL;
-    if (chunk < Q35_BFP_PANEL) chunk = Q35_BFP_PANEL;
+    chunk = chunk / Q35_BFP_GROUP_ROWS * Q35_BFP_GROUP_ROWS; /* whole groups of bfp panels */
+    if (chunk < Q35_BFP_GROUP_ROWS) chunk = Q35_BFP_GROUP_ROWS;
     if (chunk > rows) chunk = rows;
     int need_tmp = it->dtype != it->src_dtype && it->src_dtype != Q35_DT_F32; /* converted through floats */
     void *src = malloc(q35_dtype_bytes(it->src_dtype, chunk, row_elems));

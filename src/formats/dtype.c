@@ -53,8 +53,8 @@ const q35_dtype_traits q35_dtype_table[Q35_DT_COUNT] = {
     [Q35_DT_F32] = {"F32", 1, 4, 1, decode_f32, encode_f32},
     [Q35_DT_F16] = {"F16", 1, 2, 1, decode_half, encode_half},
     [Q35_DT_BF16] = {"BF16", 1, 2, 1, decode_half, encode_half},
-    [Q35_DT_BFP8] = {"BFP8", Q35_BFP_BLOCK, 1 + Q35_BFP_BLOCK, Q35_BFP_PANEL, decode_bfp, encode_bfp},
-    [Q35_DT_BFP4] = {"BFP4", Q35_BFP_BLOCK, 1 + Q35_BFP_BLOCK / 2, Q35_BFP_PANEL, decode_bfp, encode_bfp},
+    [Q35_DT_BFP8] = {"BFP8", Q35_BFP_BLOCK, 1 + Q35_BFP_BLOCK, Q35_BFP_GROUP_ROWS, decode_bfp, encode_bfp},
+    [Q35_DT_BFP4] = {"BFP4", Q35_BFP_BLOCK, 1 + Q35_BFP_BLOCK / 2, Q35_BFP_GROUP_ROWS, decode_bfp, encode_bfp},
 };
 
 const char *q35_dtype_name(q35_dtype dt) {

@@ -7,8 +7,8 @@
  * A row of n values is n / block_elems blocks of block_bytes each. The
  * element formats (F32, F16, BF16) have blocks of one value and store a
  * tensor row-major. The block formats (BFP8, BFP4: 16 values sharing an
- * exponent, bfp.h) store a [rows, cols] matrix in panels of panel_rows
- * rows, the last one padded with zero rows; block_bytes counts a row's
+ * exponent, bfp.h) store a [rows, cols] matrix in groups of panel_rows
+ * rows (four 16-row panels), the last one padded with zero rows; block_bytes counts a row's
  * share of a panel block (one exponent byte and its codes). */
 #ifndef Q35_DTYPE_H
 #define Q35_DTYPE_H
@@ -30,7 +30,7 @@ typedef struct q35_dtype_traits {
     const char *name;    /* "F32", "BF16", "BFP4": as safetensors headers and manifests spell them */
     int32_t block_elems; /* values per block along a row: 1, or 16 for a block format */
     int32_t block_bytes; /* bytes of one block of one row: 4, 2, 2, 17 (BFP8), 9 (BFP4) */
-    int32_t panel_rows;  /* rows stored together: 1 (row-major), 16 (bfp panels) */
+    int32_t panel_rows;  /* rows stored together: 1 (row-major), 64 (a group of bfp panels) */
     /* Values [i0, i0 + n) of a [*, cols] tensor, flat index in PyTorch
      * order, decoded to n floats (exactly: every stored value is a float). */
     void (*decode)(q35_dtype dt, const void *data, int64_t cols, int64_t i0, int64_t n, float *out);

@@ -242,29 +242,31 @@ static void fill_bfp_codes(const q35_cache_item *it, int64_t r0, int64_t n, uint
     pthread_once(&code_tables_once, make_code_tables);
     int bfp4 = it->src_dtype == Q35_DT_BFP4;
     int64_t n_in = it->shape[1], n_blk = n_in / 16;
-    size_t panel = q35_bfp_panel_bytes(it->src_dtype, n_in), codes = panel - (size_t)n_blk * 16;
+    const size_t unit = q35_bfp_unit_bytes(it->src_dtype), group = q35_bfp_group_bytes(it->src_dtype, n_in);
     uint64_t h = name_hash(it->name);
-    for (int64_t p = 0; p < (n + 15) / 16; p++) {
-        uint64_t s = h ^ ((uint64_t)(r0 / 16 + p) * 0x2545f4914f6cdd1dull);
-        uint8_t *ex = buf + (size_t)p * panel, *c = ex + (size_t)n_blk * 16;
-        for (int64_t k = 0; k < n_blk * 16; k += 8) {
-            uint64_t r = splitmix(&s);
-            for (int j = 0; j < 8; j++, r >>= 8) ex[k + j] = (uint8_t)(E + ((r & 0xff) < 40) - ((r & 0xff) > 235));
-        }
-        for (size_t k = 0; k < codes; k += 2) { /* 32 random bits give two bytes of codes */
-            uint64_t r = splitmix(&s);
-            for (int j = 0; j < 2; j++, r >>= 32) {
-                uint8_t v;
-                if (bfp4) {
-                    uint8_t lo = code_tables.mag4[r & 0xff], hi = code_tables.mag4[(r >> 8) & 0xff];
-                    lo = lo ? (uint8_t)(lo | ((r >> 16) & 1) << 3) : 0;
-                    hi = hi ? (uint8_t)(hi | ((r >> 17) & 1) << 3) : 0;
-                    v = (uint8_t)(lo | hi << 4);
-                } else {
-                    uint8_t m = code_tables.mag8[r & 0xff];
-                    v = m ? (uint8_t)(m | ((r >> 16) & 1) << 7) : 0;
+    for (int64_t g = 0; g < (n + Q35_BFP_GROUP_ROWS - 1) / Q35_BFP_GROUP_ROWS; g++) { /* r0: whole groups */
+        uint64_t s = h ^ ((uint64_t)(r0 / Q35_BFP_GROUP_ROWS + g) * 0x2545f4914f6cdd1dull);
+        for (int64_t b = 0; b < n_blk; b++) {
+            uint8_t *ex = buf + (size_t)g * group + (size_t)b * unit, *c = ex + 64;
+            for (int k = 0; k < 64; k += 8) {
+                uint64_t r = splitmix(&s);
+                for (int j = 0; j < 8; j++, r >>= 8) ex[k + j] = (uint8_t)(E + ((r & 0xff) < 40) - ((r & 0xff) > 235));
+            }
+            for (size_t k = 0; k < unit - 64; k += 2) { /* 32 random bits give two bytes of codes */
+                uint64_t r = splitmix(&s);
+                for (int j = 0; j < 2; j++, r >>= 32) {
+                    uint8_t v;
+                    if (bfp4) {
+                        uint8_t lo = code_tables.mag4[r & 0xff], hi = code_tables.mag4[(r >> 8) & 0xff];
+                        lo = lo ? (uint8_t)(lo | ((r >> 16) & 1) << 3) : 0;
+                        hi = hi ? (uint8_t)(hi | ((r >> 17) & 1) << 3) : 0;
+                        v = (uint8_t)(lo | hi << 4);
+                    } else {
+                        uint8_t m = code_tables.mag8[r & 0xff];
+                        v = m ? (uint8_t)(m | ((r >> 16) & 1) << 7) : 0;
+                    }
+                    c[k + (size_t)j] = v;
                 }
-                c[k + (size_t)j] = v;
             }
         }
     }

@@ -40,22 +40,6 @@ q35_status q35_cuda_mat_layout_of(const q35_tensor *t, q35_cuda_mat_layout *L, q
     return Q35_OK;
 }
 
-/* Block b of row r of a panel-layout tensor (bfp.h), read directly. */
-static uint8_t panel_block(q35_dtype dt, const uint8_t *data, int64_t n_in, int64_t r, int64_t b, uint8_t codes[16]) {
-    const int64_t n_blk = n_in / Q35_BFP_BLOCK, rr = r % Q35_BFP_PANEL;
-    const uint8_t *panel = data + (size_t)(r / Q35_BFP_PANEL) * q35_bfp_panel_bytes(dt, n_in);
-    const uint8_t *sec = panel + (size_t)n_blk * 16;
-    if (dt == Q35_DT_BFP8) {
-        const uint8_t *blk = sec + (size_t)b * 256;
-        for (int k = 0; k < 16; k++) codes[k] = blk[(k / 4) * 64 + 4 * rr + (k % 4)];
-    } else {
-        const uint8_t *blk = sec + (size_t)b * 128;
-        const int shift = rr >= 8 ? 4 : 0;
-        for (int k = 0; k < 16; k++) codes[k] = (uint8_t)((blk[(k / 4) * 32 + 4 * (rr % 8) + (k % 4)] >> shift) & 15);
-    }
-    return panel[16 * b + rr];
-}
-
 void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, int64_t r0, int64_t r1, void *codes,
                             void *exps) {
     const size_t n_in = (size_t)L->n_in;
@@ -72,7 +56,7 @@ void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, i
         uint8_t *dst = (uint8_t *)codes + (size_t)(r - r0) * L->pitch, *e = (uint8_t *)exps + (size_t)(r - r0) * L->exp_pitch;
         for (int64_t b = 0; b < n_blk; b++) {
             uint8_t c[16];
-            e[b] = panel_block(L->dtype, t->data, L->n_in, r, b, c);
+            e[b] = q35_bfp_get_block(L->dtype, t->data, L->n_in, r, b, c);
             if (L->dtype == Q35_DT_BFP8) memcpy(dst + b * 16, c, 16);
             else
                 for (int k = 0; k < 8; k++) dst[b * 8 + k] = (uint8_t)(c[2 * k] | (c[2 * k + 1] << 4));

@@ -201,21 +201,20 @@ ALWAYS_INLINE void bfp_group_dot(const int is4, const uint8_t *cb, int g, const 
  * both 8-row halves are updated, so a group's decoded bytes and x's
  * broadcast group are live only briefly and, for decode (nt = 1), every
  * accumulator and constant stays in the 16 ymm registers. */
-ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                   int64_t t0, float *y, int64_t n_out, int64_t row0, int rows_lo, int rows_hi) {
     const int64_t n_blk = n_in / 16;
-    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
-    const int block_bytes = is4 ? 128 : 256;
+    const int unit = BFP_UNIT(is4);
     const int8_t *xq = a->q + t0 * n_in;
     const float *xd = a->d + t0 * n_blk;
     const int32_t *xs = a->sum + t0 * n_blk;
     __m256 acc[ISA_BFP_NT][2];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    bfp_prefetch_panel(codes, block_bytes);
+    bfp_prefetch_panel(pn, is4);
     for (int64_t b = 0; b < n_blk; b++) {
-        const uint8_t *cb = codes + b * block_bytes;
-        bfp_prefetch_block(exps, cb, b, block_bytes);
+        const uint8_t *cb = pn.codes + b * unit;
+        bfp_prefetch_block(pn, is4, b);
         /* sum[t][h]: token t, rows 8h..8h+7 */
         __m256i sum[ISA_BFP_NT][2];
         #pragma GCC unroll 4
@@ -227,7 +226,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
         }
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m256 ws = exp_scale8(exps + 16 * b + 8 * h, is4 ? 129 : 133);
+            __m256 ws = exp_scale8(pn.exps + b * unit + 8 * h, is4 ? 129 : 133);
             #pragma GCC unroll 8
             for (int t = 0; t < nt; t++) {
                 acc[t][h] = bfp_block_fma(is4, sum[t][h], xs + t * n_blk + b, xd[t * n_blk + b], ws, acc[t][h]);
@@ -253,42 +252,42 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *pa
 #define BFP_GEMV_PANELS 2
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
 
-ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
-                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out, const uint8_t *next) {
+/* Block b's lines for a pair of panels (pn, the first of the pair): the
+ * pair at the group's start asks for the whole unit, so that the second
+ * pair finds its lines in L2 (bfp_prefetch_unit). */
+ALWAYS_INLINE void bfp_gemv_prefetch(const int is4, const bfp_panel pn, int64_t b) {
+    const int unit = BFP_UNIT(is4), pair = BFP_GEMV_PANELS * BFP_CODE_BYTES(is4);
+    const char *e = (const char *)pn.exps + b * unit, *c = (const char *)pn.codes + b * unit;
+    if (pn.p == 0) {
+        #pragma GCC unroll 17
+        for (int l = 0; l < unit; l += 64) _mm_prefetch(e + l, BFP_PREFETCH_HINT);
+    } else {
+        _mm_prefetch(e, BFP_PREFETCH_HINT);
+        #pragma GCC unroll 8
+        for (int l = 0; l < pair; l += 64) _mm_prefetch(c + l, BFP_PREFETCH_HINT);
+    }
+}
+
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
+                                 float *y, int64_t n_out) {
     (void)nt, (void)n_out; /* one token (BFP_GEMV_TOKENS is 1: 16 registers hold no more) */
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
-    const int block_bytes = is4 ? 128 : 256;
+    const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4);
     __m256 acc[BFP_GEMV_PANELS][2];
     #pragma GCC unroll 4
-    for (int p = 0; p < np; p++) {
-        acc[p][0] = acc[p][1] = _mm256_setzero_ps();
-        bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
-    }
+    for (int p = 0; p < np; p++) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
+    for (int b = 0; b < BFP_GEMV_PREFETCH_BLOCKS(is4); b++) bfp_gemv_prefetch(is4, pn, b);
     for (int64_t b = 0; b < n_blk; b++) {
         __m256i sum[BFP_GEMV_PANELS][2];
-        /* the last blocks ask for the next call's first ones instead of what lies past each panel's end */
-        const int64_t bn = b + BFP_GEMV_PREFETCH_BLOCKS(is4) - n_blk;
-        if (next && bn >= 0) {
-            #pragma GCC unroll 4
-            for (int p = 0; p < np; p++) {
-                const uint8_t *q = next + p * panel_bytes;
-                for (int l = 0; l < block_bytes; l += 64)
-                    _mm_prefetch((const char *)q + n_blk * 16 + bn * block_bytes + l, BFP_PREFETCH_HINT);
-                if ((bn & 3) == 0) _mm_prefetch((const char *)q + 16 * bn, _MM_HINT_T0);
-            }
-        } else {
-            #pragma GCC unroll 4
-            for (int p = 0; p < np; p++)
-                bfp_prefetch_block_ahead(panel + p * panel_bytes, panel + p * panel_bytes + n_blk * 16 + b * block_bytes,
-                                         b, block_bytes, BFP_GEMV_PREFETCH_BLOCKS(is4));
-        }
+        /* past the group's end: the next group's first units */
+        bfp_gemv_prefetch(is4, pn, b + BFP_GEMV_PREFETCH_BLOCKS(is4));
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i xg = bcast_x4(a->q + 16 * b, g);
             #pragma GCC unroll 4
             for (int p = 0; p < np; p++) {
-                const uint8_t *cb = panel + p * panel_bytes + n_blk * 16 + b * block_bytes;
+                const uint8_t *cb = pn.codes + b * unit + p * block_bytes;
                 __m256i w[2];
                 bfp_group_decode(is4, cb, g, w);
                 bfp_group_dot(is4, cb, g, w, xg, sum[p]);
@@ -298,7 +297,7 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
         for (int p = 0; p < np; p++)
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m256 ws = exp_scale8(panel + p * panel_bytes + 16 * b + 8 * h, is4 ? 129 : 133);
+                __m256 ws = exp_scale8(pn.exps + b * unit + 16 * p + 8 * h, is4 ? 129 : 133);
                 acc[p][h] = bfp_block_fma(is4, sum[p][h], a->sum + b, a->d[b], ws, acc[p][h]);
             }
     }
@@ -333,17 +332,15 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
  * to value + 8, bfp8's to their magnitude (256 bytes per block, group g and
  * half h at 64 g + 32 h, as bfp8's codes are laid out), and every block's
  * 16 row scales 2^(E - bias) in a->ws. */
-ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const uint8_t *panel, size_t panel_bytes,
-                                      int64_t n_in, int64_t b0, int nb, const act_q8 *a) {
-    (void)np, (void)panel_bytes; /* np = 1: this ISA's wide tiles take one panel */
-    const int64_t n_blk = n_in / 16;
-    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
-    const int block_bytes = is4 ? 128 : 256;
-    if (b0 == 0) bfp_prefetch_panel(codes, block_bytes);
+ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const bfp_panel pn, int64_t n_in, int64_t b0,
+                                      int nb, const act_q8 *a) {
+    (void)np, (void)n_in; /* np = 1: this ISA's wide tiles take one panel */
+    const int unit = BFP_UNIT(is4);
+    if (b0 == 0) bfp_prefetch_panel(pn, is4);
     for (int i = 0; i < nb; i++) {
         const int64_t b = b0 + i;
-        const uint8_t *cb = codes + b * block_bytes;
-        bfp_prefetch_next_slice(exps, codes, b, block_bytes);
+        const uint8_t *cb = pn.codes + b * unit;
+        bfp_prefetch_next_slice(pn, is4, b);
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i w[2], *d = (__m256i *)(a->dec + 256 * i + 64 * g);
@@ -351,8 +348,8 @@ ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const uint8_t
             _mm256_store_si256(d, w[0]);
             _mm256_store_si256(d + 1, w[1]);
         }
-        _mm256_store_ps(a->ws + 16 * i, exp_scale8(exps + 16 * b, is4 ? 129 : 133));
-        _mm256_store_ps(a->ws + 16 * i + 8, exp_scale8(exps + 16 * b + 8, is4 ? 129 : 133));
+        _mm256_store_ps(a->ws + 16 * i, exp_scale8(pn.exps + b * unit, is4 ? 129 : 133));
+        _mm256_store_ps(a->ws + 16 * i + 8, exp_scale8(pn.exps + b * unit + 8, is4 ? 129 : 133));
     }
     return 0;
 }
@@ -363,11 +360,10 @@ ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const uint8_t
  * two accumulators are live, 8 registers for two tokens. The accumulators
  * start at zero on the first slice and go to y after the last one; in
  * between they wait in a->acc (row t - t0). */
-ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                   int64_t t0, int64_t t, int64_t b0, int nb, float *y, int64_t n_out, int64_t row0,
                                   int rows_lo, int rows_hi) {
     const int64_t n_blk = n_in / 16;
-    const uint8_t *codes = panel + n_blk * 16;
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t * n_in;
     const float *xd = a->d + t * n_blk;
@@ -380,7 +376,7 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
         for (int h = 0; h < 2; h++) acc[j][h] = b0 ? _mm256_load_ps(pacc + 16 * j + 8 * h) : _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const int64_t b = b0 + i;
-        const uint8_t *wb = a->dec + 256 * i, *cb = codes + 256 * b; /* cb: bfp8's signs */
+        const uint8_t *wb = a->dec + 256 * i, *cb = pn.codes + b * BFP_UNIT(is4); /* cb: bfp8's signs */
         __m256i sum[2][2];
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
@@ -423,13 +419,13 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const uint8_t *pa
 
 /* Tokens [t0, t1) over one slice, two at a time (matmul_driver.inc's
  * bfp_wide_panel walks the slices). */
-ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, const uint8_t *panel, int64_t n_in,
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, const bfp_panel pn, int64_t n_in,
                                     const act_q8 *a, int64_t t0, int64_t t1, int64_t b0, int nb, float *y,
                                     int64_t n_out, int64_t row0, int lo, int hi) {
     (void)np, (void)erange;
     int64_t t = t0;
-    for (; t + 2 <= t1; t += 2) bfp_slice_tile(is4, 2, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
-    if (t < t1) bfp_slice_tile(is4, 1, panel, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    for (; t + 2 <= t1; t += 2) bfp_slice_tile(is4, 2, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    if (t < t1) bfp_slice_tile(is4, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
 }
 
 /* ---- F32 / F16 / BF16 weights ---- */

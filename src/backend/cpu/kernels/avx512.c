@@ -170,15 +170,13 @@ ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[
  * is then at its compute. */
 #define BFP_TILE_PREFETCH_BLOCKS 64
 
-/* Block b of a panel read from memory (exponents exps, codes codes): asks
+/* Block b of a panel read from memory: asks
  * for the block BFP_TILE_PREFETCH_BLOCKS ahead, decodes this one into w and
  * returns its row scales. */
-ALWAYS_INLINE __m512 bfp_block_read(const int is4, const uint8_t *exps, const uint8_t *codes, int64_t b, __m512i w[4]) {
-    const int block_bytes = is4 ? 128 : 256;
-    const uint8_t *cb = codes + b * block_bytes;
-    bfp_prefetch_block_ahead(exps, cb, b, block_bytes, BFP_TILE_PREFETCH_BLOCKS);
-    bfp_block_decode(is4, cb, w);
-    return bfp_row_scales(is4, exps + 16 * b);
+ALWAYS_INLINE __m512 bfp_block_read(const int is4, const bfp_panel pn, int64_t b, __m512i w[4]) {
+    bfp_prefetch_block_ahead(pn, is4, b, BFP_TILE_PREFETCH_BLOCKS);
+    bfp_block_decode(is4, pn.codes + b * BFP_UNIT(is4), w);
+    return bfp_row_scales(is4, pn.exps + b * BFP_UNIT(is4));
 }
 
 /* Stores nt tokens' rows (those in mask `rows`) at y, token stride n_out. */
@@ -197,17 +195,16 @@ ALWAYS_INLINE void bfp_store(const int nt, const __m512 acc[], float *y, int64_t
 
 /* y rows [row0 + lo, row0 + hi) for tokens [t0, t0 + nt) from one panel;
  * is4, nt and il (the layout of a: nt or 0) are constants after inlining. */
-ALWAYS_INLINE void bfp_panel_loop(const int is4, const int nt, const int il, const uint8_t *panel, int64_t n_in,
+ALWAYS_INLINE void bfp_panel_loop(const int is4, const int nt, const int il, const bfp_panel pn, int64_t n_in,
                                   const act_q8 *a, int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
     const int64_t n_blk = n_in / 16;
-    const uint8_t *exps = panel, *codes = panel + n_blk * 16;
     __m512 acc[8];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-    bfp_prefetch_panel_ahead(codes, is4 ? 128 : 256, BFP_TILE_PREFETCH_BLOCKS);
+    bfp_prefetch_panel_ahead(pn, is4, BFP_TILE_PREFETCH_BLOCKS);
     for (int64_t b = 0; b < n_blk; b++) {
         __m512i w[4];
-        __m512 ws = bfp_block_read(is4, exps, codes, b, w);
+        __m512 ws = bfp_block_read(is4, pn, b, w);
         #pragma GCC unroll 8
         for (int t = 0; t < nt; t++)
             acc[t] = bfp_block_fma(is4, w, ACT_Q(a, il, t0 + t, b, n_in), (is4 ? a->o4 : a->o8) + ACT_I(il, t0 + t, b, n_blk),
@@ -216,24 +213,23 @@ ALWAYS_INLINE void bfp_panel_loop(const int is4, const int nt, const int il, con
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, BFP_ROWS_MASK(lo, hi));
 }
 
-ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const uint8_t *panel, int64_t n_in, const act_q8 *a,
+ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                   int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
-    if (nt > 1 && a->il == nt) bfp_panel_loop(is4, nt, nt, panel, n_in, a, 0, y, n_out, row0, lo, hi);
-    else bfp_panel_loop(is4, nt, 0, panel, n_in, a, t0, y, n_out, row0, lo, hi);
+    if (nt > 1 && a->il == nt) bfp_panel_loop(is4, nt, nt, pn, n_in, a, 0, y, n_out, row0, lo, hi);
+    else bfp_panel_loop(is4, nt, 0, pn, n_in, a, t0, y, n_out, row0, lo, hi);
 }
 
-/* Decode (up to BFP_GEMV_TOKENS tokens) over BFP_GEMV_PANELS adjacent whole panels at once,
- * their blocks interleaved: that many sequential streams instead of one, as
- * in avx2.c. On a Zen 5 core one panel at a time streamed bfp4 at 17-19 GB/s
+/* Decode (up to BFP_GEMV_TOKENS tokens) over a group's four panels at once,
+ * block by block: bfp.h stores them so, unit after unit, one sequential
+ * stream. On a Zen 5 core one panel at a time streamed bfp4 at 17-19 GB/s
  * against a 34 GB/s plain read (in L2 it decodes 48 GB/s): the core is not
- * the limit, the lines in flight are. Four panels streamed 30-32 GB/s in
- * the quieter runs (avx2's two-panel tile 20-22 GB/s beside it; two panels
- * 24-30 GB/s), eight no better. Each panel's outputs, token by token, are
- * bfp_panel_tile's for nt = 1, bit for bit (the same bfp_block_fma, block
- * by block in order). */
-#ifndef BFP_GEMV_PANELS
-#define BFP_GEMV_PANELS 4
-#endif
+ * the limit, the lines in flight are. Four panels stored one after another
+ * (eight streams, each panel's exponents and codes) streamed 0.83-0.88 of
+ * a plain read of the same bytes; stored as units, 0.93-1.01 (one and two
+ * threads, [12288, 4096] x 24 from DRAM, medians of nine interleaved
+ * rounds). Each panel's outputs, token by token, are bfp_panel_tile's for
+ * nt = 1, bit for bit (the same bfp_block_fma, block by block in order). */
+#define BFP_GEMV_PANELS 4 /* a group, from its start (bfp_gemv_tile takes pn.exps as the group's) */
 #ifndef BFP_GEMV_PREFETCH_BLOCKS
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 8)
 #endif
@@ -259,8 +255,8 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
     return _mm512_sub_ps(_mm512_castsi512_ps(v), _mm512_set1_ps(8388608.0f + (is4 ? 129 : 133)));
 }
 
-/* The codes' prefetch goes to L2, not L1: with four streams 2 KiB ahead, prefetches into L1 wait for its
- * few fill buffers, those into L2 do not. Interleaved runs at the 9B shapes (qwen35 speed, 3 rounds): decode
+/* The prefetch goes to L2, not L1: with four streams 2 KiB ahead (before the units), prefetches into L1
+ * waited for its few fill buffers, those into L2 did not. Interleaved runs at the 9B shapes (qwen35 speed, 3 rounds): decode
  * 3.40-3.82 against 2.61-3.11 tok/s on 1 thread and 4.86-5.46 against 4.02-4.29 on 2 (bench_kernels' GEMV
  * from DRAM: 19-21 against 13-20 GB/s on one core). */
 #ifndef BFP_GEMV_HINT
@@ -279,36 +275,27 @@ ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_scalef_ps(_mm512_set1_ps(xd), e), acc);
 }
 
-ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, const int vbmi, const uint8_t *panel,
-                                 size_t panel_bytes, int64_t n_in, const act_q8 *a, float *y, int64_t n_out,
-                                 const uint8_t *next) {
+ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, const int vbmi, const uint8_t *group,
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
-    const int block_bytes = is4 ? 128 : 256;
+    const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4);
     const int ahead = BFP_GEMV_PREFETCH_BLOCKS(is4);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
     __m512 acc[BFP_GEMV_PANELS][BFP_GEMV_TOKENS];
     #pragma GCC unroll 8
-    for (int p = 0; p < np; p++) {
+    for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t] = _mm512_setzero_ps();
-        bfp_prefetch_panel_ahead(panel + p * panel_bytes + n_blk * 16, block_bytes, ahead);
-    }
+    for (int l = 0; l < ahead * unit; l += 64) _mm_prefetch((const char *)group + l, _MM_HINT_T0);
     for (int64_t b = 0; b < n_blk; b++) {
-        /* the last blocks ask for the next group's first ones (its panels' exponents and codes) instead of
-         * what lies past each panel's end, so that the next call starts on lines already coming */
-        const int64_t bn = b + ahead - n_blk;
-        const uint8_t *pf = next && bn >= 0 ? next : panel;
-        const int64_t pb = next && bn >= 0 ? bn : b + ahead;
-        if ((b & 3) == 0) /* one branch for the four panels' exponent lines */
-            #pragma GCC unroll 8
-            for (int p = 0; p < np; p++) _mm_prefetch((const char *)pf + p * panel_bytes + 16 * pb, _MM_HINT_T0);
+        /* the group is one stream: the unit `ahead` blocks on (past the group's end, the next group's first) */
+        const uint8_t *u = group + b * unit, *pf = u + ahead * unit;
+        #pragma GCC unroll 17
+        for (int l = 0; l < unit; l += 64) _mm_prefetch((const char *)pf + l, BFP_GEMV_HINT);
         #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
-            const uint8_t *exps = panel + p * panel_bytes, *cb = exps + n_blk * 16 + b * block_bytes;
-            const uint8_t *pc = pf + p * panel_bytes + n_blk * 16 + pb * block_bytes;
-            #pragma GCC unroll 4
-            for (int l = 0; l < block_bytes; l += 64) _mm_prefetch((const char *)pc + l, BFP_GEMV_HINT);
+            const uint8_t *cb = u + 64 + p * block_bytes;
             __m512i w[4];
             if (is4 && vbmi) {
                 #pragma GCC unroll 4
@@ -316,7 +303,7 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
             } else {
                 bfp_block_decode(is4, cb, w);
             }
-            const __m512 e = bfp_row_exps_gemv(is4, exps + 16 * b);
+            const __m512 e = bfp_row_exps_gemv(is4, u + 16 * p);
             #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
                 acc[p][t] = bfp_gemv_fma(is4, w, ACT_Q(a, il, t, b, n_in), (is4 ? a->o4 : a->o8) + ACT_I(il, t, b, n_blk),
@@ -331,13 +318,14 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
 
 /* bfp4 takes vpermb (bfp4_group_vbmi) where the CPU has AVX512_VBMI: 2
  * instead of 3 vector uops per group. */
-ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *panel, size_t panel_bytes,
-                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out, const uint8_t *next) {
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
+                                 float *y, int64_t n_out) {
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi"), il = nt > 1 && a->il == nt;
-    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, panel, panel_bytes, n_in, a, y, n_out, next);
-    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, panel, panel_bytes, n_in, a, y, n_out, next);
-    else if (il) bfp_gemv_loop(is4, nt, nt, 0, panel, panel_bytes, n_in, a, y, n_out, next);
-    else bfp_gemv_loop(is4, nt, 0, 0, panel, panel_bytes, n_in, a, y, n_out, next);
+    const uint8_t *group = pn.exps; /* its first panel: the group's start */
+    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, group, n_in, a, y, n_out);
+    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, group, n_in, a, y, n_out);
+    else if (il) bfp_gemv_loop(is4, nt, nt, 0, group, n_in, a, y, n_out);
+    else bfp_gemv_loop(is4, nt, 0, 0, group, n_in, a, y, n_out);
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
@@ -365,8 +353,8 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
 #define ISA_BFP_WIDE 1
 #define ISA_BFP_WIDE_PANELS 2
 
-/* Decodes blocks [b0, b0 + nb) of np panels (panel p at panel + p *
- * panel_bytes) into a->dec (every block's four groups as signed bytes, the
+/* Decodes blocks [b0, b0 + nb) of np panels of one group (pn and the one
+ * after it) into a->dec (every block's four groups as signed bytes, the
  * weights' values, 256 bytes per block, bfp4 and bfp8 alike), a->ws (every
  * block's 16 row scales), a->wsb (their exponents, e << 23) and a->wc (-128
  * times each row's sum of the block's values), panel p's at p *
@@ -375,26 +363,26 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const uint8_t *pan
  * the offset form of bfp_block_fma, with the correction made once per block
  * for all tokens instead of per token. Returns the least and greatest
  * exponent byte of the slice, as lo | hi << 8. */
-ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const uint8_t *panel, size_t panel_bytes,
-                                      int64_t n_in, int64_t b0, int nb, const act_q8 *a) {
-    const int64_t n_blk = n_in / 16;
+ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const bfp_panel pn, int64_t n_in, int64_t b0,
+                                      int nb, const act_q8 *a) {
+    (void)n_in;
     const __m512i ones = _mm512_set1_epi8(1);
-    const int block_bytes = is4 ? 128 : 256;
+    const int unit = BFP_UNIT(is4);
     __m128i e_lo = _mm_set1_epi8((char)0xff), e_hi = _mm_setzero_si128();
     #pragma GCC unroll 2
     for (int p = 0; p < np; p++) {
-        const uint8_t *exps = panel + p * panel_bytes, *codes = exps + n_blk * 16;
+        const bfp_panel q = {pn.exps + 16 * p, pn.codes + p * BFP_CODE_BYTES(is4), pn.p + p};
         const int at = p * BFP_SLICE_BLOCKS;
-        if (b0 == 0) bfp_prefetch_panel(codes, block_bytes);
+        if (b0 == 0) bfp_prefetch_panel(q, is4);
         for (int i = 0; i < nb; i++) {
             __m512i w[4], sum = _mm512_setzero_si512();
             const int64_t b = b0 + i;
-            bfp_prefetch_next_slice(exps, codes, b, block_bytes);
-            bfp_block_decode(is4, codes + b * block_bytes, w);
-            const __m128i e8 = _mm_loadu_si128((const __m128i *)(exps + 16 * b));
+            bfp_prefetch_next_slice(q, is4, b);
+            bfp_block_decode(is4, q.codes + b * unit, w);
+            const __m128i e8 = _mm_loadu_si128((const __m128i *)(q.exps + b * unit));
             e_lo = _mm_min_epu8(e_lo, e8);
             e_hi = _mm_max_epu8(e_hi, e8);
-            _mm512_storeu_ps(a->ws + 16 * (at + i), bfp_row_scales(is4, exps + 16 * b));
+            _mm512_storeu_ps(a->ws + 16 * (at + i), bfp_row_scales(is4, q.exps + b * unit));
             _mm512_storeu_si512(a->wsb + 16 * (at + i),
                                 _mm512_slli_epi32(_mm512_sub_epi32(_mm512_cvtepu8_epi32(e8),
                                                                    _mm512_set1_epi32(is4 ? 129 : 133)), 23));
@@ -510,7 +498,7 @@ static inline int bfp_scales_add(const int is4, const act_q8 *a, int64_t t, int 
 /* Tokens [t0, t1) over one slice of np panels (matmul_driver.inc's
  * bfp_wide_panel walks the slices): groups of 6 (two panels) or 8 (one),
  * then of 4, 2 and 1 (a token's results do not depend on its group). */
-ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, const uint8_t *panel, int64_t n_in,
+ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, const bfp_panel pn, int64_t n_in,
                                     const act_q8 *a, int64_t t0, int64_t t1, int64_t b0, int nb, float *y,
                                     int64_t n_out, int64_t row0, int lo, int hi) {
 #define BFP_SLICE_GROUP(nt)                                                                                          \
@@ -528,7 +516,7 @@ ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, con
     if (t + 2 <= t1) BFP_SLICE_GROUP(2);
     if (t < t1) BFP_SLICE_GROUP(1);
 #undef BFP_SLICE_GROUP
-    (void)panel;
+    (void)pn;
 }
 
 /* ---- F32 / F16 / BF16 weights ---- */

@@ -72,17 +72,42 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     return 1;
 }
 
-/* Software prefetch for the bfp tiles. A panel is one sequential stream;
- * each block asks for the block BFP_PREFETCH_BLOCKS ahead (past the panel's
- * end: the next panel's exponents, the next thing read) so that decoding
- * overlaps the DRAM latency: with the hardware prefetcher alone a core
- * reached about 60% of its read bandwidth on bfp4. A panel's first codes
- * are asked for when it starts, as the previous panel's prefetches only
- * reached its exponents. For bfp4 (128-byte blocks) 2 KiB ahead measured
- * best of 0.5-6 KiB on 4 KiB pages (1-4 KiB were within the noise of a
- * shared machine); counting in blocks keeps bfp8 (256-byte blocks, about
- * the same work per block) as far ahead in time, which lifted its GEMV from
- * 13.4-13.8 to 14.8-17.7 GB/s on 2 threads (bench_kernels). */
+/* bfp.h's layout as the tiles read it: a group of four 16-row panels is one
+ * unit of BFP_UNIT bytes per block (the four panels' exponents, 64 bytes,
+ * then their codes). A panel is its block 0's exponents and codes, and its
+ * index p in the group; block b lies b units further. */
+#define BFP_CODE_BYTES(is4) ((is4) ? 128 : 256)
+#define BFP_UNIT(is4) (4 * (16 + BFP_CODE_BYTES(is4)))
+typedef struct bfp_panel {
+    const uint8_t *exps, *codes;
+    int p;
+} bfp_panel;
+
+/* The panel of rows [row0, row0 + 16) (row0 a multiple of 16) of a bfp
+ * tensor at data with n_in inputs. */
+static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_t *data, const int is4, int64_t n_in,
+                                                                    int64_t row0) {
+    const uint8_t *group = data + (size_t)(row0 / 64) * (size_t)(n_in / 16) * BFP_UNIT(is4);
+    const int p = (int)(row0 / 16 % 4);
+    return (bfp_panel){group + 16 * p, group + 64 + p * BFP_CODE_BYTES(is4), p};
+}
+
+/* Software prefetch for the bfp tiles. Each block asks for the block
+ * BFP_PREFETCH_BLOCKS ahead (past the group's end: the next group's first
+ * units) so that decoding overlaps the DRAM latency: with the hardware
+ * prefetcher alone a core reached about 60% of its read bandwidth on bfp4.
+ * A panel asks for its first blocks when it starts. For bfp4 (128-byte
+ * blocks) 2 KiB ahead measured best of 0.5-6 KiB on 4 KiB pages (1-4 KiB
+ * were within the noise of a shared machine); counting in blocks keeps bfp8
+ * (256-byte blocks, about the same work per block) as far ahead in time,
+ * which lifted its GEMV from 13.4-13.8 to 14.8-17.7 GB/s on 2 threads
+ * (bench_kernels).
+ *
+ * The tiles that take one panel at a time go through a group's four panels
+ * one after another: the first (p == 0) asks for each unit whole, its own
+ * lines with BFP_PREFETCH_HINT and the other panels' into L2, so that the
+ * three after it read theirs from L2 (a group is 36 KiB per 1024 inputs of
+ * bfp4) instead of each walking DRAM with a stride. */
 #define BFP_PREFETCH_BLOCKS 16
 /* Into L1 here; avx512.c's decode tile prefetches into L2 (BFP_GEMV_HINT). The avx2 kernels with the hint at
  * L2 instead decoded 2.64-2.71 against 2.84-3.15 tok/s on 1 thread at the 9B shapes (interleaved, Zen 5). */
@@ -90,42 +115,55 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
 #define BFP_PREFETCH_HINT _MM_HINT_T0
 #endif
 
-/* The same, `ahead` blocks ahead (a literal after inlining). */
-static inline __attribute__((always_inline)) void bfp_prefetch_panel_ahead(const uint8_t *codes, int block_bytes,
-                                                                           int ahead) {
-    for (int l = 0; l < ahead * block_bytes; l += 64) _mm_prefetch((const char *)codes + l, _MM_HINT_T0);
-}
-
-static inline __attribute__((always_inline)) void bfp_prefetch_block_ahead(const uint8_t *exps,
-                                                                           const uint8_t *block_codes, int64_t b,
-                                                                           int block_bytes, int ahead) {
+/* Block b's lines of panel pn: its own (exponents and codes) with
+ * BFP_PREFETCH_HINT, and where pn is its group's first panel the rest of
+ * the unit into L2. */
+static inline __attribute__((always_inline)) void bfp_prefetch_unit(const bfp_panel pn, const int is4, int64_t b) {
+    const int unit = BFP_UNIT(is4), cbytes = BFP_CODE_BYTES(is4);
+    const char *e = (const char *)pn.exps + b * unit, *c = (const char *)pn.codes + b * unit;
+    _mm_prefetch(e, BFP_PREFETCH_HINT);
     #pragma GCC unroll 4
-    for (int l = 0; l < block_bytes; l += 64)
-        _mm_prefetch((const char *)block_codes + ahead * block_bytes + l, BFP_PREFETCH_HINT);
-    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + ahead), _MM_HINT_T0);
+    for (int l = 0; l < cbytes; l += 64) _mm_prefetch(c + l, BFP_PREFETCH_HINT);
+    if (pn.p == 0) {
+        #pragma GCC unroll 16
+        for (int l = cbytes; l < 4 * cbytes; l += 64) _mm_prefetch(c + l, _MM_HINT_T1);
+    }
 }
 
-static inline __attribute__((always_inline)) void bfp_prefetch_panel(const uint8_t *codes, int block_bytes) {
-    bfp_prefetch_panel_ahead(codes, block_bytes, BFP_PREFETCH_BLOCKS);
+/* The first `ahead` blocks of a panel (a literal after inlining). */
+static inline __attribute__((always_inline)) void bfp_prefetch_panel_ahead(const bfp_panel pn, const int is4,
+                                                                           int ahead) {
+    for (int b = 0; b < ahead; b++) bfp_prefetch_unit(pn, is4, b);
 }
 
-static inline __attribute__((always_inline)) void bfp_prefetch_block(const uint8_t *exps, const uint8_t *block_codes,
-                                                                     int64_t b, int block_bytes) {
-    bfp_prefetch_block_ahead(exps, block_codes, b, block_bytes, BFP_PREFETCH_BLOCKS);
+/* Block b + ahead, as block b is read. */
+static inline __attribute__((always_inline)) void bfp_prefetch_block_ahead(const bfp_panel pn, const int is4,
+                                                                           int64_t b, int ahead) {
+    bfp_prefetch_unit(pn, is4, b + ahead);
+}
+
+static inline __attribute__((always_inline)) void bfp_prefetch_panel(const bfp_panel pn, const int is4) {
+    bfp_prefetch_panel_ahead(pn, is4, BFP_PREFETCH_BLOCKS);
+}
+
+static inline __attribute__((always_inline)) void bfp_prefetch_block(const bfp_panel pn, const int is4, int64_t b) {
+    bfp_prefetch_block_ahead(pn, is4, b, BFP_PREFETCH_BLOCKS);
 }
 
 /* The wide path's predecode of block b asks for the same block of the next
- * k-slice (after a panel's last slice: the start of the next panel) into L2:
+ * k-slice (after a panel's last slice: past its group's end) into L2:
  * the slice's tokens run in between, so it has arrived before it is
  * decoded. 16 blocks ahead, as the tiles ask, it came as the next
  * predecode's quick loop waited for it: prompts of 512 on one thread
  * 27.7-28.3 against 25.3-25.7 tok/s at the 9B shapes (avx512, interleaved). */
-static inline __attribute__((always_inline)) void bfp_prefetch_next_slice(const uint8_t *exps, const uint8_t *codes,
-                                                                          int64_t b, int block_bytes) {
+static inline __attribute__((always_inline)) void bfp_prefetch_next_slice(const bfp_panel pn, const int is4,
+                                                                          int64_t b) {
+    const int unit = BFP_UNIT(is4), cbytes = BFP_CODE_BYTES(is4);
+    const char *e = (const char *)pn.exps + (b + BFP_SLICE_BLOCKS) * unit;
+    const char *c = (const char *)pn.codes + (b + BFP_SLICE_BLOCKS) * unit;
     #pragma GCC unroll 4
-    for (int l = 0; l < block_bytes; l += 64)
-        _mm_prefetch((const char *)codes + (b + BFP_SLICE_BLOCKS) * block_bytes + l, _MM_HINT_T1);
-    if ((b & 3) == 0) _mm_prefetch((const char *)exps + 16 * (b + BFP_SLICE_BLOCKS), _MM_HINT_T1);
+    for (int l = 0; l < cbytes; l += 64) _mm_prefetch(c + l, _MM_HINT_T1);
+    _mm_prefetch(e, _MM_HINT_T1);
 }
 
 #endif
