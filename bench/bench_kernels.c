@@ -267,9 +267,10 @@ static void bench_table(const q35_kernels *k, q35_dtype dt, const float *w, cons
     double bytes = (double)W[0].nbytes;
     mm_ctx c = {.k = k, .W = W, .x = x, .y = y, .n_tok = 1};
     /* In-cache speed of one core: the first rows of one copy (about 256 KiB,
-     * in L2), called repeatedly. Above the DRAM figure means decode is
-     * bandwidth-bound on this core. */
-    int64_t hot_rows = (int64_t)(((size_t)256 << 10) / (W[0].nbytes / N_OUT)) / 16 * 16;
+     * in L2; whole groups of bfp panels, as decode reads them), called
+     * repeatedly. Above the DRAM figure means decode is bandwidth-bound on
+     * this core. */
+    int64_t hot_rows = (int64_t)(((size_t)256 << 10) / (W[0].nbytes / N_OUT)) / 64 * 64;
     mm_ctx hot = c;
     hot.W = calloc(64, sizeof *hot.W);
     if (!hot.W) return;

@@ -254,7 +254,9 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
 
 /* Block b's lines for a pair of panels (pn, the first of the pair): the
  * pair at the group's start asks for the whole unit, so that the second
- * pair finds its lines in L2 (bfp_prefetch_unit). */
+ * pair finds its lines in cache. On a Zen 5 core this tile is bound by its
+ * arithmetic (25 GB/s of bfp4 in L2): 0.66 of a plain read against 0.64 when
+ * each pair asks for its own lines (one thread; two: 0.66 against 0.62). */
 ALWAYS_INLINE void bfp_gemv_prefetch(const int is4, const bfp_panel pn, int64_t b) {
     const int unit = BFP_UNIT(is4), pair = BFP_GEMV_PANELS * BFP_CODE_BYTES(is4);
     const char *e = (const char *)pn.exps + b * unit, *c = (const char *)pn.codes + b * unit;

@@ -103,11 +103,12 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
  * which lifted its GEMV from 13.4-13.8 to 14.8-17.7 GB/s on 2 threads
  * (bench_kernels).
  *
- * The tiles that take one panel at a time go through a group's four panels
- * one after another: the first (p == 0) asks for each unit whole, its own
- * lines with BFP_PREFETCH_HINT and the other panels' into L2, so that the
- * three after it read theirs from L2 (a group is 36 KiB per 1024 inputs of
- * bfp4) instead of each walking DRAM with a stride. */
+ * The tiles that take one panel at a time ask for that panel's lines only,
+ * a stride through its group's units. Asking for whole units where a
+ * group's first panel starts (the other three then read from L2) was slower:
+ * the first panel waits on four times its bytes while the other three leave
+ * the memory idle (8 tokens, one thread: 0.35 against 0.42 of a plain read
+ * of the same matrices; 5 tokens 0.42 against 0.54). */
 #define BFP_PREFETCH_BLOCKS 16
 /* Into L1 here; avx512.c's decode tile prefetches into L2 (BFP_GEMV_HINT). The avx2 kernels with the hint at
  * L2 instead decoded 2.64-2.71 against 2.84-3.15 tok/s on 1 thread at the 9B shapes (interleaved, Zen 5). */
@@ -115,19 +116,14 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
 #define BFP_PREFETCH_HINT _MM_HINT_T0
 #endif
 
-/* Block b's lines of panel pn: its own (exponents and codes) with
- * BFP_PREFETCH_HINT, and where pn is its group's first panel the rest of
- * the unit into L2. */
+/* Block b's lines of panel pn: its exponents (the unit's first line, the
+ * group's four panels') and its codes. */
 static inline __attribute__((always_inline)) void bfp_prefetch_unit(const bfp_panel pn, const int is4, int64_t b) {
     const int unit = BFP_UNIT(is4), cbytes = BFP_CODE_BYTES(is4);
     const char *e = (const char *)pn.exps + b * unit, *c = (const char *)pn.codes + b * unit;
     _mm_prefetch(e, BFP_PREFETCH_HINT);
     #pragma GCC unroll 4
     for (int l = 0; l < cbytes; l += 64) _mm_prefetch(c + l, BFP_PREFETCH_HINT);
-    if (pn.p == 0) {
-        #pragma GCC unroll 16
-        for (int l = cbytes; l < 4 * cbytes; l += 64) _mm_prefetch(c + l, _MM_HINT_T1);
-    }
 }
 
 /* The first `ahead` blocks of a panel (a literal after inlining). */
