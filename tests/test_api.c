@@ -41,6 +41,39 @@ TEST(sampler, greedy_and_top_k_one_pick_the_argmax) {
     q35_sampler_free(s);
 }
 
+/* q35_argmax against its definition (the first index that no later value
+ * is greater than, NaNs never greater) on every length 1-40 and at an
+ * offset past each vector lane: ties, NaNs (at 0 too), -0 and +0, infinities. */
+static int32_t argmax_by_definition(const float *l, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+TEST(sampler, argmax_is_the_first_greatest_with_nans_and_zeros) {
+    const float pool[] = {1.0f, 1.0f, -2.0f, 0.0f, -0.0f, NAN, INFINITY, -INFINITY, 3.5f, 3.5f, -1e30f, 1e-40f};
+    enum { n_pool = sizeof pool / sizeof pool[0] };
+    float l[48];
+    long bad = 0;
+    uint32_t r = 12345;
+    for (int trial = 0; trial < 4000; trial++) {
+        int32_t n = 1 + trial % 40, off = trial / 40 % 4;
+        for (int32_t i = 0; i < n + off; i++) {
+            r = r * 1664525u + 1013904223u;
+            l[i] = pool[(r >> 8) % n_pool];
+        }
+        if (trial % 3 == 0) l[off] = NAN;
+        bad += q35_argmax(l + off, n) != argmax_by_definition(l + off, n);
+    }
+    CHECK_EQ_INT(bad, 0);
+    const float z[5] = {-0.0f, -1.0f, 0.0f, NAN, -0.0f};
+    CHECK_EQ_INT(q35_argmax(z, 5), 0);
+    const float big[9] = {NAN, 1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK_EQ_INT(q35_argmax(big, 9), 0);
+    CHECK_EQ_INT(q35_argmax(big + 1, 8), 7);
+}
+
 TEST(sampler, same_seed_same_tokens_and_frequencies_follow_softmax) {
     enum { V = 5, N = 20000 };
     float l[V] = {0.0f, 1.0f, 2.0f, -1.0f, 0.5f}, c[V];

@@ -10,6 +10,9 @@
 #include "model/tensors.h"
 
 #include <stdlib.h>
+#ifdef __SSE2__
+#include <immintrin.h>
+#endif
 
 static int64_t tensor_elems(const q35_tensor *t) { return t->data ? q35_tensor_nelem(t) : 0; }
 
@@ -133,11 +136,25 @@ const char *q35_kv_cache_name(int32_t kv_cache) {
     return kv_cache == Q35_KV_F32 ? "f32" : kv_cache == Q35_KV_Q8 ? "q8" : NULL;
 }
 
+/* The first index of the greatest value, NaNs never greater (a NaN at 0
+ * wins: nothing compares greater). Two passes over the row (a vocabulary's
+ * logits, 1 MiB at Qwen3.5's, still in cache from the lm_head): the greatest
+ * value four lanes at a time, then its first index. maxps(x, m) is
+ * `x > m ? x : m` lane by lane, NaN in x included. */
 int32_t q35_argmax(const float *logits, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
+    if (n <= 0 || logits[0] != logits[0]) return 0;
+    float m = logits[0];
+    int32_t i = 1;
+#ifdef __SSE2__
+    __m128 v = _mm_set1_ps(m);
+    for (; i + 4 <= n; i += 4) v = _mm_max_ps(_mm_loadu_ps(logits + i), v);
+    float lanes[4];
+    _mm_storeu_ps(lanes, v);
+    for (int j = 0; j < 4; j++) m = lanes[j] > m ? lanes[j] : m;
+#endif
+    for (; i < n; i++) m = logits[i] > m ? logits[i] : m;
+    for (i = 0; logits[i] != m; i++) {}
+    return i;
 }
 
 
