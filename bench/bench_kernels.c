@@ -271,6 +271,7 @@ static void bench_table(const q35_kernels *k, q35_dtype dt, const float *w, cons
      * repeatedly. Above the DRAM figure means decode is bandwidth-bound on
      * this core. */
     int64_t hot_rows = (int64_t)(((size_t)256 << 10) / (W[0].nbytes / N_OUT)) / 64 * 64;
+    if (hot_rows < 64) hot_rows = 64; /* BFP8: 60 rows of 4352 bytes make 256 KiB */
     mm_ctx hot = c;
     hot.W = calloc(64, sizeof *hot.W);
     if (!hot.W) return;

@@ -3,7 +3,7 @@
  *
  * Writing streams: the table is known before any data (every size follows
  * from dtype and shape), so each tensor is converted in chunks of whole
- * 16-row panels straight to its offset, hashed on the way, and only one
+ * groups of 16-row panels straight to its offset, hashed on the way, and only one
  * chunk is in memory at a time. */
 #include "formats/cache.h"
 #include "formats/bfp.h"
