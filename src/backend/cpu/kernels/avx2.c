@@ -16,9 +16,8 @@
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
  * every exponent byte works (bfp_scale_fma). The panel tile serves a
  * few tokens, reading and decoding the weights once. Decode (one token)
- * runs two whole panels side by side (bfp_gemv_tile), two streams that the
- * hardware prefetcher serves better than one, and prefetches ahead in each
- * (matmul_common.h), so that its decoding overlaps DRAM reads. Calls of 4
+ * runs two panels of a group side by side (bfp_gemv_tile) and prefetches
+ * ahead (matmul_common.h), so that its decoding overlaps DRAM reads. Calls of 4
  * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
  * in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
@@ -236,17 +235,17 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
 }
 
-/* Decode (one token) over BFP_GEMV_PANELS adjacent whole panels at once,
- * their blocks interleaved: that many sequential streams instead of one.
- * The hardware prefetcher keeps more lines in flight over several streams
- * than over one: one panel at a time reached about 80% of a plain
- * sequential read (read_stream over the same weights, interleaved call by
- * call) on one core, bfp8 and bfp4 alike and also with the decode work
- * taken out; two panels 85-105%. Four spill registers and measured slower.
- * Each stream prefetches BFP_GEMV_PREFETCH_BLOCKS ahead: for bfp8 1 KiB
- * (4 blocks) measured best of 0.5-4 KiB (about +5%; farther ahead the
- * software prefetches seem to compete with the hardware prefetcher), for
- * bfp4 2 KiB (16 blocks) as for the other tiles. Each panel's outputs are
+/* Decode (one token) over BFP_GEMV_PANELS whole panels of a group at once,
+ * block by block: the first two of the group, then the other two. With
+ * each panel stored whole (before bfp.h's groups), one panel at a time
+ * reached about 80% of a plain sequential read (read_stream over the same
+ * weights, interleaved call by call) on one core, bfp8 and bfp4 alike and
+ * also with the decode work taken out; two panels side by side 85-105%.
+ * Four spill registers and measured slower. Prefetching
+ * BFP_GEMV_PREFETCH_BLOCKS ahead: for bfp8 4 blocks measured best of 0.5-4
+ * KiB (about +5%; farther ahead the software prefetches seemed to compete
+ * with the hardware prefetcher), for bfp4 16 blocks as for the other
+ * tiles. Each panel's outputs are
  * bfp_panel_tile's for nt = 1, bit for bit (the same integer sums and
  * bfp_block_fma, block by block in order). */
 #define BFP_GEMV_PANELS 2
