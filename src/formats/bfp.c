@@ -98,16 +98,6 @@ size_t q35_bfp_tensor_bytes(q35_dtype dt, int64_t n_out, int64_t n_in) {
     return (size_t)n_group * q35_bfp_group_bytes(dt, n_in);
 }
 
-size_t q35_bfp_panel_exps(q35_dtype dt, int64_t n_in, int64_t r) {
-    return (size_t)(r / Q35_BFP_GROUP_ROWS) * q35_bfp_group_bytes(dt, n_in) +
-           (size_t)(r / Q35_BFP_PANEL % Q35_BFP_GROUP) * Q35_BFP_PANEL;
-}
-
-size_t q35_bfp_panel_codes(q35_dtype dt, int64_t n_in, int64_t r) {
-    return (size_t)(r / Q35_BFP_GROUP_ROWS) * q35_bfp_group_bytes(dt, n_in) + Q35_BFP_GROUP * Q35_BFP_PANEL +
-           (size_t)(r / Q35_BFP_PANEL % Q35_BFP_GROUP) * block_code_bytes(dt);
-}
-
 /* Where row r, block b lives: its exponent byte and the start of its codes. */
 static void locate(q35_dtype dt, int64_t n_in, int64_t r, int64_t b, size_t *exp_off, size_t *code_off) {
     size_t unit = (size_t)b * q35_bfp_unit_bytes(dt);

@@ -118,9 +118,16 @@ size_t q35_bfp_tensor_bytes(q35_dtype dt, int64_t n_out, int64_t n_in);
 static inline size_t q35_bfp_unit_bytes(q35_dtype dt) { return dt == Q35_DT_BFP4 ? 576 : 1088; }
 
 /* Where block 0 of the panel holding row r lies in a tensor with n_in
- * inputs: its 16 exponent bytes and its codes (block b: add b units). */
-size_t q35_bfp_panel_exps(q35_dtype dt, int64_t n_in, int64_t r);
-size_t q35_bfp_panel_codes(q35_dtype dt, int64_t n_in, int64_t r);
+ * inputs: its 16 exponent bytes and its codes (block b: add b units). A
+ * group is n_in / 16 units. */
+static inline size_t q35_bfp_panel_exps(q35_dtype dt, int64_t n_in, int64_t r) {
+    return (size_t)(r / Q35_BFP_GROUP_ROWS) * (size_t)(n_in / Q35_BFP_BLOCK) * q35_bfp_unit_bytes(dt) +
+           (size_t)(r / Q35_BFP_PANEL % Q35_BFP_GROUP) * Q35_BFP_PANEL;
+}
+static inline size_t q35_bfp_panel_codes(q35_dtype dt, int64_t n_in, int64_t r) {
+    return (size_t)(r / Q35_BFP_GROUP_ROWS) * (size_t)(n_in / Q35_BFP_BLOCK) * q35_bfp_unit_bytes(dt) +
+           Q35_BFP_GROUP * Q35_BFP_PANEL + (size_t)(r / Q35_BFP_PANEL % Q35_BFP_GROUP) * (dt == Q35_DT_BFP4 ? 128 : 256);
+}
 
 /* Stores / loads block b of row r (exponent and 16 unpacked codes) in the
  * panel layout described above. */

@@ -278,7 +278,7 @@ ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_
 }
 
 ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, const int vbmi, const uint8_t *group,
-                                 int64_t n_in, const act_q8 *a, int t0, float *y, int64_t n_out) {
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4);
@@ -308,15 +308,14 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
             const __m512 e = bfp_row_exps_gemv(is4, u + 16 * p);
             #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
-                acc[p][t] = bfp_gemv_fma(is4, w, ACT_Q(a, il, t0 + t, b, n_in),
-                                         (is4 ? a->o4 : a->o8) + ACT_I(il, t0 + t, b, n_blk),
-                                         a->d[ACT_I(il, t0 + t, b, n_blk)], e, acc[p][t]);
+                acc[p][t] = bfp_gemv_fma(is4, w, ACT_Q(a, il, t, b, n_in), (is4 ? a->o4 : a->o8) + ACT_I(il, t, b, n_blk),
+                                         a->d[ACT_I(il, t, b, n_blk)], e, acc[p][t]);
         }
     }
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + (t0 + t) * n_out + 16 * p, acc[p][t]);
+        for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out + 16 * p, acc[p][t]);
 }
 
 /* bfp4 takes vpermb (bfp4_group_vbmi) where the CPU has AVX512_VBMI: 2
@@ -326,10 +325,10 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi");
     const uint8_t *group = pn.exps; /* its first panel: the group's start */
     const int il = nt > 1 && a->il == nt;
-    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, group, n_in, a, 0, y, n_out);
-    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, group, n_in, a, 0, y, n_out);
-    else if (il) bfp_gemv_loop(is4, nt, nt, 0, group, n_in, a, 0, y, n_out);
-    else bfp_gemv_loop(is4, nt, 0, 0, group, n_in, a, 0, y, n_out);
+    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, group, n_in, a, y, n_out);
+    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, group, n_in, a, y, n_out);
+    else if (il) bfp_gemv_loop(is4, nt, nt, 0, group, n_in, a, y, n_out);
+    else bfp_gemv_loop(is4, nt, 0, 0, group, n_in, a, y, n_out);
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----

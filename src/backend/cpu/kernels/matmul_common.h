@@ -6,6 +6,7 @@
 #define Q35_KERNELS_MATMUL_COMMON_H
 
 #include "backend/cpu/kernels/kernels.h"
+#include "formats/bfp.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -77,7 +78,7 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
  * then their codes). A panel is its block 0's exponents and codes, and its
  * index p in the group; block b lies b units further. */
 #define BFP_CODE_BYTES(is4) ((is4) ? 128 : 256)
-#define BFP_UNIT(is4) (4 * (16 + BFP_CODE_BYTES(is4)))
+#define BFP_UNIT(is4) ((int)q35_bfp_unit_bytes((is4) ? Q35_DT_BFP4 : Q35_DT_BFP8))
 typedef struct bfp_panel {
     const uint8_t *exps, *codes;
     int p;
@@ -87,9 +88,9 @@ typedef struct bfp_panel {
  * tensor at data with n_in inputs. */
 static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_t *data, const int is4, int64_t n_in,
                                                                     int64_t row0) {
-    const uint8_t *group = data + (size_t)(row0 / 64) * (size_t)(n_in / 16) * BFP_UNIT(is4);
-    const int p = (int)(row0 / 16 % 4);
-    return (bfp_panel){group + 16 * p, group + 64 + p * BFP_CODE_BYTES(is4), p};
+    const q35_dtype dt = is4 ? Q35_DT_BFP4 : Q35_DT_BFP8;
+    return (bfp_panel){data + q35_bfp_panel_exps(dt, n_in, row0), data + q35_bfp_panel_codes(dt, n_in, row0),
+                       (int)(row0 / Q35_BFP_PANEL % Q35_BFP_GROUP)};
 }
 
 /* Software prefetch for the bfp tiles. Each block asks for the block
