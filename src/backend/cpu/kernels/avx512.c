@@ -750,18 +750,27 @@ static inline void att_q8_tile_4x4(const att_q8_query *qq, const uint8_t *k, siz
     const __m512 qd01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(qq[0].d)), _mm256_load_ps(qq[1].d), 1);
     const __m512 qd23 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(qq[2].d)), _mm256_load_ps(qq[3].d), 1);
     __m512 w[4];
+    /* 8 blocks: HD is 256, the four heads' codes stay in 16 registers for the 4 keys */
+    __m512i qc[4][4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) qc[g][j] = _mm512_load_si512(qq[g].c + 64 * j);
+    (void)HD;
+    #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         const uint8_t *row = k + (size_t)(p0 + i) * kv_stride;
         const int8_t *kc = (const int8_t *)(row + 32);
         const __m512i x80 = _mm512_set1_epi8((char)0x80);
         __m512i a0 = _mm512_load_si512(qq[0].corr), a1 = _mm512_load_si512(qq[1].corr);
         __m512i a2 = _mm512_load_si512(qq[2].corr), a3 = _mm512_load_si512(qq[3].corr);
-        for (int32_t j = 0; j < HD; j += 64) {
-            const __m512i kx = _mm512_xor_si512(_mm512_loadu_si512(kc + j), x80);
-            a0 = _mm512_dpbusd_epi32(a0, kx, _mm512_load_si512(qq[0].c + j));
-            a1 = _mm512_dpbusd_epi32(a1, kx, _mm512_load_si512(qq[1].c + j));
-            a2 = _mm512_dpbusd_epi32(a2, kx, _mm512_load_si512(qq[2].c + j));
-            a3 = _mm512_dpbusd_epi32(a3, kx, _mm512_load_si512(qq[3].c + j));
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m512i kx = _mm512_xor_si512(_mm512_loadu_si512(kc + 64 * j), x80);
+            a0 = _mm512_dpbusd_epi32(a0, kx, qc[0][j]);
+            a1 = _mm512_dpbusd_epi32(a1, kx, qc[1][j]);
+            a2 = _mm512_dpbusd_epi32(a2, kx, qc[2][j]);
+            a3 = _mm512_dpbusd_epi32(a3, kx, qc[3][j]);
         }
         const __m512i P = _mm512_add_epi32(_mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
                                            _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
