@@ -314,21 +314,15 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
          * Zen 5 core; from DRAM one core then still reads 0.61 of a plain read (interleaved, medians of 9) */
         const uint8_t *eb = pn.exps + b * unit;
         const int bias = is4 ? 129 : 133;
-        if (exps_at_least(eb, bias - 126)) {
-            #pragma GCC unroll 4
-            for (int p = 0; p < np; p++)
-                #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++)
-                    acc[p][h] = bfp_block_fma(is4, sum[p][h], a->sum + b, a->d[b],
-                                              exp_scale8_normal(eb + 16 * p + 8 * h, bias), acc[p][h]);
-        } else {
-            #pragma GCC unroll 4
-            for (int p = 0; p < np; p++)
-                #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++)
-                    acc[p][h] = bfp_block_fma(is4, sum[p][h], a->sum + b, a->d[b], exp_scale8(eb + 16 * p + 8 * h, bias),
-                                              acc[p][h]);
-        }
+        const int normal = exps_at_least(eb, bias - 126);
+        #pragma GCC unroll 4
+        for (int p = 0; p < np; p++)
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *e8 = eb + 16 * p + 8 * h;
+                const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
+                acc[p][h] = bfp_block_fma(is4, sum[p][h], a->sum + b, a->d[b], ws, acc[p][h]);
+            }
     }
     #pragma GCC unroll 4
     for (int p = 0; p < np; p++) {

@@ -759,21 +759,20 @@ ALWAYS_INLINE float att_q8_score(const att_q8_query *qq, const uint8_t *row, int
     return q35_kv_q8_score_sum(I, qq->d, kd, nb);
 }
 
-/* 4 keys x 4 heads with 8 blocks: each head's lanes folded to its 8 block sums (two heads per vector),
+/* 4 keys x 4 heads with 8 blocks (so HD 256): each head's lanes folded to its 8 block sums (two heads per vector),
  * then the tree across 128-bit quarters (b + 4), and over the 4 keys at once (b + 2, b + 1): lane 4g + i
  * of the last vector is head g's score of key i, att_q8_score's bits. */
 static inline void att_q8_tile_4x4(const att_q8_query *qq, const uint8_t *k, size_t kv_stride, int32_t p0,
-                                   int32_t HD, float scale, float *s, size_t n_keys) {
+                                   float scale, float *s, size_t n_keys) {
     const __m512 qd01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(qq[0].d)), _mm256_load_ps(qq[1].d), 1);
     const __m512 qd23 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(qq[2].d)), _mm256_load_ps(qq[3].d), 1);
     __m512 w[4];
-    /* 8 blocks: HD is 256, the four heads' codes stay in 16 registers for the 4 keys */
+    /* the four heads' codes stay in 16 registers for the 4 keys */
     __m512i qc[4][4];
     #pragma GCC unroll 4
     for (int j = 0; j < 4; j++)
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) qc[g][j] = _mm512_load_si512(qq[g].c + 64 * j);
-    (void)HD;
     #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         const uint8_t *row = k + (size_t)(p0 + i) * kv_stride;
