@@ -16,8 +16,8 @@
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
  * every exponent byte works (bfp_scale_fma). The panel tile serves a
  * few tokens, reading and decoding the weights once. Decode (one token)
- * runs two panels of a group side by side (bfp_gemv_tile) and prefetches
- * ahead (matmul_common.h), so that its decoding overlaps DRAM reads. Calls of 4
+ * runs a group's four panels block by block (bfp_gemv_tile), one stream
+ * prefetched ahead, so that its decoding overlaps DRAM reads. Calls of 4
  * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
  * in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
@@ -248,81 +248,60 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
 }
 
-/* Decode (one token) over BFP_GEMV_PANELS whole panels of a group at once,
- * block by block: the first two of the group, then the other two. With
- * each panel stored whole (before bfp.h's groups), one panel at a time
- * reached about 80% of a plain sequential read (read_stream over the same
- * weights, interleaved call by call) on one core, bfp8 and bfp4 alike and
- * also with the decode work taken out; two panels side by side 85-105%.
- * Four spill registers and measured slower. Prefetching
- * BFP_GEMV_PREFETCH_BLOCKS ahead: for bfp8 4 blocks measured best of 0.5-4
- * KiB (about +5%; farther ahead the software prefetches seemed to compete
- * with the hardware prefetcher), for bfp4 16 blocks as for the other
- * tiles. Each panel's outputs are
- * bfp_panel_tile's for nt = 1, bit for bit (the same integer sums and
- * bfp_block_fma, block by block in order). */
-#define BFP_GEMV_PANELS 2
+/* Decode (one token) over a group's four panels at once, block by block:
+ * bfp.h stores them so, unit after unit, one sequential stream, and each
+ * unit is asked for BFP_GEMV_PREFETCH_BLOCKS ahead (past the group's end,
+ * the next group's first units). Within a block the panels go one after
+ * another, each through its four groups into its own two int sums, so that
+ * only one panel's sums are live beside the eight accumulators. Before,
+ * two panels side by side and the group in two passes (the second from
+ * L2, the memory idle meanwhile): from DRAM one Zen 5 core read 0.64-0.79
+ * of a plain read of the same weights, now 0.95-0.99 (bfp8 0.72 -> 0.87; two
+ * threads 0.68 -> 0.91 and 0.74 -> 0.95), the same 31 GB/s in cache
+ * ([12288, 4096] x 24, interleaved, medians of 7-9). Each panel's outputs
+ * are bfp_panel_tile's for nt = 1, bit for bit (the same integer sums and
+ * bfp_block_fma, block by block in order). For bfp8 4 blocks ahead
+ * measured best of 0.5-4 KiB (about +5%; farther ahead the software
+ * prefetches seemed to compete with the hardware prefetcher). */
+#define BFP_GEMV_PANELS 4
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
-
-/* Block b's lines for a pair of panels (pn, the first of the pair): the
- * pair at the group's start asks for the whole unit, so that the second
- * pair finds its lines in cache. On a Zen 5 core, when this tile decoded
- * bfp4 at 25 GB/s in L2: 0.66 of a plain read against 0.64 when each pair
- * asks for its own lines (one thread; two: 0.66 against 0.62). At 34 GB/s
- * in L2 (the normal scales, bfp_gemv_tile) it still reads 0.61 from DRAM
- * on one thread: not its arithmetic alone. */
-ALWAYS_INLINE void bfp_gemv_prefetch(const int is4, const bfp_panel pn, int64_t b) {
-    const int unit = BFP_UNIT(is4), pair = BFP_GEMV_PANELS * BFP_CODE_BYTES(is4);
-    const char *e = (const char *)pn.exps + b * unit, *c = (const char *)pn.codes + b * unit;
-    if (pn.p == 0) {
-        #pragma GCC unroll 17
-        for (int l = 0; l < unit; l += 64) _mm_prefetch(e + l, BFP_PREFETCH_HINT);
-    } else {
-        _mm_prefetch(e, BFP_PREFETCH_HINT);
-        #pragma GCC unroll 8
-        for (int l = 0; l < pair; l += 64) _mm_prefetch(c + l, BFP_PREFETCH_HINT);
-    }
-}
 
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                  float *y, int64_t n_out) {
     (void)nt, (void)n_out; /* one token (BFP_GEMV_TOKENS is 1: 16 registers hold no more) */
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
-    const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4);
+    const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4);
+    const uint8_t *group = pn.exps; /* its first panel: the group's start */
+    const int bias = is4 ? 129 : 133;
     __m256 acc[BFP_GEMV_PANELS][2];
     #pragma GCC unroll 4
     for (int p = 0; p < np; p++) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
-    for (int b = 0; b < BFP_GEMV_PREFETCH_BLOCKS(is4); b++) bfp_gemv_prefetch(is4, pn, b);
+    for (int l = 0; l < ahead * unit; l += 64) _mm_prefetch((const char *)group + l, BFP_PREFETCH_HINT);
     for (int64_t b = 0; b < n_blk; b++) {
-        __m256i sum[BFP_GEMV_PANELS][2];
-        /* past the group's end: the next group's first units */
-        bfp_gemv_prefetch(is4, pn, b + BFP_GEMV_PREFETCH_BLOCKS(is4));
+        const uint8_t *u = group + b * unit;
+        #pragma GCC unroll 17
+        for (int l = 0; l < unit; l += 64) _mm_prefetch((const char *)u + ahead * unit + l, BFP_PREFETCH_HINT);
+        /* the 64 exponent bytes nearly always all give normal scales (E >= 3 for bfp4, 7 for bfp8),
+         * which take 2 vector ops a half instead of exp_scale8's 7 (bfp4 in L2: 28-30 -> 34 GB/s) */
+        const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
         #pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) {
-            __m256i xg = bcast_x4(a->q + 16 * b, g);
+        for (int p = 0; p < np; p++) {
+            const uint8_t *cb = u + 64 + p * block_bytes;
+            __m256i sum[2];
             #pragma GCC unroll 4
-            for (int p = 0; p < np; p++) {
-                const uint8_t *cb = pn.codes + b * unit + p * block_bytes;
+            for (int g = 0; g < 4; g++) {
                 __m256i w[2];
                 bfp_group_decode(is4, cb, g, w);
-                bfp_group_dot(is4, cb, g, w, xg, sum[p]);
+                bfp_group_dot(is4, cb, g, w, bcast_x4(a->q + 16 * b, g), sum);
             }
-        }
-        /* the two panels' 32 exponent bytes: nearly always all give normal scales (E >= 3 for bfp4, 7 for
-         * bfp8), which take 2 vector ops a half instead of exp_scale8's 7: bfp4 in L2 28-30 -> 34 GB/s on a
-         * Zen 5 core; from DRAM one core then still reads 0.61 of a plain read (interleaved, medians of 9) */
-        const uint8_t *eb = pn.exps + b * unit;
-        const int bias = is4 ? 129 : 133;
-        const int normal = exps_at_least(eb, bias - 126);
-        #pragma GCC unroll 4
-        for (int p = 0; p < np; p++)
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const uint8_t *e8 = eb + 16 * p + 8 * h;
+                const uint8_t *e8 = u + 16 * p + 8 * h;
                 const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
-                acc[p][h] = bfp_block_fma(is4, sum[p][h], a->sum + b, a->d[b], ws, acc[p][h]);
+                acc[p][h] = bfp_block_fma(is4, sum[h], a->sum + b, a->d[b], ws, acc[p][h]);
             }
+        }
     }
     #pragma GCC unroll 4
     for (int p = 0; p < np; p++) {
