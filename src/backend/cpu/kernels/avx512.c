@@ -281,12 +281,13 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
     return _mm512_sub_ps(_mm512_castsi512_ps(v), _mm512_set1_ps(8388608.0f + (is4 ? 129 : 133)));
 }
 
-/* The prefetch goes to L2, not L1: with four streams 2 KiB ahead (before the units), prefetches into L1
- * waited for its few fill buffers, those into L2 did not. Interleaved runs at the 9B shapes (qwen35 speed, 3 rounds): decode
- * 3.40-3.82 against 2.61-3.11 tok/s on 1 thread and 4.86-5.46 against 4.02-4.29 on 2 (bench_kernels' GEMV
- * from DRAM: 19-21 against 13-20 GB/s on one core). */
+/* The prefetch goes to L1. With four streams 2 KiB ahead (before the units), prefetches into L1 waited
+ * for its few fill buffers and those into L2 (T1) measured better (decode 3.40-3.82 against 2.61-3.11
+ * tok/s on 1 thread); with one stream of units and the paired loads of bfp4_pair_vbmi, T0 reads more:
+ * [12288, 4096] x 24 from DRAM on one thread, interleaved, medians of 11: bfp4 0.94 -> 0.99 and
+ * 0.94 -> 0.99 of a plain read, bfp8 0.92 -> 0.98 and 0.85 -> 0.94; two threads 1.00 either way. */
 #ifndef BFP_GEMV_HINT
-#define BFP_GEMV_HINT _MM_HINT_T1
+#define BFP_GEMV_HINT _MM_HINT_T0
 #endif
 
 /* One block and token of the GEMV: bfp_block_fma's result bit for bit. One
