@@ -62,6 +62,19 @@ static inline float q35_weight_f32(const q35_tensor *w, int64_t i) {
     return q35_tensor_get_f32(w, i);
 }
 
+/* w's values [i0, i0 + n) as q35_weight_f32 gives them, into dst: the
+ * dtype checked once, so that the BF16 loop vectorizes. */
+static inline void q35_weights_f32(float *dst, const q35_tensor *w, int64_t i0, int64_t n) {
+    if (w->dtype == Q35_DT_BF16) {
+        const uint16_t *s = (const uint16_t *)w->data + i0;
+        for (int64_t i = 0; i < n; i++) dst[i] = q35_bf16_to_f32(s[i]);
+    } else if (w->dtype == Q35_DT_F32) {
+        memcpy(dst, (const float *)w->data + i0, sizeof(float) * (size_t)n);
+    } else {
+        for (int64_t i = 0; i < n; i++) dst[i] = q35_tensor_get_f32(w, i0 + i);
+    }
+}
+
 /* RMSNorm with the (1 + w) weight convention: dst = src / rms(src) * (1 + w),
  * over n values, the sum of squares in double (q35_sum_squares). dst may be
  * src. */

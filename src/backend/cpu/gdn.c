@@ -70,7 +70,7 @@ static void conv_channels(const heads_job *j, const q35_gdn_seg *sg, int32_t ch0
     for (int32_t b = ch0; b < ch0 + n; b += 64) {
         const int32_t nb = ch0 + n - b < 64 ? ch0 + n - b : 64;
         float w[64 * 16];
-        for (int32_t i = 0; i < nb * CK; i++) w[i] = q35_weight_f32(&j->l->conv1d, (int64_t)b * CK + i);
+        q35_weights_f32(w, &j->l->conv1d, (int64_t)b * CK, (int64_t)nb * CK);
         j->k->conv_silu(j->y + r0 + b, (size_t)CD, j->raw + r0 + b, (size_t)CD, w,
                         sg->conv_state + (size_t)b * (CK - 1), nb, sg->n_rows, CK,
                         sg->rows_conv ? sg->rows_conv + (size_t)b * (CK - 1) : NULL, sg->rows_stride);
@@ -108,7 +108,12 @@ static void run_head(const heads_job *j, const q35_gdn_seg *sg, int32_t h, float
         float r = 1.0f / sqrtf((float)(q35_sum_squares(o, DV) / DV) + c->rms_norm_eps);
         float *dst = j->core + (size_t)(r0 + t) * VD + h * DV;
         j->k->silu_mul(dst, zt, NULL, DV);
-        for (int32_t i = 0; i < DV; i++) dst[i] = o[i] * r * q35_weight_f32(&l->gdn_norm, i) * dst[i];
+        for (int32_t i0 = 0; i0 < DV; i0 += 256) { /* the weights converted 256 at a time */
+            float wn[256];
+            const int32_t m = DV - i0 < 256 ? DV - i0 : 256;
+            q35_weights_f32(wn, &l->gdn_norm, i0, m);
+            for (int32_t i = 0; i < m; i++) dst[i0 + i] = o[i0 + i] * r * wn[i] * dst[i0 + i];
+        }
     }
 }
 
