@@ -16,8 +16,9 @@
  * times 2^(E - 127 - (w - 1)), built from two exact powers of two so that
  * every exponent byte works (bfp_scale_fma). The panel tile serves a
  * few tokens, reading and decoding the weights once. Decode (one token)
- * runs a group's four panels block by block (bfp_gemv_tile), one stream
- * prefetched ahead, so that its decoding overlaps DRAM reads. Calls of 4
+ * and 2-token steps run a group's four panels block by block
+ * (bfp_gemv_tile), one stream prefetched ahead, so that decoding overlaps
+ * DRAM reads. Calls of 4
  * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
  * in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
@@ -266,17 +267,24 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
 #define BFP_GEMV_PANELS 4
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
 
+/* Two tokens (a speculative step's verify of k = 1, a batch of 2) take it too: [12288, 4096] x 24 from
+ * DRAM, interleaved, medians of 7: 0.43 -> 0.63 of a plain read on one thread, 0.59 -> 0.88 on two
+ * (before, the one-panel tile, a stride through the units); three tokens gain nothing (0.38 -> 0.41:
+ * their sums no longer fit the 16 registers), so they keep the panel tile. */
+#define BFP_GEMV_TOKENS 2
+
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                  float *y, int64_t n_out) {
-    (void)nt, (void)n_out; /* one token (BFP_GEMV_TOKENS is 1: 16 registers hold no more) */
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4);
     const uint8_t *group = pn.exps; /* its first panel: the group's start */
     const int bias = is4 ? 129 : 133;
-    __m256 acc[BFP_GEMV_PANELS][2];
+    __m256 acc[BFP_GEMV_PANELS][BFP_GEMV_TOKENS][2];
     #pragma GCC unroll 4
-    for (int p = 0; p < np; p++) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
+    for (int p = 0; p < np; p++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
     for (int l = 0; l < ahead * unit; l += 64) _mm_prefetch((const char *)group + l, BFP_PREFETCH_HINT);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *u = group + b * unit;
@@ -288,26 +296,32 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
         #pragma GCC unroll 4
         for (int p = 0; p < np; p++) {
             const uint8_t *cb = u + 64 + p * block_bytes;
-            __m256i sum[2];
+            __m256i sum[BFP_GEMV_TOKENS][2];
             #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i w[2];
                 bfp_group_decode(is4, cb, g, w);
-                bfp_group_dot(is4, cb, g, w, bcast_x4(a->q + 16 * b, g), sum);
+                #pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) bfp_group_dot(is4, cb, g, w, bcast_x4(a->q + t * n_in + 16 * b, g), sum[t]);
             }
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const uint8_t *e8 = u + 16 * p + 8 * h;
                 const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
-                acc[p][h] = bfp_block_fma(is4, sum[h], a->sum + b, a->d[b], ws, acc[p][h]);
+                #pragma GCC unroll 4
+                for (int t = 0; t < nt; t++)
+                    acc[p][t][h] = bfp_block_fma(is4, sum[t][h], a->sum + t * n_blk + b, a->d[t * n_blk + b], ws,
+                                                 acc[p][t][h]);
             }
         }
     }
     #pragma GCC unroll 4
-    for (int p = 0; p < np; p++) {
-        _mm256_storeu_ps(y + 16 * p, acc[p][0]);
-        _mm256_storeu_ps(y + 16 * p + 8, acc[p][1]);
-    }
+    for (int p = 0; p < np; p++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            _mm256_storeu_ps(y + t * n_out + 16 * p, acc[p][t][0]);
+            _mm256_storeu_ps(y + t * n_out + 16 * p + 8, acc[p][t][1]);
+        }
 }
 
 /* ---- calls of BFP_WIDE_MIN_TOKENS or more (prefill, batched decode and verify) ----
