@@ -165,8 +165,9 @@ ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const int nt, const __m512i w[
  * AND, and one vpermb looks up all 64 low nibbles, one more (after a
  * shift) the 64 high ones; two lane shuffles then put each group's rows
  * 0-7 and 8-15 together. One 64-byte load and 5 vector uops for two groups
- * instead of two 32-byte broadcast loads and 4 uops: with the weights in
- * cache one core's GEMV ran 50.5 -> 55.7 GB/s. Inline assembly: this file
+ * instead of two 32-byte broadcast loads and 4 uops (a broadcast load
+ * measured 1.5 times a vector uop's cost on a Zen 5 core): with the weights
+ * in cache one core's GEMV ran 50.5 -> 55.7 GB/s. Inline assembly: this file
  * is compiled without VBMI, the caller checks the CPU (bfp_gemv_tile). */
 ALWAYS_INLINE void bfp4_pair_vbmi(const uint8_t *p, __m512i lut, __m512i *w0, __m512i *w1) {
     const __m512i v = _mm512_loadu_si512((const void *)p);
@@ -344,7 +345,8 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
 }
 
 /* bfp4 takes vpermb (bfp4_pair_vbmi) where the CPU has AVX512_VBMI: 2.5
- * instead of 3 vector uops per group. */
+ * vector uops per group and half a plain load, instead of 3 uops and a
+ * broadcast load (bfp4_group). */
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                  float *y, int64_t n_out) {
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi");
