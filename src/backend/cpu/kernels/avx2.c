@@ -249,12 +249,13 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
     bfp_store(nt, acc, y + t0 * n_out + row0, n_out, rows_lo, rows_hi);
 }
 
-/* Decode (one token) over a group's four panels at once, block by block:
- * bfp.h stores them so, unit after unit, one sequential stream, and each
- * unit is asked for BFP_GEMV_PREFETCH_BLOCKS ahead (past the group's end,
- * the next group's first units). Within a block the panels go one after
- * another, each through its four groups into its own two int sums, so that
- * only one panel's sums are live beside the eight accumulators. Before,
+/* Decode (one or two tokens) over a group's four panels at once, block by
+ * block: bfp.h stores them so, unit after unit, one sequential stream, and
+ * each unit is asked for BFP_GEMV_PREFETCH_BLOCKS ahead (past the group's
+ * end, the next group's first units). Within a block the panels go one
+ * after another, each through its four groups into its own int sums, so
+ * that for one token only one panel's sums are live beside the eight
+ * accumulators (two tokens' sixteen partly wait on the stack). Before,
  * two panels side by side and the group in two passes (the second from
  * L2, the memory idle meanwhile): from DRAM one Zen 5 core read 0.64-0.79
  * of a plain read of the same weights, now 0.95-0.99 (bfp8 0.72 -> 0.87; two
