@@ -286,11 +286,10 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
-    for (int l = 0; l < ahead * unit; l += 64) _mm_prefetch((const char *)group + l, BFP_PREFETCH_HINT);
+    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(group, is4, b);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *u = group + b * unit;
-        #pragma GCC unroll 17
-        for (int l = 0; l < unit; l += 64) _mm_prefetch((const char *)u + ahead * unit + l, BFP_PREFETCH_HINT);
+        bfp_prefetch_group_unit(group, is4, b + ahead);
         /* the 64 exponent bytes nearly always all give normal scales (E >= 3 for bfp4, 7 for bfp8),
          * which take 2 vector ops a half instead of exp_scale8's 7 (bfp4 in L2: 28-30 -> 34 GB/s) */
         const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);

@@ -282,14 +282,12 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
     return _mm512_sub_ps(_mm512_castsi512_ps(v), _mm512_set1_ps(8388608.0f + (is4 ? 129 : 133)));
 }
 
-/* The prefetch goes to L1. With four streams 2 KiB ahead (before the units), prefetches into L1 waited
- * for its few fill buffers and those into L2 (T1) measured better (decode 3.40-3.82 against 2.61-3.11
- * tok/s on 1 thread); with one stream of units and the paired loads of bfp4_pair_vbmi, T0 reads more:
- * [12288, 4096] x 24 from DRAM on one thread, interleaved, medians of 11: bfp4 0.94 -> 0.99 and
- * 0.94 -> 0.99 of a plain read, bfp8 0.92 -> 0.98 and 0.85 -> 0.94; two threads 1.00 either way. */
-#ifndef BFP_GEMV_HINT
-#define BFP_GEMV_HINT _MM_HINT_T0
-#endif
+/* The GEMV's prefetch goes to L1 (bfp_prefetch_group_unit). With four streams 2 KiB ahead (before the
+ * units), prefetches into L1 waited for its few fill buffers and those into L2 measured better (decode
+ * 3.40-3.82 against 2.61-3.11 tok/s on 1 thread); with one stream of units and the paired loads of
+ * bfp4_pair_vbmi, L1 reads more: [12288, 4096] x 24 from DRAM on one thread, interleaved, medians of 11:
+ * bfp4 0.94 -> 0.99 and 0.94 -> 0.99 of a plain read, bfp8 0.92 -> 0.98 and 0.85 -> 0.94; two threads
+ * 1.00 either way. */
 
 /* One block and token of the GEMV: bfp_block_fma's result bit for bit. One
  * vpdpbusd chain (the integer sum is exact in any order; the four panels
@@ -315,12 +313,11 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t] = _mm512_setzero_ps();
-    for (int l = 0; l < ahead * unit; l += 64) _mm_prefetch((const char *)group + l, _MM_HINT_T0);
+    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(group, is4, b);
     for (int64_t b = 0; b < n_blk; b++) {
         /* the group is one stream: the unit `ahead` blocks on (past the group's end, the next group's first) */
-        const uint8_t *u = group + b * unit, *pf = u + ahead * unit;
-        #pragma GCC unroll 17
-        for (int l = 0; l < unit; l += 64) _mm_prefetch((const char *)pf + l, BFP_GEMV_HINT);
+        const uint8_t *u = group + b * unit;
+        bfp_prefetch_group_unit(group, is4, b + ahead);
         #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
             const uint8_t *cb = u + 64 + p * block_bytes;

@@ -111,8 +111,9 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
  * the memory idle (8 tokens, one thread: 0.35 against 0.42 of a plain read
  * of the same matrices; 5 tokens 0.42 against 0.54). */
 #define BFP_PREFETCH_BLOCKS 16
-/* Into L1 here; avx512.c's decode tile prefetches into L2 (BFP_GEMV_HINT). The avx2 kernels with the hint at
- * L2 instead decoded 2.64-2.71 against 2.84-3.15 tok/s on 1 thread at the 9B shapes (interleaved, Zen 5). */
+/* Into L1. The avx2 kernels with the hint at L2 instead decoded 2.64-2.71 against 2.84-3.15 tok/s on 1
+ * thread at the 9B shapes (interleaved, Zen 5). avx512.c's GEMV once read more with L2 (when it read
+ * eight streams); with one stream of units, L1 reads more there too (avx512.c, bfp_gemv_loop). */
 #ifndef BFP_PREFETCH_HINT
 #define BFP_PREFETCH_HINT _MM_HINT_T0
 #endif
@@ -125,6 +126,16 @@ static inline __attribute__((always_inline)) void bfp_prefetch_unit(const bfp_pa
     _mm_prefetch(e, BFP_PREFETCH_HINT);
     #pragma GCC unroll 4
     for (int l = 0; l < cbytes; l += 64) _mm_prefetch(c + l, BFP_PREFETCH_HINT);
+}
+
+/* All of a group's unit b, its four panels' exponents and codes: for the
+ * GEMVs, which read whole units (group: the group's first panel's exps). */
+static inline __attribute__((always_inline)) void bfp_prefetch_group_unit(const uint8_t *group, const int is4,
+                                                                          int64_t b) {
+    const int unit = BFP_UNIT(is4);
+    const char *u = (const char *)group + b * unit;
+    #pragma GCC unroll 17
+    for (int l = 0; l < unit; l += 64) _mm_prefetch(u + l, BFP_PREFETCH_HINT);
 }
 
 /* The first `ahead` blocks of a panel (a literal after inlining). */
