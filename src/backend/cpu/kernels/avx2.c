@@ -17,8 +17,8 @@
  * every exponent byte works (bfp_scale_fma). The panel tile serves a
  * few tokens, reading and decoding the weights once. Decode (one token)
  * and 2-token steps run a group's four panels block by block
- * (bfp_gemv_tile), one stream prefetched ahead, so that decoding overlaps
- * DRAM reads. Calls of 4
+ * (bfp_gemv_groups_tile; one token two groups side by side, two streams),
+ * prefetched ahead, so that decoding overlaps DRAM reads. Calls of 4
  * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
  * in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
@@ -35,6 +35,12 @@
 
 #include <immintrin.h>
 
+/* Software prefetches of bfp weights go to L2 here: on a Zen 3 core (no AVX-512) the one-token GEMV
+ * read 0.87-0.89 (bfp8) and 0.8-0.9 (bfp4) of a plain read with T0 prefetches 4 / 16 units ahead,
+ * 0.99 and 0.96 with T2 prefetches 1 / 4 units ahead (two streams, bfp_gemv_groups_tile;
+ * [12288, 4096] x 16 from DRAM, interleaved, medians of 9); qwen35 speed -t 1 / -t 2, interleaved:
+ * 79-83% / 78-84% of the measured read -> 80-90% / 86-96%. */
+#define BFP_PREFETCH_HINT _MM_HINT_T2
 #include "backend/cpu/kernels/matmul_common.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -262,11 +268,11 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
  * threads 0.68 -> 0.91 and 0.74 -> 0.95), the same 31 GB/s in cache
  * ([12288, 4096] x 24, interleaved, medians of 7-9). Each panel's outputs
  * are bfp_panel_tile's for nt = 1, bit for bit (the same integer sums and
- * bfp_block_fma, block by block in order). For bfp8 4 blocks ahead
- * measured best of 0.5-4 KiB (about +5%; farther ahead the software
- * prefetches seemed to compete with the hardware prefetcher). */
+ * bfp_block_fma, block by block in order). Prefetches go 4 bfp4 units
+ * (2.3 KiB) or 1 bfp8 unit ahead into L2 (BFP_PREFETCH_HINT above); on
+ * Zen 5, T0 16 / 4 units ahead measured best (the numbers before). */
 #define BFP_GEMV_PANELS 4
-#define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 16 : 4)
+#define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 4 : 1)
 
 /* Two tokens (a speculative step's verify of k = 1, a batch of 2) take it too: [12288, 4096] x 24 from
  * DRAM, interleaved, medians of 7: 0.43 -> 0.63 of a plain read on one thread, 0.59 -> 0.88 on two
@@ -274,54 +280,81 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
  * their sums no longer fit the 16 registers), so they keep the panel tile. */
 #define BFP_GEMV_TOKENS 2
 
-ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
-                                 float *y, int64_t n_out) {
+/* One token over two groups at once, unit by unit in turn: two sequential streams instead of
+ * one. A Zen 3 core (no AVX-512) read one stream of units at 0.80-0.87 of a plain read whatever
+ * the decode cost (0.78-0.80 with the arithmetic removed), the hint (T0, T1, T2, NTA) or the
+ * distance (4-32 units); two streams read 0.93-0.96 ([12288, 4096] x 16 from DRAM, interleaved,
+ * medians of 9-11; plain loads of one line each showed the same, 0.74 for one stream). Each
+ * group's sums and FMAs are the one-group pass's, in block order: the same bits. */
+#define BFP_GEMV_GROUPS 2
+
+ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int nt, const bfp_panel pn, int64_t n_in,
+                                        const act_q8 *a, float *y, int64_t n_out) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4);
-    const uint8_t *group = pn.exps; /* its first panel: the group's start */
+    const uint8_t *groups[BFP_GEMV_GROUPS]; /* each group's first panel: its start */
+    #pragma GCC unroll 2
+    for (int gi = 0; gi < ng; gi++) groups[gi] = pn.exps + gi * n_blk * unit;
     const int bias = is4 ? 129 : 133;
-    __m256 acc[BFP_GEMV_PANELS][BFP_GEMV_TOKENS][2];
-    #pragma GCC unroll 4
-    for (int p = 0; p < np; p++)
+    __m256 acc[BFP_GEMV_GROUPS][BFP_GEMV_PANELS][BFP_GEMV_TOKENS][2];
+    #pragma GCC unroll 2
+    for (int gi = 0; gi < ng; gi++)
         #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
-    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(group, is4, b);
-    for (int64_t b = 0; b < n_blk; b++) {
-        const uint8_t *u = group + b * unit;
-        bfp_prefetch_group_unit(group, is4, b + ahead);
-        /* the 64 exponent bytes nearly always all give normal scales (E >= 3 for bfp4, 7 for bfp8),
-         * which take 2 vector ops a half instead of exp_scale8's 7 (bfp4 in L2: 28-30 -> 34 GB/s) */
-        const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
-        #pragma GCC unroll 4
-        for (int p = 0; p < np; p++) {
-            const uint8_t *cb = u + 64 + p * block_bytes;
-            __m256i sum[BFP_GEMV_TOKENS][2];
+        for (int p = 0; p < np; p++)
             #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m256i w[2];
-                bfp_group_decode(is4, cb, g, w);
+            for (int t = 0; t < nt; t++) acc[gi][p][t][0] = acc[gi][p][t][1] = _mm256_setzero_ps();
+    #pragma GCC unroll 2
+    for (int gi = 0; gi < ng; gi++)
+        for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(groups[gi], is4, b);
+    for (int64_t b = 0; b < n_blk; b++) {
+        #pragma GCC unroll 2
+        for (int gi = 0; gi < ng; gi++) {
+            const uint8_t *u = groups[gi] + b * unit;
+            bfp_prefetch_group_unit(groups[gi], is4, b + ahead);
+            /* the 64 exponent bytes nearly always all give normal scales (E >= 3 for bfp4, 7 for bfp8),
+             * which take 2 vector ops a half instead of exp_scale8's 7 (bfp4 in L2: 28-30 -> 34 GB/s) */
+            const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
+            #pragma GCC unroll 4
+            for (int p = 0; p < np; p++) {
+                const uint8_t *cb = u + 64 + p * block_bytes;
+                __m256i sum[BFP_GEMV_TOKENS][2];
                 #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) bfp_group_dot(is4, cb, g, w, bcast_x4(a->q + t * n_in + 16 * b, g), sum[t]);
-            }
-            #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *e8 = u + 16 * p + 8 * h;
-                const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
-                #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++)
-                    acc[p][t][h] = bfp_block_fma(is4, sum[t][h], a->sum + t * n_blk + b, a->d[t * n_blk + b], ws,
-                                                 acc[p][t][h]);
+                for (int g = 0; g < 4; g++) {
+                    __m256i w[2];
+                    bfp_group_decode(is4, cb, g, w);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < nt; t++)
+                        bfp_group_dot(is4, cb, g, w, bcast_x4(a->q + t * n_in + 16 * b, g), sum[t]);
+                }
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *e8 = u + 16 * p + 8 * h;
+                    const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < nt; t++)
+                        acc[gi][p][t][h] = bfp_block_fma(is4, sum[t][h], a->sum + t * n_blk + b, a->d[t * n_blk + b],
+                                                         ws, acc[gi][p][t][h]);
+                }
             }
         }
     }
-    #pragma GCC unroll 4
-    for (int p = 0; p < np; p++)
+    #pragma GCC unroll 2
+    for (int gi = 0; gi < ng; gi++)
         #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            _mm256_storeu_ps(y + t * n_out + 16 * p, acc[p][t][0]);
-            _mm256_storeu_ps(y + t * n_out + 16 * p + 8, acc[p][t][1]);
-        }
+        for (int p = 0; p < np; p++)
+            #pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                float *yp = y + t * n_out + 16 * (np * gi + p);
+                _mm256_storeu_ps(yp, acc[gi][p][t][0]);
+                _mm256_storeu_ps(yp + 8, acc[gi][p][t][1]);
+            }
+}
+
+/* The driver's bfp_gemv_tile: one group. */
+ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
+                                 float *y, int64_t n_out) {
+    bfp_gemv_groups_tile(is4, 1, nt, pn, n_in, a, y, n_out);
 }
 
 /* ---- calls of BFP_WIDE_MIN_TOKENS or more (prefill, batched decode and verify) ----
