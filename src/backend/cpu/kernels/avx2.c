@@ -35,7 +35,8 @@
 
 #include <immintrin.h>
 
-/* Software prefetches of bfp weights go to L2 here: on a Zen 3 core (no AVX-512) the one-token GEMV
+/* Software prefetches of bfp weights go to L2 here (every bfp tile of this file; the k-slice
+ * path's own next-slice prefetch excepted): on a Zen 3 core (no AVX-512) the one-token GEMV
  * read 0.87-0.89 (bfp8) and 0.8-0.9 (bfp4) of a plain read with T0 prefetches 4 / 16 units ahead,
  * 0.99 and 0.96 with T2 prefetches 1 / 4 units ahead (two streams, bfp_gemv_groups_tile;
  * [12288, 4096] x 16 from DRAM, interleaved, medians of 9); qwen35 speed -t 1 / -t 2, interleaved:

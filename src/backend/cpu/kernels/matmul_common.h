@@ -111,9 +111,11 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
  * the memory idle (8 tokens, one thread: 0.35 against 0.42 of a plain read
  * of the same matrices; 5 tokens 0.42 against 0.54). */
 #define BFP_PREFETCH_BLOCKS 16
-/* Into L1. The avx2 kernels with the hint at L2 instead decoded 2.64-2.71 against 2.84-3.15 tok/s on 1
- * thread at the 9B shapes (interleaved, Zen 5). avx512.c's GEMV once read more with L2 (when it read
- * eight streams); with one stream of units, L1 reads more there too (avx512.c, bfp_gemv_loop). */
+/* Into L1 by default: avx512.c's GEMV once read more with L2 (when it read eight streams); with one
+ * stream of units, L1 reads more there (avx512.c, bfp_gemv_loop). avx2.c sets L2 for all its bfp
+ * tiles: on a Zen 3 core (its one-token GEMV reading two groups as two streams) L2 read more (avx2.c
+ * says how much); on Zen 5, with Q35_KERNELS=avx2 and the one-stream GEMV of then, L2 had decoded
+ * 2.64-2.71 against 2.84-3.15 tok/s on 1 thread (9B shapes, interleaved), not re-measured since. */
 #ifndef BFP_PREFETCH_HINT
 #define BFP_PREFETCH_HINT _MM_HINT_T0
 #endif
