@@ -8,9 +8,13 @@
 #include "server/conn.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <string.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -216,6 +220,8 @@ void q35_conn_watch(q35_conns *t, struct MHD_Connection *c, q35_stream_watch *w)
     q35_conn *k = conn_of(c);
     if (!k) return;
     pthread_mutex_lock(&t->mu);
+    w->acked = 0;
+    w->t_acked_ms = 0;
     k->watch = w;
     pthread_mutex_unlock(&t->mu);
 }
@@ -259,14 +265,41 @@ size_t q35_stream_backlog(q35_stream_watch *w) {
     return n_ev - consumed;
 }
 
+/* Under t->mu: whether the client of a TCP socket took none of the bytes
+ * waiting for it for longer than limit_ms (1, else 0), or -1 where the
+ * socket cannot tell (not TCP). Its acknowledgements show what it takes:
+ * the socket's send buffer accepts a stream's output for a while after the
+ * client stopped reading (seconds on a slow backend), and a client that
+ * reads slowly but steadily leaves the buffer full, so that our writes
+ * wait longer than it does. */
+static int acks_stalled(q35_stream_watch *w, int fd, long long now, long long limit_ms) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int queued = 0;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked || ioctl(fd, SIOCOUTQ, &queued))
+        return -1;
+    if (!w->t_acked_ms || queued == 0 || ti.tcpi_bytes_acked != w->acked) {
+        w->acked = ti.tcpi_bytes_acked;
+        w->t_acked_ms = now;
+        return 0;
+    }
+    return now - w->t_acked_ms > limit_ms;
+}
+
 /* Under t->mu: a stream that stalled or holds too much unread output is
  * cancelled (its decode slot frees at the scheduler's next step) and its
- * connection shut; true when it was. */
+ * connection shut; true when it was. A stream stalls when its client
+ * acknowledged none of the bytes waiting in the socket for --write-timeout;
+ * where the socket cannot tell, when its reader has not been asked for
+ * output for that long (outside waiting for the model). */
 static bool check_stream(q35_conns *t, q35_conn *k, long long now) {
     q35_stream_watch *w = k->watch;
     q35_task *r = w->task;
     size_t backlog = q35_stream_backlog(w);
-    bool stalled = !atomic_load(&w->in_reader) && now - atomic_load(&w->t_progress_ms) > (long long)(t->write_timeout_s * 1000);
+    long long limit_ms = (long long)(t->write_timeout_s * 1000);
+    int acks = acks_stalled(w, k->fd, now, limit_ms);
+    bool stalled = acks >= 0 ? acks : !atomic_load(&w->in_reader) && now - atomic_load(&w->t_progress_ms) > limit_ms;
     if (!stalled && backlog <= Q35_STREAM_BACKLOG_MAX) return false;
     atomic_store(&r->cancelled, 1);
     conn_kill(k);

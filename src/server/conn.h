@@ -33,6 +33,11 @@ typedef struct q35_stream_watch {
     atomic_int in_reader;      /* the reader runs (waiting for events is not a stall) */
     atomic_llong t_progress_ms; /* when the reader last returned output */
     atomic_size_t consumed;    /* events the reader has turned into output */
+    /* the watchdog's own, under the table's lock: the socket's count of
+     * bytes the client acknowledged, and when it last grew (or nothing
+     * waited to be sent) */
+    unsigned long long acked;
+    long long t_acked_ms;      /* 0: not sampled yet */
 } q35_stream_watch;
 
 /* A client address (the port left out), the key of the per-client count. */

@@ -222,9 +222,13 @@ def test_non_reading_streams_are_cut_and_free_their_slots():
     is served within --write-timeout (and well before the 16 would end), and
     the 16 are cancelled. Sixteen, not fewer, so that their work outlasts the
     timeout however fast the tiny model decodes: four such streams ran 98-100%
-    of their tokens before the cut once the SiLU went to vector code; sixteen
-    (each step's rows four times as many) about 35% on the cpu backend, 6% on
-    the reference, which then serves the further client in about 2.2 s."""
+    of their tokens before the cut once the SiLU went to vector code. A stream
+    stalls when its client has acknowledged nothing for the timeout: here its
+    4 KiB receive buffer fills within a few dozen events, so the further
+    client is served in about 1.3 s on the cpu backend and 1.5 s on the
+    reference (a Zen 3 core). When stalls were told from the server's writes
+    succeeding, the 128 KiB send buffer had to fill first: 3.1-3.2 s on the
+    reference there, as long as the model took to write it."""
     max_tokens = 4096 - len(PROMPT)
     n = 16
     with Server("tiny-a", "--parallel", str(n), "--write-timeout", "1") as s:
@@ -251,10 +255,48 @@ def test_non_reading_streams_are_cut_and_free_their_slots():
             time.sleep(0.1)
         assert metric(s, "qwen35:streams_stalled_total") == n
         assert metric(s, "vllm:num_requests_running") == 0
-        assert metric(s, "vllm:generation_tokens_total") < n * max_tokens
+        generated = metric(s, "vllm:generation_tokens_total")
+        assert generated < n * max_tokens
         for k in stuck:
             k.close()
-    print(f"non-reading streams: the fifth client served in {served:.2f} s")
+    print(f"non-reading streams: the further client served in {served:.2f} s, "
+          f"{generated / (n * max_tokens):.0%} of their tokens generated")
+
+
+def test_a_slow_reader_keeps_its_stream():
+    """A client that reads its stream slower than the model writes it, a
+    little at a time, keeps it under a short --write-timeout: the socket's
+    buffers stay full for seconds (the stream is several times what they
+    hold), yet each read lets more bytes through, and that is progress. It
+    gets every token and is not counted as stalled."""
+    max_tokens = 800
+    with Server("tiny-a", "--parallel", "1", "--write-timeout", "1") as s:
+        k = socket.socket()
+        k.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        k.bind((CLIENT, 0))
+        k.connect(("127.0.0.1", s.port))
+        k.sendall(raw_request({"prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                               "stream": True, "logprobs": 5}))
+        k.settimeout(30)
+        raw, t0 = b"", time.monotonic()
+        while True:
+            time.sleep(0.1)  # at most 80 KB/s; the model writes several times that here
+            part = k.recv(8192)
+            if not part:
+                break
+            raw += part
+        k.close()
+        took = time.monotonic() - t0
+        head, body = http_body(raw)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        events = sse_events(body)
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert sum(len(c["choices"]) for c in chunks) == max_tokens
+        # twice what the server's send buffer and the client's receive buffer hold, each doubled by the kernel
+        assert len(raw) > 2 * (2 * (64 << 10) + 2 * 8192), len(raw)
+        assert metric(s, "qwen35:streams_stalled_total") == 0
+    print(f"slow reader: {len(raw)} bytes in {took:.1f} s")
 
 
 # ---- half-closed connections -------------------------------------------------------------------
