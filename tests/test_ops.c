@@ -236,7 +236,7 @@ TEST(ops, attend_rows_equal_rows_alone) {
 /* The 8-bit KV cache: each element comes back within half a step (d / 2)
  * of its block, a zero block and NaN give codes 0; attention over it is the
  * fp32 reference over the dequantized rows (the same values), each fast
- * table within 1e-5 of it and each row the bits it gives alone. */
+ * table within 1e-5 of it and each row and head the bits it gives alone. */
 TEST(ops, kv_q8_rows_and_attention_over_them) {
     const q35_kernels *tb[4];
     int n = tables(tb);
@@ -326,7 +326,7 @@ TEST(ops, kv_q8_rows_and_attention_over_them) {
                         for (int ti = 1; ti < n; ti++) {
                             tb[ti]->attend_rows_q8(o, o_row, HD, q, q_row, q_stride, R, G, kc, vc, stride, N0, step,
                                                    HD, scale, scores);
-                            long bad = 0;
+                            long bad = 0, heads = 0;
                             worst = 0;
                             for (int32_t r = 0; r < R; r++) {
                                 double d = rel_max_diff(o + r * o_row, o_ref + r * o_row, (size_t)HD * G);
@@ -334,11 +334,19 @@ TEST(ops, kv_q8_rows_and_attention_over_them) {
                                 tb[ti]->attend_rows_q8(o1, 0, HD, q + r * q_row, 0, q_stride, 1, G, kc, vc, stride,
                                                        N0 + r * step, 0, HD, scale, scores);
                                 bad += memcmp(o1, o + r * o_row, sizeof(float) * HD * G) != 0;
+                                /* each head alone: the score tiles of several heads give att_q8_score's bits */
+                                for (int32_t g = 0; g < G; g++) {
+                                    tb[ti]->attend_rows_q8(o1, 0, HD, q + r * q_row + g * q_stride, 0, q_stride, 1, 1,
+                                                           kc, vc, stride, N0 + r * step, 0, HD, scale, scores);
+                                    heads += memcmp(o1, o + r * o_row + g * HD, sizeof(float) * HD) != 0;
+                                }
                             }
                             CHECK_MSG(worst <= 1e-5, "%s HD=%d keys=%d R=%d G=%d step=%d: %.3g", tb[ti]->name, HD, N0,
                                       R, G, step, worst);
                             CHECK_MSG(bad == 0, "%s HD=%d keys=%d R=%d G=%d step=%d: %ld rows differ from alone",
                                       tb[ti]->name, HD, N0, R, G, step, bad);
+                            CHECK_MSG(heads == 0, "%s HD=%d keys=%d R=%d G=%d step=%d: %ld heads differ from alone",
+                                      tb[ti]->name, HD, N0, R, G, step, heads);
                         }
                         free(q); free(x); free(kc); free(vc); free(kf); free(vf); free(scores);
                         free(o_ref); free(o_f); free(o); free(o1);

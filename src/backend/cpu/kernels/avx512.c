@@ -824,7 +824,7 @@ static inline void att_q8_scale_vecs(float *dst, const void *row, int32_t nb, co
     for (int32_t s = 0; s < nsv; s++)
         _mm512_store_ps(dst + 16 * s, _mm512_permutexvar_ps(_mm512_loadu_si512(idx + 16 * s), d));
 }
-#define ATT_Q8_TILE_4X4 att_q8_tile_4x4
+#define ATT_Q8_TILE att_q8_tile_4x4
 #define ATT_Q8_HDM 32
 #define ATT_KP 4
 #define ATT_FN attend_heads_isa
