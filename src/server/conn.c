@@ -216,7 +216,6 @@ void q35_conn_count_reserved_refusal(q35_conns *t) {
 }
 
 void q35_conn_watch(q35_conns *t, struct MHD_Connection *c, q35_stream_watch *w) {
-    atomic_store(&w->t_progress_ms, q35_conn_now_ms());
     q35_conn *k = conn_of(c);
     if (!k) return;
     pthread_mutex_lock(&t->mu);
@@ -265,24 +264,24 @@ size_t q35_stream_backlog(q35_stream_watch *w) {
     return n_ev - consumed;
 }
 
-/* Under t->mu: whether the client of a TCP socket took none of the bytes
- * waiting for it for longer than limit_ms (1, else 0), or -1 where the
- * socket cannot tell (not TCP). Its acknowledgements show what it takes:
- * the socket's send buffer accepts a stream's output for a while after the
- * client stopped reading (seconds on a slow backend), and a client that
- * reads slowly but steadily leaves the buffer full, so that our writes
- * wait longer than it does. */
-static int acks_stalled(q35_stream_watch *w, int fd, long long now, long long limit_ms) {
+/* Under t->mu: whether the client took none of the bytes waiting for it
+ * in the (TCP) socket for longer than limit_ms. Its acknowledgements show
+ * what it takes: the socket's send buffer accepts a stream's output for a
+ * while after the client stopped reading (seconds on a slow backend), and a
+ * client that reads slowly but steadily leaves the buffer full, so that our
+ * writes wait longer than it does. False where the kernel does not count
+ * acknowledged bytes (before Linux 4.1): there only the backlog cap holds. */
+static bool acks_stalled(q35_stream_watch *w, int fd, long long now, long long limit_ms) {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
     int queued = 0;
     if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
         len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked || ioctl(fd, SIOCOUTQ, &queued))
-        return -1;
+        return false;
     if (!w->t_acked_ms || queued == 0 || ti.tcpi_bytes_acked != w->acked) {
         w->acked = ti.tcpi_bytes_acked;
         w->t_acked_ms = now;
-        return 0;
+        return false;
     }
     return now - w->t_acked_ms > limit_ms;
 }
@@ -290,16 +289,12 @@ static int acks_stalled(q35_stream_watch *w, int fd, long long now, long long li
 /* Under t->mu: a stream that stalled or holds too much unread output is
  * cancelled (its decode slot frees at the scheduler's next step) and its
  * connection shut; true when it was. A stream stalls when its client
- * acknowledged none of the bytes waiting in the socket for --write-timeout;
- * where the socket cannot tell, when its reader has not been asked for
- * output for that long (outside waiting for the model). */
+ * acknowledged none of the bytes waiting in the socket for --write-timeout. */
 static bool check_stream(q35_conns *t, q35_conn *k, long long now) {
     q35_stream_watch *w = k->watch;
     q35_task *r = w->task;
     size_t backlog = q35_stream_backlog(w);
-    long long limit_ms = (long long)(t->write_timeout_s * 1000);
-    int acks = acks_stalled(w, k->fd, now, limit_ms);
-    bool stalled = acks >= 0 ? acks : !atomic_load(&w->in_reader) && now - atomic_load(&w->t_progress_ms) > limit_ms;
+    bool stalled = acks_stalled(w, k->fd, now, (long long)(t->write_timeout_s * 1000));
     if (!stalled && backlog <= Q35_STREAM_BACKLOG_MAX) return false;
     atomic_store(&r->cancelled, 1);
     conn_kill(k);

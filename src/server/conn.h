@@ -30,8 +30,6 @@ enum { Q35_STREAM_SNDBUF = 64 << 10 };
 /* What a streaming response shares with the watchdog. */
 typedef struct q35_stream_watch {
     q35_task *task;
-    atomic_int in_reader;      /* the reader runs (waiting for events is not a stall) */
-    atomic_llong t_progress_ms; /* when the reader last returned output */
     atomic_size_t consumed;    /* events the reader has turned into output */
     /* the watchdog's own, under the table's lock: the socket's count of
      * bytes the client acknowledged, and when it last grew (or nothing

@@ -120,11 +120,8 @@ static ssize_t stream_read(stream_state *st, char *buf, size_t max);
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_state *st = cls;
-    atomic_store(&st->watch.in_reader, 1);
     ssize_t n = stream_read(st, buf, max);
     atomic_store(&st->watch.consumed, st->next_ev);
-    atomic_store(&st->watch.t_progress_ms, q35_conn_now_ms());
-    atomic_store(&st->watch.in_reader, 0);
     return n;
 }
 
