@@ -42,6 +42,29 @@ int main(int argc, char **argv) {
     size_t used0 = 0, used = 0, total = 0, peak = 0;
     if (q35_cuda_copy_bandwidth(&copy_gbs, &err) || q35_cuda_mem_used(&used0, &total, &err)) DIE("%s", err.msg);
     printf("device copy bandwidth: %.0f GB/s (read + write)\n", copy_gbs);
+    /* the matmul kernel alone at the 9B's shapes, and the launch rate */
+    static const struct { int32_t dt, n_out, n_in; const char *what; } mm[] = {
+        {Q35_DT_BFP4, 12288, 4096, "gate/up"}, {Q35_DT_BFP4, 4096, 12288, "down"}, {Q35_DT_BFP4, 8192, 4096, "qkv / q"},
+        {Q35_DT_BFP4, 4096, 4096, "z / out / o"}, {Q35_DT_BFP4, 1024, 4096, "k / v"},
+        {Q35_DT_BFP8, 248320, 4096, "lm_head"}, {Q35_DT_BF16, 4096, 4096, "bf16"}};
+    static const int32_t rows[] = {1, 2, 8};
+    char mm_json[4096] = "";
+    size_t mj = 0;
+    for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            double sec = 0;
+            size_t by = 0;
+            if (q35_cuda_matmul_time(mm[i].dt, mm[i].n_out, mm[i].n_in, rows[r], &sec, &by, &err)) DIE("%s", err.msg);
+            printf("matmul %-12s %-5s %6d x %-6d T=%d: %8.1f us, %5.0f GB/s = %5.1f%% of the copy bandwidth\n", mm[i].what,
+                   q35_dtype_info((q35_dtype)mm[i].dt)->name, mm[i].n_out, mm[i].n_in, rows[r], sec * 1e6, by / sec / 1e9,
+                   100.0 * by / sec / 1e9 / copy_gbs);
+            if (mj < sizeof mm_json - 200)
+                mj += (size_t)snprintf(mm_json + mj, sizeof mm_json - mj, "%s{\"what\": \"%s\", \"T\": %d, \"us\": %.2f, \"gb_s\": %.1f}",
+                                       mj ? ", " : "", mm[i].what, rows[r], sec * 1e6, by / sec / 1e9);
+        }
+    double launch = 0;
+    if (q35_cuda_launch_time(2000, &launch, &err)) DIE("%s", err.msg);
+    printf("launch: %.2f us per kernel back to back on one stream\n", launch * 1e6);
     q35_engine_params p = {.backend = "cuda"};
     q35_engine *e = NULL;
     double t0 = q35_now_seconds();
@@ -106,10 +129,10 @@ int main(int argc, char **argv) {
                 " \"decode_tok_s\": %.2f, \"decode_gb_s\": %.1f, \"bytes_per_token\": %lld, \"bandwidth_share\": %.4f,\n"
                 " \"prompt_tokens\": %d, \"ttft_ms\": %.2f, \"prompt_tok_s\": %.1f,\n"
                 " \"batch\": %d, \"batch_tok_s\": %.2f, \"batch_speedup\": %.3f,\n"
-                " \"peak_device_mib\": %.0f, \"device_total_mib\": %.0f}\n",
+                " \"peak_device_mib\": %.0f, \"device_total_mib\": %.0f, \"launch_us\": %.2f,\n \"matmul\": [%s]}\n",
                 model, q35_engine_kernels(e, NULL), load_s, copy_gbs, tok_s, gb_s, (long long)mi->bytes_per_token,
                 gb_s / copy_gbs, NP, ttft_s * 1e3, NP / ttft_s, NB, NB / bstep, NB / bstep / tok_s, peak / 1048576.0,
-                total / 1048576.0);
+                total / 1048576.0, launch * 1e6, mm_json);
         fclose(f);
     }
     for (int i = 0; i < NB; i++) q35_session_free(b[i]);

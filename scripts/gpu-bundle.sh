@@ -3,7 +3,7 @@
 # programs load, except the C library's own, into BUILD/lib, so that the
 # programs run on a GPU machine that has no -dev packages (gpu-check.sh
 # sets LD_LIBRARY_PATH to it). Carry BUILD/qwen35, test_runner, bench_cuda,
-# bench_kernels and lib.
+# bench_kernels and lib (the programs' debug sections stripped).
 set -euo pipefail
 B=${1:-build-cuda}
 mkdir -p "$B/lib"
@@ -13,4 +13,6 @@ for p in qwen35 test_runner bench_cuda bench_kernels; do
 done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' | while read -r lib; do
     cp -L "$lib" "$B/lib/"
 done
+# the debug sections would double what travels; the symbols stay for backtraces
+for p in qwen35 test_runner bench_cuda bench_kernels; do strip --strip-debug "$B/$p"; done
 echo "gpu-bundle: $(ls "$B/lib" | wc -l) libraries, $(du -sh "$B/lib" | cut -f1) in $B/lib; built against $(ldd --version | head -n1)"

@@ -5,11 +5,13 @@
 # gpu-bundle`: the programs and the shared libraries they load, since the
 # GPU machine has no -dev packages); where they are missing or do not start
 # and the -dev headers are there, it builds them with make CUDA=1. Then:
-#   cuda       the cuda test group (and the layout unit tests) on the GPU
-#   unit_cpu   the unit tests on the CPU backend (which kernel table cpuid picked)
+#   cuda       the cuda test group (and the layout unit tests) on the GPU;
+#              if it fails, again under compute-sanitizer (memcheck), same log
 #   kernels    bench_kernels (the CPU kernels, e.g. AVX-512 on this machine)
+#   unit_cpu   the unit tests on the CPU backend (which kernel table cpuid picked)
 #   prepare    the synthetic Qwen3.5-9B cache (qwen35 prepare --synthetic)
-#   bench      bench_cuda on that cache: decode tok/s, share of the copy
+#   bench      bench_cuda: the matmul kernel alone at the 9B's shapes and the
+#              launch rate, then on that cache decode tok/s, share of the copy
 #              bandwidth, prompt 254 TTFT, batch of 8 (bench_cuda.json)
 #   suite      the whole unit suite with Q35_BACKEND=cuda
 # Each step has a time cap so the whole stays under 6 minutes; logs and
@@ -55,19 +57,27 @@ if ! starts; then
     exit 1
 fi
 
-step cuda 60 "$B/test_runner" cuda cuda_layout
-Q35_BACKEND=cpu step unit_cpu 60 "$B/test_runner"
+if ! step cuda 60 "$B/test_runner" cuda cuda_layout; then
+    # a failing device test: the memory checker names the kernel and the access
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n1)
+    if [ -n "$san" ]; then
+        echo "== compute-sanitizer --tool memcheck" >>"$OUT/cuda.log"
+        timeout 120 "$san" --tool memcheck --print-limit 12 "$B/test_runner" cuda >>"$OUT/cuda.log" 2>&1
+        echo "== compute-sanitizer exit $?" >>"$OUT/cuda.log"
+    fi
+fi
 step kernels 25 "$B/bench_kernels" --quick
+Q35_BACKEND=cpu step unit_cpu 60 "$B/test_runner"
 if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)"); : >"$OUT/prepare.log"
 else step prepare 100 "$B/qwen35" prepare --synthetic qwen3.5-9b --out "$CACHE"; fi
-step bench 80 "$B/bench_cuda" -m "$CACHE" --json "$OUT/bench_cuda.json"
+step bench 100 "$B/bench_cuda" -m "$CACHE" --json "$OUT/bench_cuda.json"
 Q35_BACKEND=cuda step suite 30 "$B/test_runner"
 
-picked=$(grep -m1 -oiE 'kernels?[^a-z]*(ref|avx2|avx512bf16|avx512)' "$OUT/kernels.log" "$OUT/unit_cpu.log" 2>/dev/null | head -n1)
+picked=$(grep -ohE '^(avx512[a-z0-9]*|avx2|ref) ' "$OUT/kernels.log" 2>/dev/null | sort -u | tr -d ' ' | tr '\n' ' ')
 echo
 echo "== gpu-check summary ($(( $(date +%s) - T0 )) s; logs in $OUT)"
-grep -hE 'copy bandwidth|decode 1|prompt 254|batch of|device memory' "$OUT/bench.log" 2>/dev/null
-echo "cpu kernels: ${picked:-see $OUT/kernels.log}"
+grep -hE 'copy bandwidth|^launch|decode 1|prompt 254|batch of|device memory' "$OUT/bench.log" 2>/dev/null
+echo "cpu kernel tables measured: ${picked:-none, see $OUT/kernels.log}; cpu flags: $(grep -o -w 'avx512f\|avx512_vnni\|avx512_bf16\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 printf '%-10s %-5s %6s  %s\n' step result time note
 for r in "${rows[@]}"; do echo "$r"; done
 ! printf '%s\n' "${rows[@]}" | grep -q ' FAIL '

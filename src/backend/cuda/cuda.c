@@ -118,6 +118,95 @@ static q35_cuda_mat mat_of(const q35_cuda_mat_layout *L, const uint8_t *img) {
     return m;
 }
 
+/* The matmul kernel alone (kernels.cu) on an n_out x n_in matrix of dtype
+ * filled with pseudo-random codes (block exponents near 2^-7), T input rows:
+ * the median time of 21 calls, each on the next of several copies so that
+ * the L2 holds none of it, and the bytes of one matrix image. */
+q35_status q35_cuda_matmul_time(int32_t dtype, int32_t n_out, int32_t n_in, int32_t T, double *sec, size_t *bytes,
+                                q35_error *err) {
+    q35_tensor t = {.name = "bench", .dtype = (q35_dtype)dtype, .ndim = 2, .shape = {n_out, n_in}};
+    q35_cuda_mat_layout L;
+    q35_status st = q35_cuda_mat_layout_of(&t, &L, err);
+    if (st) return st;
+    const size_t img = (L.bytes + 255) / 256 * 256;
+    int copies = (int)(((size_t)1 << 30) / img);
+    copies = copies < 2 ? 2 : copies > 8 ? 8 : copies;
+    uint8_t *w = NULL, *pin = NULL;
+    float *x = NULL, *y = NULL, ms[21];
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    const char *what = "cudaMalloc (matmul bench)";
+    cudaError_t rc = cudaMalloc((void **)&w, img * (size_t)copies);
+    if (!rc) rc = cudaMalloc((void **)&x, sizeof(float) * (size_t)T * (size_t)n_in);
+    if (!rc) rc = cudaMalloc((void **)&y, sizeof(float) * (size_t)T * (size_t)n_out);
+    if (!rc) { what = "cudaMallocHost"; rc = cudaMallocHost((void **)&pin, UPLOAD_CHUNK); }
+    if (!rc) {
+        uint64_t s = 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < UPLOAD_CHUNK; i++) { s = s * 6364136223846793005ull + 1442695040888963407ull; pin[i] = (uint8_t)(s >> 56); }
+        what = "cudaMemcpy (matmul bench)";
+        for (size_t o = 0; !rc && o < img * (size_t)copies; o += UPLOAD_CHUNK) {
+            size_t n = img * (size_t)copies - o < UPLOAD_CHUNK ? img * (size_t)copies - o : UPLOAD_CHUNK;
+            rc = cudaMemcpy(w + o, pin, n, cudaMemcpyHostToDevice);
+        }
+        for (int c = 0; !rc && L.exp_pitch && c < copies; c++)
+            rc = cudaMemset(w + (size_t)c * img + L.exp_offset, 120, L.exp_pitch * (size_t)n_out);
+        for (size_t i = 0; i < (size_t)T * (size_t)n_in && i < UPLOAD_CHUNK / 4; i++) ((float *)pin)[i] = (float)(pin[i] % 17) / 16.0f - 0.5f;
+        if (!rc && (size_t)T * (size_t)n_in <= UPLOAD_CHUNK / 4) rc = cudaMemcpy(x, pin, sizeof(float) * (size_t)T * (size_t)n_in, cudaMemcpyHostToDevice);
+    }
+    if (!rc) { what = "cudaEventCreate"; rc = cudaEventCreate(&e0); }
+    if (!rc) rc = cudaEventCreate(&e1);
+    for (int i = 0; !rc && i < 24; i++) { /* three warm-ups */
+        q35_cuda_mat m = mat_of(&L, w + (size_t)(i % copies) * img);
+        what = "kernel matmul (bench)";
+        rc = cudaEventRecord(e0, 0);
+        if (!rc) rc = q35_cu_matmul(0, y, m, x, T, 0);
+        if (!rc) rc = cudaEventRecord(e1, 0);
+        if (!rc) rc = cudaEventSynchronize(e1);
+        if (!rc && i >= 3) rc = cudaEventElapsedTime(&ms[i - 3], e0, e1);
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    if (pin) cudaFreeHost(pin);
+    if (rc) return q35_cu_fail(rc, what, err);
+    qsort(ms, 21, sizeof ms[0], cmp_float);
+    *sec = ms[10] * 1e-3;
+    *bytes = L.bytes;
+    return Q35_OK;
+}
+
+/* Launch throughput: the mean time per launch of n back-to-back small
+ * matmuls (8 x 64, F32) on one stream, the host enqueuing as fast as it can. */
+q35_status q35_cuda_launch_time(int n, double *sec, q35_error *err) {
+    float *w = NULL, *x = NULL, *y = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = 0;
+    cudaError_t rc = cudaMalloc((void **)&w, 8 * 64 * 4);
+    if (!rc) rc = cudaMalloc((void **)&x, 64 * 4);
+    if (!rc) rc = cudaMalloc((void **)&y, 8 * 4);
+    if (!rc) rc = cudaMemset(w, 0, 8 * 64 * 4);
+    if (!rc) rc = cudaMemset(x, 0, 64 * 4);
+    if (!rc) rc = cudaEventCreate(&e0);
+    if (!rc) rc = cudaEventCreate(&e1);
+    q35_cuda_mat m = {Q35_DT_F32, 8, 64, 256, 0, (const uint8_t *)w, NULL};
+    for (int rep = 0; !rc && rep < 2; rep++) { /* the first warms up */
+        rc = cudaEventRecord(e0, 0);
+        for (int i = 0; !rc && i < n; i++) rc = q35_cu_matmul(0, y, m, x, 1, 0);
+        if (!rc) rc = cudaEventRecord(e1, 0);
+        if (!rc) rc = cudaEventSynchronize(e1);
+        if (!rc) rc = cudaEventElapsedTime(&ms, e0, e1);
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    if (rc) return q35_cu_fail(rc, "launch bench", err);
+    *sec = ms * 1e-3 / n;
+    return Q35_OK;
+}
+
 static q35_status up_mat(cu_backend *b, const q35_tensor *t, q35_cuda_mat *m, uint8_t *pin, q35_error *err) {
     memset(m, 0, sizeof *m);
     if (!t->data) return Q35_OK;

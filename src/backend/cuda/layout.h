@@ -96,5 +96,11 @@ int q35_cuda_device_count(char *why, size_t why_size);
  * copies of a 1 GiB buffer), and its memory in use now (total - free). */
 q35_status q35_cuda_copy_bandwidth(double *gb_s, q35_error *err);
 q35_status q35_cuda_mem_used(size_t *used, size_t *total, q35_error *err);
+/* The matmul kernel alone on an n_out x n_in matrix of dtype, T rows (median
+ * seconds per call, the L2 cold; bytes of the matrix image), and the mean
+ * time per launch of n tiny matmuls back to back on one stream. */
+q35_status q35_cuda_matmul_time(int32_t dtype, int32_t n_out, int32_t n_in, int32_t T, double *sec, size_t *bytes,
+                                q35_error *err);
+q35_status q35_cuda_launch_time(int n, double *sec, q35_error *err);
 
 #endif
