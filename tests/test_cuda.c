@@ -20,12 +20,14 @@
  * largest logit (test_backend.c); the cuda backend is held to the same
  * bound, and to the transformers goldens' LOGIT_TOL = 1e-4 as every backend. */
 #include "backend/cuda/layout.h"
+#include "backend/cuda/matvec.h"
 #include "formats/bfp.h"
 #include "formats/cache.h"
 #include "golden.h"
 #include "qwen35.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdint.h>
 
 #define LOGIT_TOL 1e-4
@@ -69,23 +71,103 @@ TEST(cuda_layout, bfp_images_decode_to_the_cache_values) {
 }
 
 TEST(cuda_layout, float_images_keep_values_and_pad_rows) {
-    uint16_t bf[3 * 5];
-    for (int i = 0; i < 15; i++) bf[i] = (uint16_t)(0x3f80 + i);
-    q35_tensor t = {.name = "b", .dtype = Q35_DT_BF16, .ndim = 2, .shape = {3, 5}, .data = bf, .nbytes = sizeof bf};
+    uint16_t bf[3 * 260];
+    for (int i = 0; i < 3 * 260; i++) bf[i] = (uint16_t)(0x3f80 + i);
+    q35_tensor t = {.name = "b", .dtype = Q35_DT_BF16, .ndim = 2, .shape = {3, 260}, .data = bf, .nbytes = sizeof bf};
     q35_cuda_mat_layout L;
     q35_error err = {0};
     REQUIRE(!q35_cuda_mat_layout_of(&t, &L, &err));
-    CHECK_EQ_INT(L.pitch, 16);
-    CHECK_EQ_INT(L.bytes, 48);
-    uint8_t img[48];
-    memset(img, 0xff, sizeof img);
+    CHECK_EQ_INT(L.pitch, 1024); /* two windows of 256 values */
+    CHECK_EQ_INT(L.bytes, 3 * 1024);
+    uint8_t *img = malloc(L.bytes);
+    memset(img, 0xff, L.bytes);
     q35_cuda_mat_pack_rows(&t, &L, 0, 3, img, NULL);
     for (int r = 0; r < 3; r++)
-        for (int i = 0; i < 5; i++) CHECK(q35_cuda_mat_get(&L, img, r, i) == q35_bf16_to_f32(bf[r * 5 + i]));
-    CHECK(img[10] == 0 && img[15] == 0); /* padding is zero */
+        for (int i = 0; i < 260; i++) CHECK(q35_cuda_mat_get(&L, img, r, i) == q35_bf16_to_f32(bf[r * 260 + i]));
+    CHECK(img[512] == (bf[256] & 0xff) && img[513] == bf[256] >> 8); /* value 256 of row 0 opens the second window */
+    int zero = 1; /* lane 1 onwards of the second window is padding */
+    for (int i = 512 + 16; i < 1024; i++) zero &= img[i] == 0;
+    CHECK(zero);
+    free(img);
     q35_tensor bad = {.name = "x", .dtype = Q35_DT_BFP4, .ndim = 2, .shape = {4, 24}};
     CHECK(q35_cuda_mat_layout_of(&bad, &L, &err) == Q35_ERR_FORMAT);
     CHECK_MSG(strstr(err.msg, "x: 24 inputs"), "message: %s", err.msg);
+    q35_tensor odd = {.name = "y", .dtype = Q35_DT_F32, .ndim = 2, .shape = {4, 6}};
+    CHECK(q35_cuda_mat_layout_of(&odd, &L, &err) == Q35_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "y: 6 inputs, not a multiple of 4"), "message: %s", err.msg);
+}
+
+/* The matmul kernel's per-lane code (matvec.h), run here for all 32 lanes
+ * of every row with the kernel's butterfly, against a double-precision sum
+ * over the cache's values: the image layout, the decoding and the indexing
+ * the GPU runs, at partial windows, several input rows and tiny scales. */
+static void check_matvec(q35_dtype dt, int64_t n_out, int64_t n_in, int nt) {
+    uint32_t seed = 777u + (uint32_t)(dt * 131 + n_in);
+    const size_t n = (size_t)(n_out * n_in);
+    float *src = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * (size_t)nt * (size_t)n_in);
+    for (size_t i = 0; i < n; i++) src[i] = rng_f(&seed) * (i % 5 == 0 ? 30.0f : 1.0f) * (i / (size_t)n_in == 1 ? 1e-37f : 1.0f);
+    for (size_t i = 0; i < (size_t)nt * (size_t)n_in; i++) x[i] = rng_f(&seed);
+    void *data = src;
+    size_t bytes = n * 4;
+    uint16_t *h = NULL;
+    q35_error err = {0};
+    if (dt == Q35_DT_BF16 || dt == Q35_DT_F16) {
+        h = malloc(2 * n);
+        for (size_t i = 0; i < n; i++) h[i] = dt == Q35_DT_BF16 ? q35_f32_to_bf16(src[i]) : q35_f32_to_f16(src[i]);
+        data = h, bytes = 2 * n;
+    } else if (dt != Q35_DT_F32) {
+        bytes = q35_bfp_tensor_bytes(dt, n_out, n_in);
+        data = malloc(bytes);
+        REQUIRE_MSG(!q35_bfp_pack_matrix(dt, data, bytes, src, Q35_DT_F32, n_out, n_in, 0, &err), "%s", err.msg);
+    }
+    q35_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {n_out, n_in}, .data = data, .nbytes = bytes};
+    q35_cuda_mat_layout L;
+    REQUIRE_MSG(!q35_cuda_mat_layout_of(&t, &L, &err), "%s", err.msg);
+    uint8_t *img = calloc(1, L.bytes);
+    q35_cuda_mat_pack_rows(&t, &L, 0, n_out, img, L.exp_pitch ? img + L.exp_offset : NULL);
+    const int vals = q35_cu_vals(dt), nw = (int)(L.pitch / Q35_CU_WINDOW_BYTES);
+    int bad = 0;
+    for (int64_t o = 0; o < n_out; o++) {
+        float lanes[32][8] = {{0}};
+        for (int l = 0; l < 32; l++)
+            for (int w = 0; w < nw; w++) {
+                uint32_t q[4], ex[2] = {0, 0};
+                memcpy(q, img + (size_t)o * L.pitch + (size_t)w * Q35_CU_WINDOW_BYTES + (size_t)l * Q35_CU_CHUNK, 16);
+                if (L.exp_pitch)
+                    memcpy(ex, img + L.exp_offset + (size_t)o * L.exp_pitch + (size_t)w * (32 * vals / 16) + (size_t)(l / 4) * (vals / 4),
+                           (size_t)vals / 4);
+                q35_cu_lane_window(dt, q, ex, x, (int32_t)n_in, w, l, nt, 8, lanes[l]);
+            }
+        for (int off = 16; off; off >>= 1) { /* the kernel's butterfly: every lane ends with the same sum */
+            float next[32][8];
+            for (int l = 0; l < 32; l++)
+                for (int tt = 0; tt < nt; tt++) next[l][tt] = lanes[l][tt] + lanes[l ^ off][tt];
+            memcpy(lanes, next, sizeof lanes);
+        }
+        for (int tt = 0; tt < nt; tt++) {
+            double want = 0, mag = 0;
+            for (int64_t i = 0; i < n_in; i++) {
+                double p = (double)q35_cuda_mat_get(&L, img, o, i) * x[(size_t)tt * (size_t)n_in + (size_t)i];
+                want += p, mag += fabs(p);
+            }
+            const double d = fabs(lanes[0][tt] - want);
+            if (!(d <= 1e-5 * mag) && bad++ < 5)
+                CHECK_MSG(0, "%s %lldx%lld row %lld input %d: %.9g, want %.9g (|w x| sum %.3g)", q35_dtype_name(dt),
+                          (long long)n_out, (long long)n_in, (long long)o, tt, lanes[0][tt], want, mag);
+        }
+    }
+    if (data != src && data != h) free(data);
+    free(img); free(h); free(src); free(x);
+}
+
+TEST(cuda_layout, the_kernels_lane_code_computes_the_matrix_product) {
+    const q35_dtype dts[] = {Q35_DT_BFP4, Q35_DT_BFP8, Q35_DT_BF16, Q35_DT_F16, Q35_DT_F32};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        check_matvec(dts[d], 5, 64, 1);    /* less than one window */
+        check_matvec(dts[d], 3, 1040, 3);  /* whole windows and a partial one */
+        check_matvec(dts[d], 2, 4096, 8);  /* the 9B's width: 4 windows of BFP4 (the kernel's 4 loads at a time) */
+        check_matvec(dts[d], 2, 5120 + 16, 2);
+    }
 }
 
 static q35_config small_config(void) {

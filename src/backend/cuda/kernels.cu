@@ -1,114 +1,80 @@
-/* kernels.cu: the CUDA backend's kernels (kernels.h). Correctness first:
- * fp32 arithmetic with explicit fmaf in every sum, one fixed order per
- * output. The matmul is the decode-path design (one warp per output row,
- * 16-byte coalesced loads of the row, the weights decoded in registers and
- * read once for up to 8 tokens); prompts re-read the weights once per 8
- * rows (tensor-core tiles are the next step). */
+/* kernels.cu: the CUDA backend's kernels (kernels.h). fp32 arithmetic with
+ * explicit fmaf in every sum, one fixed order per output. The matmul is the
+ * decode-path design: one warp per output row, each lane's 16-byte chunks
+ * of the row decoded in registers and multiplied with float4 inputs that
+ * the 32 lanes read as 512 consecutive bytes (matvec.h's lane-interleaved
+ * layout, run on the host by the layout tests), the weights read once for
+ * up to 8 tokens; prompts re-read the weights once per 8 rows (tensor-core
+ * tiles are the next step). */
 #include "backend/cuda/kernels.h"
 
 #include <cuda_fp16.h>
+
+#include "backend/cuda/matvec.h"
 #include <math.h>
 
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_BFP8 = 3, DT_BFP4 = 4 }; /* q35_dtype */
 
 /* ---- weights ---- */
 
-__device__ __forceinline__ float bf16f(uint32_t h) { return __uint_as_float(h << 16); }
-__device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)h)); }
-
-/* 2^(E - 127 - (w - 1)), the scale of a block with exponent byte E. */
-__device__ __forceinline__ float bfp_scale(uint32_t e, int w) {
-    int f = (int)e - (w - 1);
-    return f >= 1 ? __uint_as_float((uint32_t)f << 23) : ldexpf(1.0f, f - 127);
-}
-
-/* Code c of a w-bit-magnitude format as a signed integer magnitude. */
-__device__ __forceinline__ float bfp_code(uint32_t c, int w) {
-    float m = (float)(c & ((1u << w) - 1));
-    return (c >> w) & 1 ? -m : m;
-}
-
-/* Element (r, i) of a matrix, for the embedding and other single reads. */
+/* Element (r, i) of a matrix image (matvec.h's layout), for the embedding. */
 __device__ float mat_get(const q35_cuda_mat &W, int64_t r, int64_t i) {
-    const uint8_t *row = W.codes + (size_t)r * W.pitch;
+    const int vals = q35_cu_vals(W.dtype), win = 32 * vals;
+    const int64_t w = i / win, rem = i % win, j = rem / 128, l = (rem % 128) / 4, k = 4 * j + rem % 4;
+    const uint8_t *chunk = W.codes + (size_t)r * W.pitch + (size_t)w * Q35_CU_WINDOW_BYTES + (size_t)l * Q35_CU_CHUNK;
     switch (W.dtype) {
-    case DT_F32: return ((const float *)row)[i];
-    case DT_F16: return f16f(((const uint16_t *)row)[i]);
-    case DT_BF16: return bf16f(((const uint16_t *)row)[i]);
-    case DT_BFP8: return bfp_code(row[i], 7) * bfp_scale(W.exps[(size_t)r * W.exp_pitch + i / 16], 7);
-    default: return bfp_code((row[i / 2] >> (4 * (i % 2))) & 15, 3) * bfp_scale(W.exps[(size_t)r * W.exp_pitch + i / 16], 3);
+    case DT_F32: return ((const float *)chunk)[k];
+    case DT_F16: return q35_cu_half(((const uint16_t *)chunk)[k]);
+    case DT_BF16: return __uint_as_float((uint32_t)((const uint16_t *)chunk)[k] << 16);
+    default: {
+        const int bfp8 = W.dtype == DT_BFP8, groups = vals / 4;
+        const uint8_t e = W.exps[(size_t)r * W.exp_pitch + (size_t)w * (win / 16) + (size_t)(l / 4) * groups + j];
+        const int u = bfp8 ? chunk[k] : (chunk[k / 2] >> (4 * (k % 2))) & 15;
+        return (float)(u - (bfp8 ? 128 : 8)) * q35_cu_bfp_scale(e, bfp8 ? 7 : 3);
+    }
     }
 }
 
-template <int DT> struct chunk_vals { enum { n = DT == DT_F32 ? 4 : DT == DT_BFP8 ? 16 : DT == DT_BFP4 ? 32 : 8 }; };
-
-/* acc[t] += chunk . x_t over one 16-byte chunk of a row (VALS inputs from i0). */
-template <int DT, int NT>
-__device__ __forceinline__ void chunk_dot(float (&acc)[NT], uint4 q, const uint8_t *e, const float *x, int32_t n_in,
-                                          int32_t i0, int32_t nt) {
-    constexpr int VALS = chunk_vals<DT>::n;
-    const uint32_t wd[4] = {q.x, q.y, q.z, q.w};
-    float w[VALS];
-    if (DT == DT_F32) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(wd[j]);
-    } else if (DT == DT_F16 || DT == DT_BF16) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            uint32_t h = (wd[j / 2] >> (16 * (j % 2))) & 0xffff;
-            w[j] = DT == DT_F16 ? f16f(h) : bf16f(h);
-        }
-    } else if (DT == DT_BFP8) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) w[j] = bfp_code((wd[j / 4] >> (8 * (j % 4))) & 0xff, 7);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 32; j++) w[j] = bfp_code((wd[j / 8] >> (4 * (j % 8))) & 15, 3);
-    }
-    const bool full = i0 + VALS <= n_in;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        if (t >= nt) break;
-        const float *xt = x + (size_t)t * n_in + i0;
-        if (DT == DT_BFP8 || DT == DT_BFP4) { /* per 16-value block: integer magnitudes times x, then the scale */
-            constexpr int W = DT == DT_BFP8 ? 7 : 3;
-#pragma unroll
-            for (int b = 0; b < VALS / 16; b++) {
-                if (!full && i0 + 16 * b >= n_in) break;
-                float bs = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 16; j++) bs = fmaf(w[16 * b + j], __ldg(xt + 16 * b + j), bs);
-                acc[t] = fmaf(bfp_scale(e[b], W), bs, acc[t]);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < VALS; j++)
-                if (full || i0 + j < n_in) acc[t] = fmaf(w[j], __ldg(xt + j), acc[t]);
-        }
-    }
-}
-
-/* One warp per output row; lane l takes the row's 16-byte chunks l, l+32,
- * ...; then a fixed butterfly over the lanes. Tokens [t0, t0+NT) of this
- * block row (blockIdx.y). */
+/* One warp per output row, 8 rows per block: lane l takes chunk l of every
+ * window of the row (matvec.h), four windows' loads at a time, then a
+ * fixed butterfly over the lanes. Tokens [t0, t0 + NT) (blockIdx.y). */
 template <int DT, int NT>
 __global__ void __launch_bounds__(256) matmul_kernel(float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
-    constexpr int VALS = chunk_vals<DT>::n;
+    constexpr int VALS = DT == DT_F32 ? 4 : DT == DT_BFP8 ? 16 : DT == DT_BFP4 ? 32 : 8, WIN = 32 * VALS;
+    constexpr bool BFP = DT == DT_BFP8 || DT == DT_BFP4;
     const int lane = threadIdx.x & 31;
     const int64_t o = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     const int32_t t0 = blockIdx.y * NT, nt = T - t0 < NT ? T - t0 : NT;
     if (o >= W.n_out) return;
-    const int32_t n_chunks = (W.n_in + VALS - 1) / VALS;
-    const uint4 *row = (const uint4 *)(W.codes + (size_t)o * W.pitch);
-    const uint8_t *er = (DT == DT_BFP8 || DT == DT_BFP4) ? W.exps + (size_t)o * W.exp_pitch : nullptr;
+    const int32_t nw = W.pitch / Q35_CU_WINDOW_BYTES;
+    const uint8_t *row = W.codes + (size_t)o * W.pitch + (size_t)lane * Q35_CU_CHUNK;
+    const uint8_t *er = BFP ? W.exps + (size_t)o * W.exp_pitch + (size_t)(lane >> 2) * (VALS / 4) : nullptr;
     const float *xt = x + (size_t)t0 * W.n_in;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-#pragma unroll 2
-    for (int32_t c = lane; c < n_chunks; c += 32) {
-        uint4 q = __ldg(row + c);
-        chunk_dot<DT, NT>(acc, q, er ? er + (size_t)c * (VALS / 16) : nullptr, xt, W.n_in, c * VALS, nt);
+    for (int32_t w0 = 0; w0 < nw; w0 += 4) {
+        uint4 q[4];
+        uint32_t ex[4][2];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (w0 + u >= nw) break;
+            q[u] = __ldg((const uint4 *)(row + (size_t)(w0 + u) * Q35_CU_WINDOW_BYTES));
+            if (DT == DT_BFP4) {
+                const uint2 e2 = __ldg((const uint2 *)(er + (size_t)(w0 + u) * (WIN / 16)));
+                ex[u][0] = e2.x, ex[u][1] = e2.y;
+            } else if (DT == DT_BFP8) {
+                ex[u][0] = __ldg((const uint32_t *)(er + (size_t)(w0 + u) * (WIN / 16))), ex[u][1] = 0;
+            } else {
+                ex[u][0] = ex[u][1] = 0;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (w0 + u >= nw) break;
+            const uint32_t qw[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+            q35_cu_lane_window(DT, qw, ex[u], xt, W.n_in, w0 + u, lane, nt, NT, acc);
+        }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {

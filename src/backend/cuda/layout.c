@@ -1,13 +1,12 @@
 /* layout.c: the CUDA backend's host-side layout arithmetic (layout.h). */
 #include "backend/cuda/layout.h"
+#include "backend/cuda/matvec.h"
 #include "formats/bfp.h"
 #include "base/util.h"
 
 #include <stdlib.h>
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-static size_t elem_bytes(q35_dtype dt) { return dt == Q35_DT_F32 ? 4 : 2; }
 
 q35_status q35_cuda_mat_layout_of(const q35_tensor *t, q35_cuda_mat_layout *L, q35_error *err) {
     memset(L, 0, sizeof *L);
@@ -21,60 +20,92 @@ q35_status q35_cuda_mat_layout_of(const q35_tensor *t, q35_cuda_mat_layout *L, q
     case Q35_DT_F32:
     case Q35_DT_F16:
     case Q35_DT_BF16:
-        L->pitch = round_up(n_in * elem_bytes(t->dtype), 16);
-        L->bytes = L->pitch * n_out;
-        break;
     case Q35_DT_BFP8:
-    case Q35_DT_BFP4:
-        if (n_in % Q35_BFP_BLOCK)
-            return q35_fail(err, Q35_ERR_FORMAT, "%s: %zu inputs, not a multiple of %d", t->name, n_in, Q35_BFP_BLOCK);
-        L->pitch = round_up(t->dtype == Q35_DT_BFP8 ? n_in : n_in / 2, 16);
-        L->exp_pitch = round_up(n_in / Q35_BFP_BLOCK, 16);
-        L->exp_offset = round_up(L->pitch * n_out, 256);
-        L->bytes = L->exp_offset + L->exp_pitch * n_out;
-        break;
+    case Q35_DT_BFP4: break;
     default:
         return q35_fail(err, Q35_ERR_FORMAT, "%s: dtype %d is not supported by the CUDA backend", t->name,
                         (int)t->dtype);
     }
+    const int bfp = q35_dtype_is_block(t->dtype);
+    if (n_in % (bfp ? Q35_BFP_BLOCK : 4))
+        return q35_fail(err, Q35_ERR_FORMAT, "%s: %zu inputs, not a multiple of %d", t->name, n_in, bfp ? Q35_BFP_BLOCK : 4);
+    const size_t win = 32 * (size_t)q35_cu_vals(t->dtype), windows = (n_in + win - 1) / win;
+    L->pitch = windows * Q35_CU_WINDOW_BYTES;
+    L->bytes = L->pitch * n_out;
+    if (bfp) {
+        L->exp_pitch = windows * (win / Q35_BFP_BLOCK);
+        L->exp_offset = round_up(L->bytes, 256);
+        L->bytes = L->exp_offset + L->exp_pitch * n_out;
+    }
     return Q35_OK;
+}
+
+/* Where value i of a row lives (matvec.h): byte offset of its lane's chunk
+ * in the row, and its index k within the chunk. */
+static size_t chunk_of(size_t vals, int64_t i, int *k) {
+    const size_t win = 32 * vals, w = (size_t)i / win, rem = (size_t)i % win, j = rem / 128, l = (rem % 128) / 4;
+    *k = (int)(4 * j + rem % 4);
+    return w * Q35_CU_WINDOW_BYTES + l * Q35_CU_CHUNK;
+}
+
+/* Byte offset of block b's exponent in a row's exponents. */
+static size_t exp_of(size_t vals, int64_t b) {
+    const size_t per_win = 2 * vals, w = (size_t)b / per_win, rem = (size_t)b % per_win; /* rem = 8 j + g */
+    return w * per_win + (rem % 8) * (vals / 4) + rem / 8;
 }
 
 void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, int64_t r0, int64_t r1, void *codes,
                             void *exps) {
-    const size_t n_in = (size_t)L->n_in;
+    const int64_t n_in = L->n_in;
+    const size_t vals = (size_t)q35_cu_vals(L->dtype);
     memset(codes, 0, (size_t)(r1 - r0) * L->pitch);
-    if (L->dtype == Q35_DT_F32 || L->dtype == Q35_DT_F16 || L->dtype == Q35_DT_BF16) {
-        const size_t row = n_in * elem_bytes(L->dtype);
-        for (int64_t r = r0; r < r1; r++)
-            memcpy((uint8_t *)codes + (size_t)(r - r0) * L->pitch, (const uint8_t *)t->data + (size_t)r * row, row);
+    if (!q35_dtype_is_block(L->dtype)) { /* groups of 4 values move whole */
+        const size_t eb = L->dtype == Q35_DT_F32 ? 4 : 2, row = (size_t)n_in * eb;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *src = (const uint8_t *)t->data + (size_t)r * row;
+            uint8_t *dst = (uint8_t *)codes + (size_t)(r - r0) * L->pitch;
+            for (int64_t i = 0; i < n_in; i += 4) {
+                int k;
+                size_t at = chunk_of(vals, i, &k);
+                memcpy(dst + at + (size_t)k * eb, src + (size_t)i * eb, 4 * eb);
+            }
+        }
         return;
     }
     memset(exps, 0, (size_t)(r1 - r0) * L->exp_pitch);
-    const int64_t n_blk = L->n_in / Q35_BFP_BLOCK;
+    const int bfp8 = L->dtype == Q35_DT_BFP8;
     for (int64_t r = r0; r < r1; r++) {
         uint8_t *dst = (uint8_t *)codes + (size_t)(r - r0) * L->pitch, *e = (uint8_t *)exps + (size_t)(r - r0) * L->exp_pitch;
-        for (int64_t b = 0; b < n_blk; b++) {
-            uint8_t c[16];
-            e[b] = q35_bfp_get_block(L->dtype, t->data, L->n_in, r, b, c);
-            if (L->dtype == Q35_DT_BFP8) memcpy(dst + b * 16, c, 16);
-            else
-                for (int k = 0; k < 8; k++) dst[b * 8 + k] = (uint8_t)(c[2 * k] | (c[2 * k + 1] << 4));
+        for (int64_t b = 0; b < n_in / Q35_BFP_BLOCK; b++) {
+            uint8_t c[Q35_BFP_BLOCK];
+            e[exp_of(vals, b)] = q35_bfp_get_block(L->dtype, t->data, n_in, r, b, c);
+            for (int q = 0; q < Q35_BFP_BLOCK; q += 4) { /* 4 lanes, 4 values each */
+                int k;
+                uint8_t *ch = dst + chunk_of(vals, b * Q35_BFP_BLOCK + q, &k);
+                for (int m = 0; m < 4; m++) { /* sign-magnitude to offset-binary */
+                    const uint8_t v = c[q + m];
+                    if (bfp8) ch[k + m] = (uint8_t)(v & 0x80 ? 128 - (v & 0x7f) : 128 + v);
+                    else ch[(k + m) / 2] |= (uint8_t)((v & 8 ? 8 - (v & 7) : 8 + v) << (4 * ((k + m) % 2)));
+                }
+            }
         }
     }
 }
 
 float q35_cuda_mat_get(const q35_cuda_mat_layout *L, const void *image, int64_t r, int64_t i) {
-    const uint8_t *row = (const uint8_t *)image + (size_t)r * L->pitch;
+    const size_t vals = (size_t)q35_cu_vals(L->dtype);
+    int k;
+    const uint8_t *ch = (const uint8_t *)image + (size_t)r * L->pitch + chunk_of(vals, i, &k);
     switch (L->dtype) {
-    case Q35_DT_F32: { float f; memcpy(&f, row + 4 * i, 4); return f; }
-    case Q35_DT_F16: { uint16_t h; memcpy(&h, row + 2 * i, 2); return q35_f16_to_f32(h); }
-    case Q35_DT_BF16: { uint16_t h; memcpy(&h, row + 2 * i, 2); return q35_bf16_to_f32(h); }
+    case Q35_DT_F32: { float f; memcpy(&f, ch + 4 * k, 4); return f; }
+    case Q35_DT_F16: { uint16_t h; memcpy(&h, ch + 2 * k, 2); return q35_f16_to_f32(h); }
+    case Q35_DT_BF16: { uint16_t h; memcpy(&h, ch + 2 * k, 2); return q35_bf16_to_f32(h); }
     case Q35_DT_BFP8:
     case Q35_DT_BFP4: {
-        uint8_t e = ((const uint8_t *)image)[L->exp_offset + (size_t)r * L->exp_pitch + (size_t)(i / Q35_BFP_BLOCK)];
-        uint8_t code = L->dtype == Q35_DT_BFP8 ? row[i] : (uint8_t)((row[i / 2] >> (4 * (i % 2))) & 15);
-        return q35_bfp_decode(L->dtype, e, code);
+        const int bfp8 = L->dtype == Q35_DT_BFP8;
+        const uint8_t e = ((const uint8_t *)image)[L->exp_offset + (size_t)r * L->exp_pitch + exp_of(vals, i / Q35_BFP_BLOCK)];
+        const int u = bfp8 ? ch[k] : (ch[k / 2] >> (4 * (k % 2))) & 15;
+        return (float)(u - (bfp8 ? 128 : 8)) * q35_cu_bfp_scale(e, bfp8 ? 7 : 3);
     }
     default: return 0.0f;
     }
