@@ -7,7 +7,8 @@
 # files are rebuilt from); where the programs are missing or do not start
 # and the -dev headers are there, it builds them with make CUDA=1. Then:
 #   cuda       the cuda test group (and the layout unit tests) on the GPU;
-#              if it fails, again under compute-sanitizer (memcheck), same log
+#              if it fails, again under compute-sanitizer (memcheck), same log;
+#              then again with CUDA graphs off (Q35_CUDA_GRAPHS=0)
 #   kernels    bench_kernels (the CPU kernels, e.g. AVX-512 on this machine)
 #   unit_cpu   the unit tests on the CPU backend (which kernel table cpuid picked)
 #   prepare    the synthetic Qwen3.5-9B cache (qwen35 prepare --synthetic)
@@ -27,13 +28,15 @@ export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 rows=()
 T0=$(date +%s)
 
-# step NAME CAP_SECONDS COMMAND...: runs it with its log in $OUT/NAME.log
+# step NAME CAP_SECONDS COMMAND...: runs it with its log appended to
+# $OUT/NAME.log (or $OUT/$LOG.log: at most 8 files come back)
 step() {
     local name=$1 cap=$2; shift 2
-    local t=$(date +%s)
-    timeout "$cap" "$@" >"$OUT/$name.log" 2>&1
+    local log="$OUT/${LOG:-$name}.log" t=$(date +%s)
+    echo "== $name: $*" >>"$log"
+    timeout "$cap" "$@" >>"$log" 2>&1
     local rc=$? dt=$(( $(date +%s) - t ))
-    local note; note=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/$name.log" | tail -n1)
+    local note; note=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1)
     [ "$rc" = 124 ] && note="timed out after ${cap} s"
     rows+=("$(printf '%-10s %-5s %5ss  %s' "$name" "$([ "$rc" = 0 ] && echo ok || echo FAIL)" "$dt" "$note")")
     return $rc
@@ -72,10 +75,11 @@ if ! step cuda 60 "$B/test_runner" cuda cuda_layout; then
         echo "== compute-sanitizer exit $?" >>"$OUT/cuda.log"
     fi
 fi
+Q35_CUDA_GRAPHS=0 LOG=cuda step cuda_nograph 30 "$B/test_runner" cuda
 step kernels 25 "$B/bench_kernels" --quick
 Q35_BACKEND=cpu step unit_cpu 60 "$B/test_runner"
-if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)"); : >"$OUT/prepare.log"
-else step prepare 100 "$B/qwen35" prepare --synthetic qwen3.5-9b --out "$CACHE"; fi
+if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)")
+else LOG=bench step prepare 100 "$B/qwen35" prepare --synthetic qwen3.5-9b --out "$CACHE"; fi
 step bench 100 "$B/bench_cuda" -m "$CACHE" --json "$OUT/bench_cuda.json"
 Q35_BACKEND=cuda step suite 30 "$B/test_runner"
 

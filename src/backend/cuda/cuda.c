@@ -272,16 +272,40 @@ static q35_status upload_weights(cu_backend *b, q35_error *err) {
 
 static float *scr(cu_backend *b, size_t off) { return b->scratch + off; }
 
-/* Uploads the stage's bytes [from, from + n) after the previous upload of them was read. */
+/* Uploads the stage's bytes [from, from + n); ev marks when they were read
+ * (not while capturing: the pass's graph launch is marked instead). */
 static void stage_upload(cu_backend *b, cudaEvent_t ev, size_t from, size_t n) {
     CU_OK(b, cudaMemcpyAsync((uint8_t *)b->d_stage + from, (uint8_t *)b->stage + from, n, cudaMemcpyHostToDevice, b->stream));
-    CU_OK(b, cudaEventRecord(ev, b->stream));
+    if (b->mode != CU_CAPTURE) CU_OK(b, cudaEventRecord(ev, b->stream));
+}
+
+/* The pass's first device work: the tokens and the sequence table from the
+ * pinned stage, then the embedding rows. */
+static void begin_body(cu_backend *b) {
+    stage_upload(b, b->staged_pass, 0, offsetof(cu_stage, next));
+    const int32_t H = b->c->hidden_size;
+    LAUNCH(b, "embed", q35_cu_embed(b->stream, scr(b, b->S.x), H, b->embed, b->d_stage->tokens, b->n_rows));
+}
+
+/* Every kernel of a pass reads its rows' tokens, positions and states from
+ * the stage, and its pointers are fixed at open or state_new: a pass is a
+ * function of (rows, sequences) alone, so it can be replayed as a graph. */
+static void choose_mode(cu_backend *b) {
+    b->mode = CU_DIRECT;
+    if (!b->graphs || b->n_rows > CU_GRAPH_ROWS) return;
+    for (int32_t i = 0; i < b->n_graphs; i++)
+        if (b->graph[i].rows == b->n_rows && b->graph[i].seqs == b->n_seqs) {
+            b->mode = CU_REPLAY, b->graph_at = i;
+            return;
+        }
+    if (b->n_graphs < CU_GRAPHS && !cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal)) b->mode = CU_CAPTURE;
 }
 
 static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, const int32_t *tokens, int32_t T) {
     cu_backend *b = cu_of(base);
     b->n_seqs = n_seqs;
     b->n_rows = T;
+    b->mode = CU_DIRECT;
     if (b->err_status || !CU_OK(b, cudaEventSynchronize(b->staged_pass))) return;
     for (int32_t i = 0; i < n_seqs; i++)
         if (seqs[i].mm && !b->err_status) { /* the session never gets here: encode_images refuses first */
@@ -298,9 +322,8 @@ static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, co
                                     q->rewindable ? s->row_states : NULL};
         for (int32_t r = q->row0; r < q->row0 + q->n_rows; r++) g->row_seq[r] = i;
     }
-    stage_upload(b, b->staged_pass, 0, offsetof(cu_stage, next));
-    const int32_t H = b->c->hidden_size;
-    LAUNCH(b, "embed", q35_cu_embed(b->stream, scr(b, b->S.x), H, b->embed, b->d_stage->tokens, T));
+    choose_mode(b);
+    if (b->mode != CU_REPLAY) begin_body(b);
 }
 
 /* x += o_proj(attention(xn)) over seqs, against their kv_layer-th K/V (x, xn: rows of H). */
@@ -357,9 +380,7 @@ static void norm(cu_backend *b, float *dst, const float *src, const float *w, in
     q35_cu_ok(b, q35_cu_rmsnorm1p(b->stream, dst, H, src, H, w, T, H, b->c->rms_norm_eps), what);
 }
 
-static void cu_layer_op(q35_backend *base, int32_t li) {
-    cu_backend *b = cu_of(base);
-    if (b->err_status) return;
+static void layer_body(cu_backend *b, int32_t li) {
     const q35_config *c = b->c;
     const cu_layer *l = &b->layers[li];
     const int32_t T = b->n_rows, ki = q35_cuda_kind_index(c, li);
@@ -374,10 +395,53 @@ static void cu_layer_op(q35_backend *base, int32_t li) {
     mlp(b, l, x, xn, T);
 }
 
+static void cu_layer_op(q35_backend *base, int32_t li) {
+    cu_backend *b = cu_of(base);
+    if (b->err_status || b->mode == CU_REPLAY) return;
+    layer_body(b, li);
+}
+
+static void end_body(cu_backend *b) {
+    norm(b, scr(b, b->S.xn), scr(b, b->S.x), b->final_norm, b->n_rows, "kernel rmsnorm (final)");
+}
+
+/* Ends a capture: the pass's graph, kept and launched. If capturing failed,
+ * graphs are turned off and the pass runs directly. */
+static void end_capture(cu_backend *b) {
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    const int failed_inside = b->err_status != Q35_OK;
+    cudaError_t rc = cudaStreamEndCapture(b->stream, &graph);
+    if (!rc && !failed_inside) rc = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (rc || failed_inside) {
+        if (exec) cudaGraphExecDestroy(exec);
+        (void)cudaGetLastError(); /* a capture's error is not the pass's */
+        fprintf(stderr, "qwen35: cuda graphs off: capturing a pass of %d rows failed (%s%s%s); passes run directly\n",
+                b->n_rows, failed_inside ? b->err_msg : "", failed_inside && rc ? "; " : "", rc ? cudaGetErrorString(rc) : "");
+        b->graphs = 0, b->mode = CU_DIRECT, b->err_status = Q35_OK, b->err_msg[0] = 0;
+        begin_body(b);
+        for (int32_t li = 0; li < b->c->n_layer; li++) layer_body(b, li);
+        end_body(b);
+        return;
+    }
+    b->graph[b->n_graphs].rows = b->n_rows;
+    b->graph[b->n_graphs].seqs = b->n_seqs;
+    b->graph[b->n_graphs].exec = exec;
+    b->graph_at = b->n_graphs++;
+    b->mode = CU_REPLAY;
+}
+
 static void cu_end(q35_backend *base) {
     cu_backend *b = cu_of(base);
-    if (b->err_status) return;
-    norm(b, scr(b, b->S.xn), scr(b, b->S.x), b->final_norm, b->n_rows, "kernel rmsnorm (final)");
+    if (b->mode == CU_CAPTURE) {
+        if (!b->err_status) end_body(b);
+        end_capture(b);
+    } else if (!b->err_status && b->mode == CU_DIRECT) {
+        end_body(b);
+    }
+    if (b->err_status || b->mode != CU_REPLAY) return;
+    if (CU_OK(b, cudaGraphLaunch(b->graph[b->graph_at].exec, b->stream))) CU_OK(b, cudaEventRecord(b->staged_pass, b->stream));
 }
 
 /* out (n, rows of W) = W x into host memory, through the logits scratch. */
@@ -496,6 +560,7 @@ static void cu_close(q35_backend *base) {
     cu_backend *b = cu_of(base);
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
+    for (int32_t i = 0; i < b->n_graphs; i++) cudaGraphExecDestroy(b->graph[i].exec);
     if (b->staged_pass) cudaEventDestroy(b->staged_pass);
     if (b->staged_mtp) cudaEventDestroy(b->staged_mtp);
     if (b->stream) cudaStreamDestroy(b->stream);
@@ -572,6 +637,8 @@ q35_status q35_backend_cuda_open(const q35_config *c, const q35_weights *w, int3
     b->base.ops = &b->ops;
     b->c = c;
     b->w = w;
+    const char *g = getenv("Q35_CUDA_GRAPHS");
+    b->graphs = !(g && !strcmp(g, "0"));
     q35_cuda_scratch_layout_of(c, Q35_UBATCH, w->mtp.present, &b->S);
     b->arena_size = q35_cuda_weight_bytes(c, w);
     const size_t scratch_bytes = b->S.total * sizeof(float);

@@ -39,6 +39,10 @@ typedef struct cu_stage {
     q35_cuda_seq mtp_seq;
 } cu_stage;
 
+#define CU_GRAPHS 8      /* pass shapes kept as graphs */
+#define CU_GRAPH_ROWS 8  /* passes of more rows (prompts) run directly */
+enum { CU_DIRECT, CU_CAPTURE, CU_REPLAY };
+
 typedef struct cu_backend {
     q35_backend base;
     q35_backend_ops ops;
@@ -60,6 +64,12 @@ typedef struct cu_backend {
     q35_cuda_scratch_layout S;
     cu_stage *stage, *d_stage;            /* pinned host, device */
     int32_t n_seqs, n_rows;
+    /* CUDA graphs of whole passes of up to CU_GRAPH_ROWS rows, by (rows,
+     * sequences): captured on a shape's first pass, replayed after it */
+    int graphs;                           /* 0: Q35_CUDA_GRAPHS=0, or a capture failed */
+    int mode;                             /* this pass: CU_DIRECT, CU_CAPTURE or CU_REPLAY */
+    int32_t n_graphs, graph_at;           /* graph_at: this pass's entry */
+    struct { int32_t rows, seqs; cudaGraphExec_t exec; } graph[CU_GRAPHS];
     /* the first error of a void operation */
     q35_status err_status;
     char err_msg[256];
