@@ -230,11 +230,11 @@ extern "C" cudaError_t q35_cu_attn_prep(cudaStream_t s, q35_cuda_attn a, float *
     return cudaGetLastError();
 }
 
-#define ATTN_WARPS 4
+#define ATTN_WARPS 16 /* a decode row's keys over 16 warps: each warp's keys are a chain of dependent steps */
 #define ATTN_DPL 16 /* dims per lane: HD <= 512 (layout.c checks) */
 
-/* One block per (row, query head): warp w takes keys w, w+4, ... of the
- * row's causal window with an online softmax; the four partial results are
+/* One block per (row, query head): warp w takes keys w, w+16, ... of the
+ * row's causal window with an online softmax; the 16 partial results are
  * merged in warp order. */
 __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(q35_cuda_attn a, float *o, const float *qg,
                                                                const q35_cuda_seq *seqs, const int32_t *row_seq) {
@@ -343,49 +343,75 @@ extern "C" cudaError_t q35_cu_gdn_qknorm(cudaStream_t s, q35_cuda_gdn g, float *
     return cudaGetLastError();
 }
 
-#define GDN_COLS 32 /* columns of S per block: the delta rule is independent per column */
+#define GDN_COLS 32  /* columns of S per block: the delta rule is independent per column */
+#define GDN_RMAX 16  /* rows of S per thread: warps = ceil(DK / 16) <= 16 (DK <= 256, layout.c checks) */
+#define GDN_WMAX 16
 
-/* Block (sequence, V head h, 32 columns j of S (DK, DV)): for each row t
- *   a_j = sum_i k_i S_ij,  b_j = sum_i q_i S_ij            (i ascending)
- *   delta_j = beta (v_j - e^g a_j),  o_j = e^g b_j + (q.k) delta_j
+/* Block (V head h, 32 columns j of S (DK, DV), sequence): warp w keeps rows
+ * i in [16 w, 16 w + 16) of the columns in registers, for all of the
+ * sequence's rows t:
+ *   a_j = sum_i k_i S_ij,  b_j = sum_i q_i S_ij,  qk = sum_i q_i k_i
+ *     (each warp its rows in ascending order, then the warps in order)
+ *   delta_j = beta (v_j - e^g a_j),  o_j = e^g b_j + qk delta_j
  *   S_ij = e^g S_ij + k_i delta_j
  * with beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias) (gdn.c). */
-__global__ void __launch_bounds__(GDN_COLS) gdn_recur_kernel(q35_cuda_gdn g, float *core, const float *y, const float *bb,
-                                                             const float *aa, const float *A_log, const float *dt_bias,
-                                                             const q35_cuda_seq *seqs) {
-    __shared__ float sq[256], sk[256];
+__global__ void __launch_bounds__(GDN_COLS * GDN_WMAX) gdn_recur_kernel(q35_cuda_gdn g, float *core, const float *y,
+                                                                         const float *bb, const float *aa,
+                                                                         const float *A_log, const float *dt_bias,
+                                                                         const q35_cuda_seq *seqs) {
+    __shared__ float sq[256], sk[256], pa[GDN_WMAX][GDN_COLS], pb[GDN_WMAX][GDN_COLS], pq[GDN_WMAX];
     const int32_t blocks_per_head = (g.DV + GDN_COLS - 1) / GDN_COLS;
-    const int32_t h = blockIdx.x / blocks_per_head, j = (blockIdx.x % blocks_per_head) * GDN_COLS + threadIdx.x;
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t h = blockIdx.x / blocks_per_head, j = (blockIdx.x % blocks_per_head) * GDN_COLS + lane;
     const q35_cuda_seq q = seqs[blockIdx.y];
     const int32_t DK = g.DK, DV = g.DV, KD = g.HK * DK, kh = h / (g.HV / g.HK);
+    const int32_t n_warps = blockDim.x >> 5, i0 = warp * GDN_RMAX, R = DK - i0 < GDN_RMAX ? DK - i0 : GDN_RMAX;
     const bool live = j < DV;
-    float *S = q.rec + g.ssm_off + (size_t)h * DK * DV;
+    float *Sj = q.rec + g.ssm_off + (size_t)h * DK * DV + (live ? j : 0);
+    float s[GDN_RMAX];
+#pragma unroll
+    for (int r = 0; r < GDN_RMAX; r++) s[r] = r < R && live ? Sj[(i0 + r) * DV] : 0.0f;
     const float A = expf(A_log[h]), dt = dt_bias[h];
     for (int32_t t = 0; t < q.n_rows; t++) {
         const size_t row = (size_t)(q.row0 + t);
         const float *yr = y + row * g.CD;
+        for (int32_t i = threadIdx.x; i < DK; i += blockDim.x) {
+            sq[i] = yr[(size_t)kh * DK + i];
+            sk[i] = yr[KD + (size_t)kh * DK + i];
+        }
         __syncthreads();
-        for (int32_t i = threadIdx.x; i < DK; i += GDN_COLS) { sq[i] = yr[(size_t)kh * DK + i]; sk[i] = yr[KD + (size_t)kh * DK + i]; }
-        __syncthreads();
-        if (!live) continue;
-        const float beta = sigmoid(bb[row * g.HV + h]), decay = expf(-A * softplus(aa[row * g.HV + h] + dt));
         float a = 0.0f, b = 0.0f, qk = 0.0f;
-        for (int32_t i = 0; i < DK; i++) {
-            const float sij = S[(size_t)i * DV + j];
-            a = fmaf(sk[i], sij, a);
-            b = fmaf(sq[i], sij, b);
-            qk = fmaf(sq[i], sk[i], qk);
-        }
-        const float v = yr[2 * KD + (size_t)h * DV + j];
+#pragma unroll
+        for (int r = 0; r < GDN_RMAX; r++)
+            if (r < R) {
+                a = fmaf(sk[i0 + r], s[r], a);
+                b = fmaf(sq[i0 + r], s[r], b);
+                qk = fmaf(sq[i0 + r], sk[i0 + r], qk);
+            }
+        pa[warp][lane] = a, pb[warp][lane] = b;
+        if (lane == 0) pq[warp] = qk;
+        __syncthreads();
+        a = pa[0][lane], b = pb[0][lane], qk = pq[0];
+        for (int w = 1; w < n_warps; w++) a += pa[w][lane], b += pb[w][lane], qk += pq[w];
+        const float beta = sigmoid(bb[row * g.HV + h]), decay = expf(-A * softplus(aa[row * g.HV + h] + dt));
+        const float v = live ? yr[2 * KD + (size_t)h * DV + j] : 0.0f;
         const float delta = beta * (v - decay * a);
-        core[row * g.HV * DV + (size_t)h * DV + j] = decay * b + qk * delta;
-        float *ck = q.row_states && t + 1 < q.n_rows ? q.row_states + (size_t)t * g.rec_floats + g.ssm_off + (size_t)h * DK * DV : nullptr;
-        for (int32_t i = 0; i < DK; i++) {
-            const float sij = fmaf(sk[i], delta, decay * S[(size_t)i * DV + j]);
-            S[(size_t)i * DV + j] = sij;
-            if (ck) ck[(size_t)i * DV + j] = sij;
-        }
+        if (warp == 0 && live) core[row * g.HV * DV + (size_t)h * DV + j] = decay * b + qk * delta;
+        float *ck = q.row_states && t + 1 < q.n_rows && live
+                        ? q.row_states + (size_t)t * g.rec_floats + g.ssm_off + (size_t)h * DK * DV + j : nullptr;
+#pragma unroll
+        for (int r = 0; r < GDN_RMAX; r++)
+            if (r < R) s[r] = fmaf(sk[i0 + r], delta, decay * s[r]);
+        if (ck)
+#pragma unroll
+            for (int r = 0; r < GDN_RMAX; r++)
+                if (r < R) ck[(i0 + r) * DV] = s[r];
+        __syncthreads(); /* sq, sk, pa, pb are rewritten by the next row */
     }
+    if (live)
+#pragma unroll
+        for (int r = 0; r < GDN_RMAX; r++)
+            if (r < R) Sj[(i0 + r) * DV] = s[r];
 }
 
 extern "C" cudaError_t q35_cu_gdn_recur(cudaStream_t s, q35_cuda_gdn g, float *core, const float *y, const float *bb,
@@ -393,7 +419,8 @@ extern "C" cudaError_t q35_cu_gdn_recur(cudaStream_t s, q35_cuda_gdn g, float *c
                                         const q35_cuda_seq *seqs, int32_t n_seqs) {
     if (n_seqs <= 0) return cudaSuccess;
     const int32_t per_head = (g.DV + GDN_COLS - 1) / GDN_COLS;
-    gdn_recur_kernel<<<dim3(g.HV * per_head, n_seqs), GDN_COLS, 0, s>>>(g, core, y, bb, aa, A_log, dt_bias, seqs);
+    const int32_t warps = (g.DK + GDN_RMAX - 1) / GDN_RMAX;
+    gdn_recur_kernel<<<dim3(g.HV * per_head, n_seqs), GDN_COLS * warps, 0, s>>>(g, core, y, bb, aa, A_log, dt_bias, seqs);
     return cudaGetLastError();
 }
 
