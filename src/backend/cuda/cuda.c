@@ -3,6 +3,7 @@
  * (kernels.h); a residual add is folded into the matmul that produces it
  * (x + W h: the same rounding as computing W h and then adding). */
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/matvec.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -182,14 +183,14 @@ q35_status q35_cuda_launch_time(int n, double *sec, q35_error *err) {
     float *w = NULL, *x = NULL, *y = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     float ms = 0;
-    cudaError_t rc = cudaMalloc((void **)&w, 8 * 64 * 4);
+    cudaError_t rc = cudaMalloc((void **)&w, 8 * Q35_CU_WINDOW_BYTES); /* 8 rows of one window (64 of 128 values) */
     if (!rc) rc = cudaMalloc((void **)&x, 64 * 4);
     if (!rc) rc = cudaMalloc((void **)&y, 8 * 4);
-    if (!rc) rc = cudaMemset(w, 0, 8 * 64 * 4);
+    if (!rc) rc = cudaMemset(w, 0, 8 * Q35_CU_WINDOW_BYTES);
     if (!rc) rc = cudaMemset(x, 0, 64 * 4);
     if (!rc) rc = cudaEventCreate(&e0);
     if (!rc) rc = cudaEventCreate(&e1);
-    q35_cuda_mat m = {Q35_DT_F32, 8, 64, 256, 0, (const uint8_t *)w, NULL};
+    q35_cuda_mat m = {Q35_DT_F32, 8, 64, Q35_CU_WINDOW_BYTES, 0, (const uint8_t *)w, NULL};
     for (int rep = 0; !rc && rep < 2; rep++) { /* the first warms up */
         rc = cudaEventRecord(e0, 0);
         for (int i = 0; !rc && i < n; i++) rc = q35_cu_matmul(0, y, m, x, 1, 0);
@@ -298,7 +299,9 @@ static void choose_mode(cu_backend *b) {
             b->mode = CU_REPLAY, b->graph_at = i;
             return;
         }
-    if (b->n_graphs < CU_GRAPHS && !cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal)) b->mode = CU_CAPTURE;
+    if (b->n_graphs >= CU_GRAPHS) return;
+    if (!cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal)) b->mode = CU_CAPTURE;
+    else (void)cudaGetLastError(); /* not capturing: the pass runs directly, and the next launch check must not see this */
 }
 
 static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, const int32_t *tokens, int32_t T) {
@@ -417,7 +420,8 @@ static void end_capture(cu_backend *b) {
     if (rc || failed_inside) {
         if (exec) cudaGraphExecDestroy(exec);
         (void)cudaGetLastError(); /* a capture's error is not the pass's */
-        fprintf(stderr, "qwen35: cuda graphs off: capturing a pass of %d rows failed (%s%s%s); passes run directly\n",
+        fprintf(stderr, "qwen35: cuda graphs off: a pass of %d rows failed while captured (%s%s%s); it and later passes "
+                        "run directly\n",
                 b->n_rows, failed_inside ? b->err_msg : "", failed_inside && rc ? "; " : "", rc ? cudaGetErrorString(rc) : "");
         b->graphs = 0, b->mode = CU_DIRECT, b->err_status = Q35_OK, b->err_msg[0] = 0;
         begin_body(b);

@@ -3,19 +3,21 @@
  * a weight matrix, the layout of a sequence state and of the pass scratch,
  * and the checks of a configuration against what the kernels support.
  *
- * Device image of a matrix [n_out, n_in] (what the matmul kernels read).
- * Every dtype is stored row-major with a row pitch that is a multiple of 16
- * bytes, so one lane's 16-byte load never straddles two rows:
- *   F32, F16, BF16  the values as in the checkpoint, rows padded with zeros
- *   BFP8            codes: row r holds its n_in one-byte codes in order
- *   BFP4            codes: row r holds n_in / 2 bytes; byte j carries input
- *                   2j in its low nibble and 2j+1 in its high nibble
- *   BFP4, BFP8      then, from exp_offset (256-aligned), the exponents:
- *                   row r's n_in / 16 block exponents, pitch exp_pitch
- * The cache's 16-row panels (bfp.h) are laid out for an int8 dot product
- * on one CPU core; a warp reads one row per pass instead, 512 contiguous
- * code bytes per step, which is what this re-layout buys. The codec (code,
- * shared exponent, value = (-1)^s m 2^(E - 127 - (w - 1))) is unchanged. */
+ * Device image of a matrix [n_out, n_in] (what the matmul kernels read):
+ * rows of whole windows (matvec.h: 32 lane chunks of 16 bytes; lane l's
+ * chunk holds the values at 128 j + 4 l + e of its window), pitch a
+ * multiple of 512 bytes, padding zero:
+ *   F32, F16, BF16  the values, in that interleaving
+ *   BFP8, BFP4      the codes in that interleaving, offset-binary (value +
+ *                   128, + 8), one byte / one nibble each (the even value of
+ *                   a byte in its low nibble); then, from exp_offset
+ *                   (256-aligned), each row's block exponents (pitch
+ *                   exp_pitch), each window's in lane-group order
+ * n_in is a multiple of 4 (16 for BFP). The cache's 16-row panels (bfp.h)
+ * are laid out for an int8 dot product on one CPU core; a warp reads one
+ * row per pass instead, its inputs as 512 consecutive bytes per group,
+ * which is what this re-layout buys. The codec (code, shared exponent,
+ * value = (-1)^s m 2^(E - 127 - (w - 1))) is unchanged. */
 #ifndef Q35_CUDA_LAYOUT_H
 #define Q35_CUDA_LAYOUT_H
 
