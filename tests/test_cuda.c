@@ -54,6 +54,13 @@ static void check_bfp_image(q35_dtype dt, int64_t n_out, int64_t n_in) {
     int64_t mid = n_out / 3;
     q35_cuda_mat_pack_rows(&t, &L, 0, mid, img, img + L.exp_offset);
     q35_cuda_mat_pack_rows(&t, &L, mid, n_out, img + (size_t)mid * L.pitch, img + L.exp_offset + (size_t)mid * L.exp_pitch);
+    /* the upload's threaded packing gives the same bytes */
+    uint8_t *par = malloc(L.bytes);
+    memset(par, 0xa5, L.bytes);
+    memset(par + L.pitch * (size_t)n_out, 0, L.exp_offset - L.pitch * (size_t)n_out); /* the gap nobody writes */
+    q35_cuda_mat_pack_rows_par(&t, &L, 0, n_out, par, par + L.exp_offset, 5);
+    CHECK_MSG(!memcmp(par, img, L.bytes), "%s: 5 threads packed other bytes", q35_dtype_name(dt));
+    free(par);
     int bad = 0;
     for (int64_t r = 0; r < n_out && bad < 5; r++)
         for (int64_t i = 0; i < n_in && bad < 5; i++) {

@@ -4,6 +4,7 @@
 #include "formats/bfp.h"
 #include "base/util.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -90,6 +91,40 @@ void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, i
             }
         }
     }
+}
+
+/* Rows [r0, r1) of a chunk, packed by one thread. */
+typedef struct pack_job {
+    const q35_tensor *t;
+    const q35_cuda_mat_layout *L;
+    int64_t c0, r0, r1; /* c0: the chunk's first row */
+    uint8_t *codes, *exps;
+} pack_job;
+
+static void *pack_part(void *arg) {
+    pack_job *j = arg;
+    q35_cuda_mat_pack_rows(j->t, j->L, j->r0, j->r1, j->codes + (size_t)(j->r0 - j->c0) * j->L->pitch,
+                           j->exps ? j->exps + (size_t)(j->r0 - j->c0) * j->L->exp_pitch : NULL);
+    return NULL;
+}
+
+#define PACK_THREADS_MAX 64
+
+void q35_cuda_mat_pack_rows_par(const q35_tensor *t, const q35_cuda_mat_layout *L, int64_t r0, int64_t r1, void *codes,
+                                void *exps, int n_threads) {
+    int64_t n = n_threads < 1 ? 1 : n_threads > PACK_THREADS_MAX ? PACK_THREADS_MAX : n_threads;
+    if (n > r1 - r0) n = r1 - r0;
+    pack_job jobs[PACK_THREADS_MAX];
+    pthread_t th[PACK_THREADS_MAX];
+    int started[PACK_THREADS_MAX] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        jobs[i] = (pack_job){t, L, r0, r0 + (r1 - r0) * i / n, r0 + (r1 - r0) * (i + 1) / n, codes, exps};
+        started[i] = i > 0 && !pthread_create(&th[i], NULL, pack_part, &jobs[i]);
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (!started[i]) pack_part(&jobs[i]); /* the first part, and any whose thread did not start */
+    for (int64_t i = 1; i < n; i++)
+        if (started[i]) pthread_join(th[i], NULL);
 }
 
 float q35_cuda_mat_get(const q35_cuda_mat_layout *L, const void *image, int64_t r, int64_t i) {

@@ -45,6 +45,10 @@ q35_status q35_cuda_mat_layout_of(const q35_tensor *t, q35_cuda_mat_layout *out,
 void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, int64_t r0, int64_t r1, void *codes,
                             void *exps);
 
+/* The same over n_threads threads (disjoint row ranges; identical bytes). */
+void q35_cuda_mat_pack_rows_par(const q35_tensor *t, const q35_cuda_mat_layout *L, int64_t r0, int64_t r1, void *codes,
+                                void *exps, int n_threads);
+
 /* Element (r, i) of a whole image in host memory, as the kernels decode it. */
 float q35_cuda_mat_get(const q35_cuda_mat_layout *L, const void *image, int64_t r, int64_t i);
 
