@@ -339,9 +339,9 @@ static void attention(cu_backend *b, const cu_layer *l, float *x, const float *x
                        1.0f / sqrtf((float)c->head_dim), kv_layer};
     float *qg = scr(b, b->S.qg), *k = scr(b, b->S.k), *v = scr(b, b->S.v), *o = scr(b, b->S.o);
     cudaStream_t s = b->stream;
-    LAUNCH(b, "matmul q", q35_cu_matmul(s, qg, l->q, xn, T, 0));
-    LAUNCH(b, "matmul k", q35_cu_matmul(s, k, l->k, xn, T, 0));
-    LAUNCH(b, "matmul v", q35_cu_matmul(s, v, l->v, xn, T, 0));
+    const q35_cuda_mat W[3] = {l->q, l->k, l->v};
+    float *const y[3] = {qg, k, v};
+    LAUNCH(b, "matmul q, k, v", q35_cu_matmul_n(s, 3, W, y, xn, T, 0));
     LAUNCH(b, "attn_prep", q35_cu_attn_prep(s, a, qg, k, v, l->q_norm, l->k_norm, seqs, row_seq, T));
     LAUNCH(b, "attn", q35_cu_attn(s, a, o, qg, seqs, row_seq, T));
     LAUNCH(b, "matmul o", q35_cu_matmul(s, x, l->o, o, T, 1));
@@ -359,10 +359,9 @@ static void gdn(cu_backend *b, const cu_layer *l, int32_t gi, int32_t T) {
     float *bb = scr(b, b->S.bb), *aa = scr(b, b->S.aa);
     const q35_cuda_seq *seqs = b->d_stage->seqs;
     cudaStream_t s = b->stream;
-    LAUNCH(b, "matmul qkv", q35_cu_matmul(s, raw, l->qkv, xn, T, 0));
-    LAUNCH(b, "matmul z", q35_cu_matmul(s, z, l->z, xn, T, 0));
-    LAUNCH(b, "matmul b", q35_cu_matmul(s, bb, l->b, xn, T, 0));
-    LAUNCH(b, "matmul a", q35_cu_matmul(s, aa, l->a, xn, T, 0));
+    const q35_cuda_mat W[4] = {l->qkv, l->z, l->b, l->a};
+    float *const out[4] = {raw, z, bb, aa};
+    LAUNCH(b, "matmul qkv, z, b, a", q35_cu_matmul_n(s, 4, W, out, xn, T, 0));
     LAUNCH(b, "gdn_conv", q35_cu_gdn_conv(s, g, y, raw, l->conv, seqs, b->n_seqs));
     LAUNCH(b, "gdn_qknorm", q35_cu_gdn_qknorm(s, g, y, T));
     LAUNCH(b, "gdn_recur", q35_cu_gdn_recur(s, g, core, y, bb, aa, l->A_log, l->dt_bias, seqs, b->n_seqs));
@@ -374,8 +373,9 @@ static void gdn(cu_backend *b, const cu_layer *l, int32_t gi, int32_t T) {
 static void mlp(cu_backend *b, const cu_layer *l, float *x, const float *xn, int32_t T) {
     float *gate = scr(b, b->S.gate), *up = scr(b, b->S.up);
     cudaStream_t s = b->stream;
-    LAUNCH(b, "matmul gate", q35_cu_matmul(s, gate, l->gate, xn, T, 0));
-    LAUNCH(b, "matmul up", q35_cu_matmul(s, up, l->up, xn, T, 0));
+    const q35_cuda_mat W[2] = {l->gate, l->up};
+    float *const y[2] = {gate, up};
+    LAUNCH(b, "matmul gate, up", q35_cu_matmul_n(s, 2, W, y, xn, T, 0));
     LAUNCH(b, "swiglu", q35_cu_swiglu(s, gate, up, (size_t)T * (size_t)b->c->intermediate_size));
     LAUNCH(b, "matmul down", q35_cu_matmul(s, x, l->down, gate, T, 1));
 }

@@ -35,15 +35,31 @@ __device__ float mat_get(const q35_cuda_mat &W, int64_t r, int64_t i) {
     }
 }
 
+/* Up to MM_GROUP matrices of one dtype and width that share an input: one
+ * launch, their rows' blocks one after another. */
+#define MM_GROUP 4
+struct mm_group {
+    q35_cuda_mat W[MM_GROUP];
+    float *y[MM_GROUP];
+    int32_t block0[MM_GROUP]; /* each matrix's first block */
+    int32_t n;
+};
+
 /* One warp per output row, 8 rows per block: lane l takes chunk l of every
  * window of the row (matvec.h), four windows' loads at a time, then a
  * fixed butterfly over the lanes. Tokens [t0, t0 + NT) (blockIdx.y). */
 template <int DT, int NT>
-__global__ void __launch_bounds__(256) matmul_kernel(float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
+__global__ void __launch_bounds__(256) matmul_kernel(mm_group G, const float *x, int32_t T, int add) {
     constexpr int VALS = DT == DT_F32 ? 4 : DT == DT_BFP8 ? 16 : DT == DT_BFP4 ? 32 : 8, WIN = 32 * VALS;
     constexpr bool BFP = DT == DT_BFP8 || DT == DT_BFP4;
+    q35_cuda_mat W = G.W[0];
+    float *y = G.y[0];
+    int32_t first = 0;
+#pragma unroll
+    for (int g = 1; g < MM_GROUP; g++)
+        if (g < G.n && (int32_t)blockIdx.x >= G.block0[g]) W = G.W[g], y = G.y[g], first = G.block0[g];
     const int lane = threadIdx.x & 31;
-    const int64_t o = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int64_t o = (int64_t)(blockIdx.x - first) * 8 + (threadIdx.x >> 5);
     const int32_t t0 = blockIdx.y * NT, nt = T - t0 < NT ? T - t0 : NT;
     if (o >= W.n_out) return;
     const int32_t nw = W.pitch / Q35_CU_WINDOW_BYTES;
@@ -89,26 +105,51 @@ __global__ void __launch_bounds__(256) matmul_kernel(float *y, q35_cuda_mat W, c
 }
 
 template <int DT>
-static void launch_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
+static void launch_matmul(cudaStream_t s, const mm_group &G, unsigned blocks, const float *x, int32_t T, int add) {
     dim3 block(256);
-    unsigned gx = (unsigned)((W.n_out + 7) / 8);
-    if (T == 1) matmul_kernel<DT, 1><<<dim3(gx, 1), block, 0, s>>>(y, W, x, T, add);
-    else if (T == 2) matmul_kernel<DT, 2><<<dim3(gx, 1), block, 0, s>>>(y, W, x, T, add);
-    else if (T <= 4) matmul_kernel<DT, 4><<<dim3(gx, 1), block, 0, s>>>(y, W, x, T, add);
-    else matmul_kernel<DT, 8><<<dim3(gx, (unsigned)((T + 7) / 8)), block, 0, s>>>(y, W, x, T, add);
+    if (T == 1) matmul_kernel<DT, 1><<<dim3(blocks, 1), block, 0, s>>>(G, x, T, add);
+    else if (T == 2) matmul_kernel<DT, 2><<<dim3(blocks, 1), block, 0, s>>>(G, x, T, add);
+    else if (T <= 4) matmul_kernel<DT, 4><<<dim3(blocks, 1), block, 0, s>>>(G, x, T, add);
+    else matmul_kernel<DT, 8><<<dim3(blocks, (unsigned)((T + 7) / 8)), block, 0, s>>>(G, x, T, add);
 }
 
-extern "C" cudaError_t q35_cu_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
-    if (T <= 0 || W.n_out <= 0) return cudaSuccess;
-    switch (W.dtype) {
-    case DT_F32: launch_matmul<DT_F32>(s, y, W, x, T, add); break;
-    case DT_F16: launch_matmul<DT_F16>(s, y, W, x, T, add); break;
-    case DT_BF16: launch_matmul<DT_BF16>(s, y, W, x, T, add); break;
-    case DT_BFP8: launch_matmul<DT_BFP8>(s, y, W, x, T, add); break;
-    case DT_BFP4: launch_matmul<DT_BFP4>(s, y, W, x, T, add); break;
+static cudaError_t launch_group(cudaStream_t s, const mm_group &G, unsigned blocks, const float *x, int32_t T, int add) {
+    switch (G.W[0].dtype) {
+    case DT_F32: launch_matmul<DT_F32>(s, G, blocks, x, T, add); break;
+    case DT_F16: launch_matmul<DT_F16>(s, G, blocks, x, T, add); break;
+    case DT_BF16: launch_matmul<DT_BF16>(s, G, blocks, x, T, add); break;
+    case DT_BFP8: launch_matmul<DT_BFP8>(s, G, blocks, x, T, add); break;
+    case DT_BFP4: launch_matmul<DT_BFP4>(s, G, blocks, x, T, add); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t q35_cu_matmul_n(cudaStream_t s, int32_t n, const q35_cuda_mat *W, float *const *y, const float *x,
+                                       int32_t T, int add) {
+    if (T <= 0) return cudaSuccess;
+    mm_group G;
+    memset(&G, 0, sizeof G);
+    unsigned blocks = 0;
+    for (int32_t i = 0; i <= n; i++) {
+        const bool last = i == n, present = !last && W[i].n_out > 0;
+        const bool joins = present && G.n > 0 && G.n < MM_GROUP && W[i].dtype == G.W[0].dtype && W[i].n_in == G.W[0].n_in;
+        if (G.n > 0 && (last || (present && !joins))) { /* the group so far, in one launch */
+            cudaError_t rc = launch_group(s, G, blocks, x, T, add);
+            if (rc) return rc;
+            memset(&G, 0, sizeof G);
+            blocks = 0;
+        }
+        if (!present) continue;
+        G.W[G.n] = W[i], G.y[G.n] = y[i], G.block0[G.n] = (int32_t)blocks;
+        G.n++;
+        blocks += (unsigned)((W[i].n_out + 7) / 8);
+    }
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t q35_cu_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
+    return q35_cu_matmul_n(s, 1, &W, &y, x, T, add);
 }
 
 __global__ void embed_kernel(float *out, int32_t out_stride, q35_cuda_mat W, const int32_t *tokens) {

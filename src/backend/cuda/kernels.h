@@ -35,6 +35,11 @@ typedef struct q35_cuda_seq {
 
 /* y (T, n_out) = x (T, n_in) W^T, plus y's old value with add (y += W x). */
 cudaError_t q35_cu_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add);
+/* The same for n matrices sharing the input x: y[i] = x W[i]^T, in one
+ * launch per run of up to 4 matrices of one dtype and width (absent ones,
+ * n_out 0, skipped); each output as the single form computes it. */
+cudaError_t q35_cu_matmul_n(cudaStream_t s, int32_t n, const q35_cuda_mat *W, float *const *y, const float *x, int32_t T,
+                            int add);
 /* out row t (stride out_stride) = W row tokens[t], widened to float. */
 cudaError_t q35_cu_embed(cudaStream_t s, float *out, int32_t out_stride, q35_cuda_mat W, const int32_t *tokens, int32_t T);
 /* dst = src / rms(src) * (1 + w) per row of n (strides in floats). */
