@@ -20,7 +20,7 @@ ISA_FLAGS_avx512bf16 = $(ISA_FLAGS_avx512) -mavx512bf16
 
 # The CUDA backend's host files need the CUDA headers: only with CUDA=1.
 # Its layout arithmetic (src/backend/cuda/layout.c) is plain C, always built.
-CUDA_HOST_SRC := src/backend/cuda/cuda.c src/backend/cuda/state.c
+CUDA_HOST_SRC := src/backend/cuda/cuda.c src/backend/cuda/profile.c src/backend/cuda/state.c
 LIB_SRC   := $(filter-out $(CUDA_HOST_SRC),$(sort $(shell find src -name '*.c')))
 TOOL_SRC  := $(wildcard tools/*.c)
 TEST_SRC  := $(wildcard tests/*.c)

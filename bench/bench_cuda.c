@@ -4,7 +4,9 @@
  * GB/s of the bytes one step reads, share of the copy bandwidth), a batch
  * of 8 sequences (aggregate tok/s), and device memory at the peak. Timings
  * are host clocks around calls that end in a synchronizing logits copy;
- * each figure is the median of its repeats, after a warm-up.
+ * each figure is the median of its repeats, after a warm-up. Then a few
+ * decode, batch and prompt passes with Q35_CUDA_PROFILE=1, whose kernel
+ * times by pass shape the backend prints to stderr when it closes.
  *
  *   bench_cuda -m CACHE [--json OUT.json] [--decode N] */
 #include "backend/cuda/layout.h"
@@ -135,6 +137,15 @@ int main(int argc, char **argv) {
                 total / 1048576.0, launch * 1e6, mm_json);
         fclose(f);
     }
+    /* kernel by kernel (Q35_CUDA_PROFILE: no graphs; the table goes to stderr at engine_free) */
+    setenv("Q35_CUDA_PROFILE", "1", 1);
+    for (int i = 0; i < 8; i++)
+        if (q35_session_eval(s, ids + NP + 100 + i, 1, lg, 0, &err)) DIE("profiled decode: %s", err.msg);
+    for (int i = 0; i < 4; i++)
+        if (q35_batch_decode(b, tok, NB, lg, &err)) DIE("profiled batch: %s", err.msg);
+    q35_session_reset(s);
+    if (q35_session_eval(s, ids, NP, lg, 0, &err)) DIE("profiled prompt: %s", err.msg);
+    unsetenv("Q35_CUDA_PROFILE");
     for (int i = 0; i < NB; i++) q35_session_free(b[i]);
     q35_session_free(s);
     q35_engine_free(e);

@@ -83,7 +83,13 @@ q35_status q35_cuda_mem_used(size_t *used, size_t *total, q35_error *err) {
 }
 
 static cu_backend *cu_of(q35_backend *b) { return (cu_backend *)b; }
-#define LAUNCH(b, name, call) q35_cu_ok((b), (call), "kernel " name)
+#define LAUNCH(b, name, call) q35_cu_launched((b), (call), "kernel " name)
+
+int q35_cu_launched(cu_backend *b, cudaError_t rc, const char *what) {
+    const int ok = q35_cu_ok(b, rc, what);
+    if (ok && b->prof_on) q35_cu_prof_kernel(b, what);
+    return ok;
+}
 
 /* ---- weights ---- */
 
@@ -327,7 +333,9 @@ static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, co
                                     q->rewindable ? s->row_states : NULL};
         for (int32_t r = q->row0; r < q->row0 + q->n_rows; r++) g->row_seq[r] = i;
     }
-    choose_mode(b);
+    b->prof_on = q35_cu_prof_wanted();
+    if (b->prof_on) q35_cu_prof_mark(b, T); /* timed kernel by kernel: no graph */
+    else choose_mode(b);
     if (b->mode != CU_REPLAY) begin_body(b);
 }
 
@@ -382,7 +390,7 @@ static void mlp(cu_backend *b, const cu_layer *l, float *x, const float *xn, int
 
 static void norm(cu_backend *b, float *dst, const float *src, const float *w, int32_t T, const char *what) {
     const int32_t H = b->c->hidden_size;
-    q35_cu_ok(b, q35_cu_rmsnorm1p(b->stream, dst, H, src, H, w, T, H, b->c->rms_norm_eps), what);
+    q35_cu_launched(b, q35_cu_rmsnorm1p(b->stream, dst, H, src, H, w, T, H, b->c->rms_norm_eps), what);
 }
 
 static void layer_body(cu_backend *b, int32_t li) {
@@ -457,6 +465,7 @@ static void head_to_host(cu_backend *b, q35_cuda_mat W, const float *x, int32_t 
     if (!CU_OK(b, cudaMemcpyAsync(out, d, sizeof(float) * (size_t)n * (size_t)W.n_out, cudaMemcpyDeviceToHost, b->stream)))
         return;
     CU_OK(b, cudaStreamSynchronize(b->stream));
+    if (b->prof) q35_cu_prof_harvest(b);
 }
 
 static void cu_logits(q35_backend *base, int32_t row0, int32_t n, float *out) {
@@ -502,9 +511,10 @@ static void cu_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t ro
     hidden += (size_t)row0 * H;
     float *cat = scr(b, b->S.mtp_cat), *u = scr(b, b->S.mtp_u), *un = scr(b, b->S.mtp_un);
     cudaStream_t st = b->stream;
+    if (b->prof_on) q35_cu_prof_mark(b, CU_PROF_MTP + n);
     LAUNCH(b, "embed (mtp)", q35_cu_embed(st, cat, 2 * H, b->embed, b->d_stage->next, n));
-    q35_cu_ok(b, q35_cu_rmsnorm1p(st, cat, 2 * H, cat, 2 * H, b->mtp_pre_emb, n, H, eps), "kernel rmsnorm (mtp embedding)");
-    q35_cu_ok(b, q35_cu_rmsnorm1p(st, cat + H, 2 * H, hidden, H, b->mtp_pre_hid, n, H, eps), "kernel rmsnorm (mtp hidden)");
+    q35_cu_launched(b, q35_cu_rmsnorm1p(st, cat, 2 * H, cat, 2 * H, b->mtp_pre_emb, n, H, eps), "kernel rmsnorm (mtp embedding)");
+    q35_cu_launched(b, q35_cu_rmsnorm1p(st, cat + H, 2 * H, hidden, H, b->mtp_pre_hid, n, H, eps), "kernel rmsnorm (mtp hidden)");
     LAUNCH(b, "matmul mtp fc", q35_cu_matmul(st, u, b->mtp_fc, cat, n, 0));
     norm(b, un, u, b->mtp.input_norm, n, "kernel rmsnorm (mtp input)");
     attention(b, &b->mtp, u, un, &b->d_stage->mtp_seq, b->d_stage->mtp_row_seq, 0, n);
@@ -566,6 +576,7 @@ static void cu_close(q35_backend *base) {
     cu_backend *b = cu_of(base);
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
+    q35_cu_prof_report(b);
     for (int32_t i = 0; i < b->n_graphs; i++) cudaGraphExecDestroy(b->graph[i].exec);
     if (b->staged_pass) cudaEventDestroy(b->staged_pass);
     if (b->staged_mtp) cudaEventDestroy(b->staged_mtp);

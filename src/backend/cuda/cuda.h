@@ -70,6 +70,9 @@ typedef struct cu_backend {
     int mode;                             /* this pass: CU_DIRECT, CU_CAPTURE or CU_REPLAY */
     int32_t n_graphs, graph_at;           /* graph_at: this pass's entry */
     struct { int32_t rows, seqs; cudaGraphExec_t exec; } graph[CU_GRAPHS];
+    /* Q35_CUDA_PROFILE (profile.c): this pass is timed kernel by kernel */
+    int prof_on;
+    struct cu_prof *prof;
     /* the first error of a void operation */
     q35_status err_status;
     char err_msg[256];
@@ -90,6 +93,18 @@ int q35_cu_ok(cu_backend *b, cudaError_t rc, const char *what);
 /* The same failure as a status for an operation that returns one. */
 q35_status q35_cu_fail(cudaError_t rc, const char *what, q35_error *err);
 #define CU_OK(b, call) q35_cu_ok((b), (call), #call)
+/* q35_cu_ok for a kernel launch, timed while profiling. */
+int q35_cu_launched(cu_backend *b, cudaError_t rc, const char *what);
+
+/* profile.c: kernel times by pass shape (tags: rows, or CU_PROF_MTP + rows
+ * for the MTP head), printed to stderr at close. */
+#define CU_PROF_MTP 100000
+typedef struct cu_prof cu_prof;
+int q35_cu_prof_wanted(void);
+void q35_cu_prof_mark(cu_backend *b, int32_t tag);
+void q35_cu_prof_kernel(cu_backend *b, const char *name);
+void q35_cu_prof_harvest(cu_backend *b);
+void q35_cu_prof_report(cu_backend *b);
 
 /* state.c */
 q35_status q35_cu_state_new(q35_backend *b, int32_t n_ctx, q35_bstate **out, q35_error *err);
