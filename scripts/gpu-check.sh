@@ -8,7 +8,8 @@
 # and the -dev headers are there, it builds them with make CUDA=1. Then:
 #   cuda       the cuda test group (and the layout unit tests) on the GPU;
 #              if it fails, again under compute-sanitizer (memcheck), same log;
-#              then again with CUDA graphs off (Q35_CUDA_GRAPHS=0)
+#              then again with CUDA graphs and tensor cores off
+#              (Q35_CUDA_GRAPHS=0 Q35_CUDA_TC=0)
 #   kernels    bench_kernels (the CPU kernels, e.g. AVX-512 on this machine)
 #   unit_cpu   the unit tests on the CPU backend (which kernel table cpuid picked)
 #   prepare    the synthetic Qwen3.5-9B cache (qwen35 prepare --synthetic)
@@ -75,7 +76,7 @@ if ! step cuda 60 "$B/test_runner" cuda cuda_layout; then
         echo "== compute-sanitizer exit $?" >>"$OUT/cuda.log"
     fi
 fi
-Q35_CUDA_GRAPHS=0 LOG=cuda step cuda_nograph 30 "$B/test_runner" cuda
+Q35_CUDA_GRAPHS=0 Q35_CUDA_TC=0 LOG=cuda step cuda_plain 30 "$B/test_runner" cuda
 step kernels 25 "$B/bench_kernels" --quick
 Q35_BACKEND=cpu step unit_cpu 60 "$B/test_runner"
 if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)")

@@ -3,12 +3,17 @@
  * derivation are at the head of test_cuda.c. Without a device every test
  * prints "skipped: no CUDA device" and passes. */
 #ifdef Q35_CUDA
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/layout.h"
+#include "formats/bfp.h"
 #include "model/prepare.h"
 #include "golden.h"
 #include "helpers.h"
 #include "qwen35.h"
 #include "test.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
 
 #define LOGIT_TOL 1e-4
 #define PATH_TOL 2e-5
@@ -90,6 +95,89 @@ TEST(cuda, goldens_logits_and_greedy_tokens) {
         free(lg); free(ref);
         golden_free(&g);
     }
+}
+
+/* One matrix of dtype dt through q35_cu_matmul (the CUDA-core kernel up to
+ * 8 rows, tensor cores above) and q35_cu_matmul_n (in a group with a second
+ * matrix), against a double sum over the image's values: each output within
+ * 1e-5 of the sum of |w x| (fp32 sums of n_in terms; three bf16 terms of x
+ * on tensor cores carry it to 2^-24). Returns the number of bad outputs. */
+static int check_device_matmul(q35_dtype dt, int64_t n_out, int64_t n_in, int32_t T, uint32_t seed) {
+    const size_t n = (size_t)(n_out * n_in);
+    float *src = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * (size_t)T * (size_t)n_in);
+    float *y = malloc(sizeof(float) * (size_t)T * (size_t)n_out), *y2 = malloc(sizeof(float) * (size_t)T * (size_t)n_out);
+    for (size_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; src[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * (i % 9 ? 1.0f : 20.0f); }
+    for (size_t i = 0; i < (size_t)T * (size_t)n_in; i++) { seed = seed * 1664525u + 1013904223u; x[i] = (float)(seed >> 8) / 16777216.0f - 0.5f; }
+    void *data = src;
+    size_t bytes = n * 4;
+    uint16_t *h = NULL;
+    q35_error err = {0};
+    if (dt == Q35_DT_BF16) {
+        h = malloc(2 * n);
+        for (size_t i = 0; i < n; i++) h[i] = q35_f32_to_bf16(src[i]);
+        data = h, bytes = 2 * n;
+    } else if (dt != Q35_DT_F32) {
+        bytes = q35_bfp_tensor_bytes(dt, n_out, n_in);
+        data = malloc(bytes);
+        if (q35_bfp_pack_matrix(dt, data, bytes, src, Q35_DT_F32, n_out, n_in, 0, &err)) return 1;
+    }
+    q35_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {n_out, n_in}, .data = data, .nbytes = bytes};
+    q35_cuda_mat_layout L;
+    if (q35_cuda_mat_layout_of(&t, &L, &err)) return 1;
+    uint8_t *img = calloc(1, L.bytes);
+    q35_cuda_mat_pack_rows(&t, &L, 0, n_out, img, L.exp_pitch ? img + L.exp_offset : NULL);
+    uint8_t *d_img = NULL;
+    float *d_x = NULL, *d_y = NULL, *d_y2 = NULL;
+    int bad = 0;
+    cudaError_t rc = cudaMalloc((void **)&d_img, L.bytes);
+    if (!rc) rc = cudaMalloc((void **)&d_x, sizeof(float) * (size_t)T * (size_t)n_in);
+    if (!rc) rc = cudaMalloc((void **)&d_y, sizeof(float) * (size_t)T * (size_t)n_out);
+    if (!rc) rc = cudaMalloc((void **)&d_y2, sizeof(float) * (size_t)T * (size_t)n_out);
+    if (!rc) rc = cudaMemcpy(d_img, img, L.bytes, cudaMemcpyHostToDevice);
+    if (!rc) rc = cudaMemcpy(d_x, x, sizeof(float) * (size_t)T * (size_t)n_in, cudaMemcpyHostToDevice);
+    q35_cuda_mat m = {(int32_t)dt, (int32_t)n_out, (int32_t)n_in, (int32_t)L.pitch, (int32_t)L.exp_pitch, d_img,
+                      L.exp_pitch ? d_img + L.exp_offset : NULL};
+    if (!rc) rc = q35_cu_matmul(0, d_y, m, d_x, T, 0);
+    const q35_cuda_mat pair[2] = {m, m};
+    float *const outs[2] = {d_y2, d_y2}; /* the same output twice: the group writes it twice with the same values */
+    if (!rc) rc = q35_cu_matmul_n(0, 2, pair, outs, d_x, T, 0);
+    if (!rc) rc = cudaMemcpy(y, d_y, sizeof(float) * (size_t)T * (size_t)n_out, cudaMemcpyDeviceToHost);
+    if (!rc) rc = cudaMemcpy(y2, d_y2, sizeof(float) * (size_t)T * (size_t)n_out, cudaMemcpyDeviceToHost);
+    if (rc) {
+        CHECK_MSG(0, "%s %lldx%lld T=%d: CUDA: %s", q35_dtype_name(dt), (long long)n_out, (long long)n_in, T, cudaGetErrorString(rc));
+        bad = 1;
+    }
+    for (int32_t tt = 0; !rc && tt < T; tt++)
+        for (int64_t o = 0; o < n_out; o++) {
+            double want = 0, mag = 0;
+            for (int64_t i = 0; i < n_in; i++) {
+                double p = (double)q35_cuda_mat_get(&L, img, o, i) * x[(size_t)tt * (size_t)n_in + (size_t)i];
+                want += p, mag += fabs(p);
+            }
+            const float got = y[(size_t)tt * (size_t)n_out + (size_t)o];
+            if (!(fabs(got - want) <= 1e-5 * mag) && bad++ < 4)
+                CHECK_MSG(0, "%s %lldx%lld T=%d: y[%d][%lld] = %.9g, want %.9g (|w x| sum %.3g)", q35_dtype_name(dt),
+                          (long long)n_out, (long long)n_in, T, tt, (long long)o, got, want, mag);
+            if (memcmp(&got, &y2[(size_t)tt * (size_t)n_out + (size_t)o], 4) && bad++ < 4)
+                CHECK_MSG(0, "%s T=%d: y[%d][%lld] differs in a group", q35_dtype_name(dt), T, tt, (long long)o);
+        }
+    cudaFree(d_img); cudaFree(d_x); cudaFree(d_y); cudaFree(d_y2);
+    if (data != src && data != h) free(data);
+    free(img); free(h); free(src); free(x); free(y); free(y2);
+    return bad;
+}
+
+/* Both matmul kernels at every dtype, row counts on both sides of 8 and of
+ * the tensor-core tile (64), widths with partial windows. */
+TEST(cuda, matmul_kernels_match_a_double_sum) {
+    if (no_device("matmul_kernels_match_a_double_sum")) return;
+    const q35_dtype dts[] = {Q35_DT_BFP4, Q35_DT_BFP8, Q35_DT_BF16, Q35_DT_F32};
+    const int32_t rows[] = {1, 2, 3, 8, 9, 40, 65, 128};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            CHECK_EQ_INT(check_device_matmul(dts[d], 70, 1056, rows[r], 11u + (uint32_t)(d * 8 + r)), 0);
+            CHECK_EQ_INT(check_device_matmul(dts[d], 129, 96, rows[r], 91u + (uint32_t)(d * 8 + r)), 0);
+        }
 }
 
 static void demo_prompt(int32_t *ids, int32_t n, int32_t vocab) {

@@ -128,6 +128,18 @@ static cudaError_t launch_group(cudaStream_t s, const mm_group &G, unsigned bloc
 extern "C" cudaError_t q35_cu_matmul_n(cudaStream_t s, int32_t n, const q35_cuda_mat *W, float *const *y, const float *x,
                                        int32_t T, int add) {
     if (T <= 0) return cudaSuccess;
+    q35_cuda_mat tc_left[MM_GROUP];
+    float *tc_left_y[MM_GROUP];
+    if (T > 8 && n <= MM_GROUP) { /* prompts: tensor cores where the dtype allows, a matrix at a time */
+        int32_t left = 0;
+        for (int32_t i = 0; i < n; i++) {
+            cudaError_t rc = cudaSuccess;
+            if (W[i].n_out <= 0) continue;
+            if (!q35_cu_matmul_tc(s, y[i], W[i], x, T, add, &rc)) tc_left[left] = W[i], tc_left_y[left++] = y[i];
+            else if (rc) return rc;
+        }
+        W = tc_left, y = tc_left_y, n = left;
+    }
     mm_group G;
     memset(&G, 0, sizeof G);
     unsigned blocks = 0;

@@ -40,6 +40,11 @@ cudaError_t q35_cu_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float 
  * n_out 0, skipped); each output as the single form computes it. */
 cudaError_t q35_cu_matmul_n(cudaStream_t s, int32_t n, const q35_cuda_mat *W, float *const *y, const float *x, int32_t T,
                             int add);
+/* tc.cu: q35_cu_matmul on tensor cores, for passes of more than 8 rows:
+ * returns 0 (nothing launched) where it does not apply (Q35_CUDA_TC=0, a
+ * dtype other than BF16 / BFP8 / BFP4, n_in not a multiple of 32), else
+ * 1 with the launch's error in *rc. */
+int q35_cu_matmul_tc(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add, cudaError_t *rc);
 /* out row t (stride out_stride) = W row tokens[t], widened to float. */
 cudaError_t q35_cu_embed(cudaStream_t s, float *out, int32_t out_stride, q35_cuda_mat W, const int32_t *tokens, int32_t T);
 /* dst = src / rms(src) * (1 + w) per row of n (strides in floats). */
