@@ -345,34 +345,53 @@ extern "C" cudaError_t q35_cu_attn(cudaStream_t s, q35_cuda_attn a, float *o, co
 
 /* One thread per (sequence, channel): the sequence's rows in order through
  * the CK taps (tap j multiplies the input CK-1-j steps back), SiLU, and the
- * conv state advanced (and copied after each row of a rewindable pass). */
+ * conv state advanced (and copied after each row of a rewindable pass).
+ * CK is a template argument where it is 4 (Qwen3.5's), so the taps and the
+ * history stay in registers; KCK = 0 takes it from g (local arrays). */
+template <int KCK>
 __global__ void gdn_conv_kernel(q35_cuda_gdn g, float *y, const float *raw, const float *conv_w, const q35_cuda_seq *seqs) {
-    const int32_t ch = blockIdx.x * blockDim.x + threadIdx.x, CK = g.CK;
+    const int32_t ch = blockIdx.x * blockDim.x + threadIdx.x, CK = KCK ? KCK : g.CK;
     const q35_cuda_seq q = seqs[blockIdx.y];
     if (ch >= g.CD) return;
-    float w[16], hist[16];
-    for (int i = 0; i < CK; i++) w[i] = conv_w[(size_t)ch * CK + i];
+    float w[KCK ? KCK : 16], hist[KCK ? KCK : 16];
+#pragma unroll
+    for (int i = 0; i < (KCK ? KCK : 16); i++)
+        if (i < CK) w[i] = conv_w[(size_t)ch * CK + i];
     float *st = q.rec + g.conv_off + (size_t)ch * (CK - 1);
-    for (int i = 0; i < CK - 1; i++) hist[i] = st[i];
+#pragma unroll
+    for (int i = 0; i < (KCK ? KCK : 16) - 1; i++)
+        if (i < CK - 1) hist[i] = st[i];
+    float next = q.n_rows > 0 ? raw[(size_t)q.row0 * g.CD + ch] : 0.0f;
     for (int32_t t = 0; t < q.n_rows; t++) {
         const size_t row = (size_t)(q.row0 + t);
-        hist[CK - 1] = raw[row * g.CD + ch];
+        hist[CK - 1] = next;
+        if (t + 1 < q.n_rows) next = raw[(row + 1) * g.CD + ch]; /* the next row's input, loaded ahead */
         float acc = 0.0f;
-        for (int i = 0; i < CK; i++) acc = fmaf(w[i], hist[i], acc);
+#pragma unroll
+        for (int i = 0; i < (KCK ? KCK : 16); i++)
+            if (i < CK) acc = fmaf(w[i], hist[i], acc);
         y[row * g.CD + ch] = silu(acc);
-        for (int i = 0; i < CK - 1; i++) hist[i] = hist[i + 1];
+#pragma unroll
+        for (int i = 0; i < (KCK ? KCK : 16) - 1; i++)
+            if (i < CK - 1) hist[i] = hist[i + 1];
         if (q.row_states && t + 1 < q.n_rows) {
             float *ck = q.row_states + (size_t)t * g.rec_floats + g.conv_off + (size_t)ch * (CK - 1);
-            for (int i = 0; i < CK - 1; i++) ck[i] = hist[i];
+#pragma unroll
+            for (int i = 0; i < (KCK ? KCK : 16) - 1; i++)
+                if (i < CK - 1) ck[i] = hist[i];
         }
     }
-    for (int i = 0; i < CK - 1; i++) st[i] = hist[i];
+#pragma unroll
+    for (int i = 0; i < (KCK ? KCK : 16) - 1; i++)
+        if (i < CK - 1) st[i] = hist[i];
 }
 
 extern "C" cudaError_t q35_cu_gdn_conv(cudaStream_t s, q35_cuda_gdn g, float *y, const float *raw, const float *conv_w,
                                        const q35_cuda_seq *seqs, int32_t n_seqs) {
     if (n_seqs <= 0) return cudaSuccess;
-    gdn_conv_kernel<<<dim3((g.CD + 127) / 128, n_seqs), 128, 0, s>>>(g, y, raw, conv_w, seqs);
+    const dim3 grid((g.CD + 127) / 128, n_seqs);
+    if (g.CK == 4) gdn_conv_kernel<4><<<grid, 128, 0, s>>>(g, y, raw, conv_w, seqs);
+    else gdn_conv_kernel<0><<<grid, 128, 0, s>>>(g, y, raw, conv_w, seqs);
     return cudaGetLastError();
 }
 
@@ -425,13 +444,22 @@ __global__ void __launch_bounds__(GDN_COLS * GDN_WMAX) gdn_recur_kernel(q35_cuda
 #pragma unroll
     for (int r = 0; r < GDN_RMAX; r++) s[r] = r < R && live ? Sj[(i0 + r) * DV] : 0.0f;
     const float A = expf(A_log[h]), dt = dt_bias[h];
+    /* a row's inputs (thread i < DK: q_i and k_i; the lane's v_j; b, a), loaded a row ahead */
+    const int32_t me = threadIdx.x; /* blockDim = 32 ceil(DK / 16) >= DK */
+    float nq = 0.0f, nk = 0.0f, nv = 0.0f, nb = 0.0f, na = 0.0f;
+#define GDN_LOAD(r)                                                                   \
+    do {                                                                              \
+        const float *yr_ = y + (size_t)(r) * g.CD;                                    \
+        if (me < DK) nq = yr_[(size_t)kh * DK + me], nk = yr_[KD + (size_t)kh * DK + me]; \
+        nv = live ? yr_[2 * KD + (size_t)h * DV + j] : 0.0f;                           \
+        nb = bb[(size_t)(r) * g.HV + h], na = aa[(size_t)(r) * g.HV + h];              \
+    } while (0)
+    if (q.n_rows > 0) GDN_LOAD(q.row0);
     for (int32_t t = 0; t < q.n_rows; t++) {
         const size_t row = (size_t)(q.row0 + t);
-        const float *yr = y + row * g.CD;
-        for (int32_t i = threadIdx.x; i < DK; i += blockDim.x) {
-            sq[i] = yr[(size_t)kh * DK + i];
-            sk[i] = yr[KD + (size_t)kh * DK + i];
-        }
+        if (me < DK) sq[me] = nq, sk[me] = nk;
+        const float v = nv, b_in = nb, a_in = na;
+        if (t + 1 < q.n_rows) GDN_LOAD(row + 1);
         __syncthreads();
         float a = 0.0f, b = 0.0f, qk = 0.0f;
 #pragma unroll
@@ -446,8 +474,7 @@ __global__ void __launch_bounds__(GDN_COLS * GDN_WMAX) gdn_recur_kernel(q35_cuda
         __syncthreads();
         a = pa[0][lane], b = pb[0][lane], qk = pq[0];
         for (int w = 1; w < n_warps; w++) a += pa[w][lane], b += pb[w][lane], qk += pq[w];
-        const float beta = sigmoid(bb[row * g.HV + h]), decay = expf(-A * softplus(aa[row * g.HV + h] + dt));
-        const float v = live ? yr[2 * KD + (size_t)h * DV + j] : 0.0f;
+        const float beta = sigmoid(b_in), decay = expf(-A * softplus(a_in + dt));
         const float delta = beta * (v - decay * a);
         if (warp == 0 && live) core[row * g.HV * DV + (size_t)h * DV + j] = decay * b + qk * delta;
         float *ck = q.row_states && t + 1 < q.n_rows && live
@@ -465,6 +492,7 @@ __global__ void __launch_bounds__(GDN_COLS * GDN_WMAX) gdn_recur_kernel(q35_cuda
 #pragma unroll
         for (int r = 0; r < GDN_RMAX; r++)
             if (r < R) Sj[(i0 + r) * DV] = s[r];
+#undef GDN_LOAD
 }
 
 extern "C" cudaError_t q35_cu_gdn_recur(cudaStream_t s, q35_cuda_gdn g, float *core, const float *y, const float *bb,
