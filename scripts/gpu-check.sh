@@ -15,10 +15,14 @@
 #   prepare    the synthetic Qwen3.5-9B cache (qwen35 prepare --synthetic)
 #   bench      bench_cuda: the matmul kernel alone at the 9B's shapes and the
 #              launch rate, then on that cache decode tok/s, share of the copy
-#              bandwidth, prompt 254 TTFT, batch of 8 (bench_cuda.json)
-#   suite      the whole unit suite with Q35_BACKEND=cuda
-# Each step has a time cap so the whole stays under 6 minutes; logs and
-# the JSON go to $OUT (8 files); a summary table is printed last.
+#              bandwidth, prompt 254 TTFT, batch of 8, and a profile of each
+#              kernel (bench_cuda.json)
+#   speed      qwen35 speed on the cuda backend: prompts 254 and 2048, batch
+#              costs, the speculative step (verify and MTP draft) and the
+#              tok/s at a synthetic acceptance (speed_cuda.json)
+# Each step has a time cap (about 4 minutes in all on the first H200 run;
+# 450 s at the caps); logs and the JSON go to $OUT (at most 8 files); a
+# summary table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check}
@@ -77,17 +81,18 @@ if ! step cuda 60 "$B/test_runner" cuda cuda_layout; then
     fi
 fi
 Q35_CUDA_GRAPHS=0 Q35_CUDA_TC=0 LOG=cuda step cuda_plain 30 "$B/test_runner" cuda
-step kernels 25 "$B/bench_kernels" --quick
-Q35_BACKEND=cpu step unit_cpu 60 "$B/test_runner"
+step kernels 30 "$B/bench_kernels" --quick
+Q35_BACKEND=cpu step unit_cpu 40 "$B/test_runner"
 if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)")
 else LOG=bench step prepare 100 "$B/qwen35" prepare --synthetic qwen3.5-9b --out "$CACHE"; fi
 step bench 100 "$B/bench_cuda" -m "$CACHE" --json "$OUT/bench_cuda.json"
-Q35_BACKEND=cuda step suite 30 "$B/test_runner"
+Q35_BACKEND=cuda LOG=bench step speed 90 "$B/qwen35" speed -m "$CACHE" -t 1 --prompt 254,2048 --decode 32 \
+    --json "$OUT/speed_cuda.json"
 
 picked=$(grep -ohE '^(avx512[a-z0-9]*|avx2|ref) ' "$OUT/kernels.log" 2>/dev/null | sort -u | tr -d ' ' | tr '\n' ' ')
 echo
 echo "== gpu-check summary ($(( $(date +%s) - T0 )) s; logs in $OUT)"
-grep -hE 'copy bandwidth|^launch|decode 1|prompt 254|batch of|device memory|^cuda profile' "$OUT/bench.log" 2>/dev/null
+grep -hE '^device copy bandwidth|^launch|^decode 1|^prompt 254|^prompt 2048|^batch of|^batch cost|^spec k|^device memory|^cuda profile' "$OUT/bench.log" 2>/dev/null
 echo "cpu kernel tables measured: ${picked:-none, see $OUT/kernels.log}; cpu flags: $(grep -o -w 'avx512f\|avx512_vnni\|avx512_bf16\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 printf '%-10s %-5s %6s  %s\n' step result time note
 for r in "${rows[@]}"; do echo "$r"; done
