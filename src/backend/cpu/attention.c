@@ -128,6 +128,7 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
     float *ys[3] = {qg, k, v};
     const q35_tensor *Ws[3] = {&l->q_proj, &l->k_proj, &l->v_proj};
     q35_matmul_multi(hc, 3, ys, Ws, xn, T);
+    const double t0 = hc->prof ? q35_now_seconds() : 0;
     for (int32_t i = 0; i < RD / 2; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)RD);
 
     for (int32_t si = 0; si < n_segs; si++) {
@@ -166,5 +167,7 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
     for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
     if (work < 1e5) attn_worker(&j, 0, 1);
     else q35_pool_run(hc->pool, attn_worker, &j);
+    if (hc->prof)
+        q35_prof_add(hc->prof, hc->prof_rows, "attention: norms, rope, cache, scores, values", 0, q35_now_seconds() - t0);
     q35_matmul(hc, out, &l->o_proj, o, T);
 }

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #define ROW_ALIGN 64 /* whole weight panels per worker */
 #define Q35_MATMUL_MAX_PIECES 8 /* per job */
@@ -96,13 +97,39 @@ static double job_work(const matmul_job *j) {
     return w * (double)j->n_tok;
 }
 
+static void swiglu_worker(void *p, int ith, int nth);
+
+/* The job's matrices as one name: the first's role, then the others' last part. */
+static void job_name(const matmul_job *j, int swiglu, char *out, size_t size) {
+    char role[64];
+    q35_prof_role(j->Ws[0]->name, out, size);
+    for (int i = 1; i < j->n; i++) {
+        q35_prof_role(j->Ws[i]->name, role, sizeof role);
+        const char *last = strrchr(role, '.');
+        size_t at = strlen(out);
+        snprintf(out + at, size - at, " + %.24s", last ? last + 1 : role);
+    }
+    if (swiglu) {
+        size_t at = strlen(out);
+        snprintf(out + at, size - at, " (+silu)");
+    }
+}
+
 static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
+    const double t0 = h->prof ? q35_now_seconds() : 0;
     atomic_init(&j->next, 0);
     j->epoch = atomic_fetch_add_explicit(&g_epoch, 1, memory_order_relaxed) + 1;
     j->n_blocks = 0;
     for (int i = 0; i < j->n; i++) j->n_blocks += piece_blocks(j->Ws[i]);
     if (job_work(j) < 2e5 || !h->pool) fn(j, 0, 1); /* too small to be worth a handoff */
     else q35_pool_run(h->pool, fn, j);
+    if (h->prof) {
+        char name[64];
+        double bytes = 0;
+        for (int i = 0; i < j->n; i++) bytes += (double)j->Ws[i]->nbytes;
+        job_name(j, fn == swiglu_worker, name, sizeof name);
+        q35_prof_add(h->prof, h->prof_rows ? h->prof_rows : (int32_t)j->n_tok, name, bytes, q35_now_seconds() - t0);
+    }
 }
 
 void q35_matmul(const q35_host *h, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {

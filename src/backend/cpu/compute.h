@@ -11,6 +11,7 @@
 #define Q35_COMPUTE_H
 
 #include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/profile.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/backend.h"
 #include "base/util.h"
@@ -26,7 +27,12 @@ typedef struct q35_host {
      * model with the matrices and their input rows, on the calling thread. */
     q35_matmul_tap tap;
     void *tap_ctx;
+    /* Q35_PROFILE (profile.h): NULL, or where the timed parts go, keyed by
+     * the rows of the pass in flight (prof_rows, set at its begin) */
+    q35_prof *prof;
+    int32_t prof_rows;
 } q35_host;
+
 
 /* y (n_tok, n_out) = x (n_tok, n_in) W^T, with W (n_out, n_in). */
 void q35_matmul(const q35_host *h, float *y, const q35_tensor *W, const float *x, int64_t n_tok);

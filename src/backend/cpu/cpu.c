@@ -43,9 +43,23 @@ q35_status q35_host_scratch_fit(q35_host_backend *b, int32_t n_ctx, q35_error *e
     return Q35_OK;
 }
 
+/* Q35_PROFILE: a pass runs from its begin to the end of its logits (or to
+ * its end, without logits). */
+static void prof_pass_done(q35_host_backend *b, double t_end) {
+    if (!b->prof_t0) return;
+    q35_prof_add(b->host.prof, b->prof_pass_rows, NULL, 0, 0);
+    q35_prof_add(b->host.prof, b->prof_pass_rows, "pass", 0, t_end - b->prof_t0);
+    b->prof_t0 = 0;
+}
+
 static void host_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, const int32_t *tokens, int32_t T) {
     q35_host_backend *b = host_of(base);
     const int32_t H = b->c->hidden_size;
+    if (b->host.prof) {
+        prof_pass_done(b, b->prof_t_end); /* the last pass had no logits */
+        b->host.prof_rows = b->prof_pass_rows = T;
+        b->prof_t0 = q35_now_seconds();
+    }
     b->seqs = seqs;
     b->n_seqs = n_seqs;
     b->n_rows = T;
@@ -88,8 +102,10 @@ static void norm_worker(void *p, int ith, int nth) {
 #define NORM_POOL_ROWS 16 /* fewer rows: a handoff costs more than it saves */
 
 static void run_norm(const q35_host *h, norm_job *j) {
+    const double t0 = h->prof ? q35_now_seconds() : 0;
     if (j->T < NORM_POOL_ROWS || !h->pool) norm_worker(j, 0, 1);
     else q35_pool_run(h->pool, norm_worker, j);
+    if (h->prof) q35_prof_add(h->prof, h->prof_rows, "norms (and residual adds)", 0, q35_now_seconds() - t0);
 }
 
 static void add_norm_rows(const q35_host *h, float *dst, float *x, const float *y, const q35_tensor *w, int32_t T,
@@ -109,6 +125,7 @@ static void host_layer(q35_backend *base, int32_t li) {
     const q35_config *c = b->c;
     const q35_layer_weights *l = &b->w->layers[li];
     const int32_t H = c->hidden_size, T = b->n_rows;
+    const double t0 = b->host.prof ? q35_now_seconds() : 0;
     norm_rows(&b->host, b->xn, b->x, &l->input_norm, T, H, c->rms_norm_eps);
     if (c->layer_is_full[li]) {
         q35_attn_seg segs[Q35_UBATCH];
@@ -138,17 +155,22 @@ static void host_layer(q35_backend *base, int32_t li) {
     add_norm_rows(&b->host, b->xn, b->x, b->tmp, &l->post_norm, T, H, c->rms_norm_eps);
     q35_mlp(&b->host, b->tmp, b->mlp_gate, b->mlp_up, &l->gate_proj, &l->up_proj, &l->down_proj, b->xn, T);
     add_rows(b->x, b->tmp, T, H);
+    if (b->host.prof)
+        q35_prof_add(b->host.prof, T, c->layer_is_full[li] ? "(whole attention layers)" : "(whole GDN layers)", 0,
+                     q35_now_seconds() - t0);
 }
 
 static void host_end(q35_backend *base) {
     q35_host_backend *b = host_of(base);
     norm_rows(&b->host, b->xn, b->x, &b->w->final_norm, b->n_rows, b->c->hidden_size, b->c->rms_norm_eps);
     b->seqs = NULL;
+    if (b->host.prof) b->prof_t_end = q35_now_seconds();
 }
 
 static void host_logits(q35_backend *base, int32_t row0, int32_t n, float *out) {
     q35_host_backend *b = host_of(base);
     q35_matmul(&b->host, out, &b->w->lm_head, b->xn + (size_t)row0 * b->c->hidden_size, n);
+    if (b->host.prof) prof_pass_done(b, q35_now_seconds());
 }
 
 static void host_keep_rows(q35_backend *base, q35_bstate *st, int32_t row0, int32_t n) {
@@ -167,6 +189,12 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
     const float *hidden = src == Q35_MTP_FROM_FORWARD ? b->xn : src == Q35_MTP_FROM_KEPT ? s->kept : s->draft_hidden;
     hidden += (size_t)row0 * H;
     float *cat = b->mtp_cat, *u = b->mtp_x, *un = b->mtp_xn;
+    double t0 = 0;
+    if (b->host.prof) { /* the MTP head's own table */
+        prof_pass_done(b, b->prof_t_end);
+        b->host.prof_rows = Q35_PROF_MTP + n;
+        t0 = q35_now_seconds();
+    }
     for (int32_t i = 0; i < n; i++) {
         float *row = cat + (size_t)i * 2 * H;
         const float *e = mm && mm->embed ? mm->embed[i] : NULL;
@@ -187,6 +215,10 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
     if (logits) {
         q35_rmsnorm1p_to(s->draft_hidden, u + (size_t)(n - 1) * H, &m->norm, H, eps);
         q35_matmul(&b->host, logits, b->draft_head, s->draft_hidden, 1);
+    }
+    if (b->host.prof) {
+        q35_prof_add(b->host.prof, Q35_PROF_MTP + n, NULL, 0, 0);
+        q35_prof_add(b->host.prof, Q35_PROF_MTP + n, "pass", 0, q35_now_seconds() - t0);
     }
 }
 
@@ -239,6 +271,10 @@ static int32_t host_threads(const q35_backend *base) {
 static void host_close(q35_backend *base) {
     q35_host_backend *b = host_of(base);
     if (!b) return;
+    if (b->host.prof) {
+        prof_pass_done(b, b->prof_t_end);
+        q35_prof_close(b->host.prof, stderr);
+    }
     q35_pool_free(b->host.pool);
     free(b->x); free(b->xn); free(b->tmp); free(b->mlp_gate); free(b->mlp_up); free(b->mixer);
     free(b->mtp_x); free(b->mtp_xn); free(b->mtp_cat);
@@ -283,6 +319,7 @@ q35_status q35_host_backend_open(const char *name, const q35_kernels *k, int32_t
     b->c = c;
     b->w = w;
     b->draft_head = &w->lm_head;
+    b->host.prof = q35_prof_open();
     q35_status st = n_threads == 1 ? Q35_OK : q35_pool_new(n_threads, &b->host.pool, err);
     size_t U = Q35_UBATCH, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     if (!st) {

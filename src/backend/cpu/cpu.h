@@ -36,6 +36,8 @@ typedef struct q35_host_backend {
     /* the pass in flight (begin .. end) */
     const q35_bseq *seqs;
     int32_t n_seqs, n_rows;
+    double prof_t0, prof_t_end;     /* Q35_PROFILE: the pass's begin (0: none open) and end */
+    int32_t prof_pass_rows;
 } q35_host_backend;
 
 struct q35_bstate {

@@ -161,11 +161,13 @@ void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_we
     const q35_tensor *Ws[4] = {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a};
     q35_matmul_multi(hc, 4, ys, Ws, xn, T);
 
+    const double t0 = hc->prof ? q35_now_seconds() : 0;
     int32_t max_rows = 0;
     for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
     heads_job j = {hc->k, c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows)};
     /* a handoff costs microseconds: tiny models run their heads inline */
     if ((double)T * HV * DK * DV < 1e5) heads_worker(&j, 0, 1);
     else q35_pool_run(hc->pool, heads_worker, &j);
+    if (hc->prof) q35_prof_add(hc->prof, hc->prof_rows, "gdn: conv, norms, delta rule", 0, q35_now_seconds() - t0);
     q35_matmul(hc, out, &l->out_proj, core, T);
 }
