@@ -97,87 +97,150 @@ TEST(cuda, goldens_logits_and_greedy_tokens) {
     }
 }
 
-/* One matrix of dtype dt through q35_cu_matmul (the CUDA-core kernel up to
- * 8 rows, tensor cores above) and q35_cu_matmul_n (in a group with a second
- * matrix), against a double sum over the image's values: each output within
- * 1e-5 of the sum of |w x| (fp32 sums of n_in terms; three bf16 terms of x
- * on tensor cores carry it to 2^-24). Returns the number of bad outputs. */
-static int check_device_matmul(q35_dtype dt, int64_t n_out, int64_t n_in, int32_t T, uint32_t seed) {
+/* A device image of a random [n_out, n_in] matrix of dtype dt (weights
+ * |w| when positive), and its host copy for q35_cuda_mat_get. */
+typedef struct { q35_cuda_mat_layout L; uint8_t *img, *d_img; q35_cuda_mat m; } dev_mat;
+
+static int dev_mat_make(dev_mat *M, q35_dtype dt, int64_t n_out, int64_t n_in, uint32_t seed, int positive) {
     const size_t n = (size_t)(n_out * n_in);
-    float *src = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * (size_t)T * (size_t)n_in);
-    float *y = malloc(sizeof(float) * (size_t)T * (size_t)n_out), *y2 = malloc(sizeof(float) * (size_t)T * (size_t)n_out);
-    for (size_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; src[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * (i % 9 ? 1.0f : 20.0f); }
-    for (size_t i = 0; i < (size_t)T * (size_t)n_in; i++) { seed = seed * 1664525u + 1013904223u; x[i] = (float)(seed >> 8) / 16777216.0f - 0.5f; }
+    float *src = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        float v = ((float)(seed >> 8) / 16777216.0f - 0.5f) * (i % 9 ? 1.0f : 20.0f);
+        src[i] = positive ? fabsf(v) + 0.01f : v;
+    }
     void *data = src;
     size_t bytes = n * 4;
-    uint16_t *h = NULL;
     q35_error err = {0};
+    int ok = 1;
     if (dt == Q35_DT_BF16) {
-        h = malloc(2 * n);
+        uint16_t *h = malloc(2 * n);
         for (size_t i = 0; i < n; i++) h[i] = q35_f32_to_bf16(src[i]);
         data = h, bytes = 2 * n;
     } else if (dt != Q35_DT_F32) {
         bytes = q35_bfp_tensor_bytes(dt, n_out, n_in);
         data = malloc(bytes);
-        if (q35_bfp_pack_matrix(dt, data, bytes, src, Q35_DT_F32, n_out, n_in, 0, &err)) return 1;
+        ok = !q35_bfp_pack_matrix(dt, data, bytes, src, Q35_DT_F32, n_out, n_in, 0, &err);
     }
     q35_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {n_out, n_in}, .data = data, .nbytes = bytes};
-    q35_cuda_mat_layout L;
-    if (q35_cuda_mat_layout_of(&t, &L, &err)) return 1;
-    uint8_t *img = calloc(1, L.bytes);
-    q35_cuda_mat_pack_rows(&t, &L, 0, n_out, img, L.exp_pitch ? img + L.exp_offset : NULL);
-    uint8_t *d_img = NULL;
-    float *d_x = NULL, *d_y = NULL, *d_y2 = NULL;
-    int bad = 0;
-    cudaError_t rc = cudaMalloc((void **)&d_img, L.bytes);
-    if (!rc) rc = cudaMalloc((void **)&d_x, sizeof(float) * (size_t)T * (size_t)n_in);
-    if (!rc) rc = cudaMalloc((void **)&d_y, sizeof(float) * (size_t)T * (size_t)n_out);
-    if (!rc) rc = cudaMalloc((void **)&d_y2, sizeof(float) * (size_t)T * (size_t)n_out);
-    if (!rc) rc = cudaMemcpy(d_img, img, L.bytes, cudaMemcpyHostToDevice);
-    if (!rc) rc = cudaMemcpy(d_x, x, sizeof(float) * (size_t)T * (size_t)n_in, cudaMemcpyHostToDevice);
-    q35_cuda_mat m = {(int32_t)dt, (int32_t)n_out, (int32_t)n_in, (int32_t)L.pitch, (int32_t)L.exp_pitch, d_img,
-                      L.exp_pitch ? d_img + L.exp_offset : NULL};
-    if (!rc) rc = q35_cu_matmul(0, d_y, m, d_x, T, 0);
-    const q35_cuda_mat pair[2] = {m, m};
-    float *const outs[2] = {d_y2, d_y2}; /* the same output twice: the group writes it twice with the same values */
-    if (!rc) rc = q35_cu_matmul_n(0, 2, pair, outs, d_x, T, 0);
-    if (!rc) rc = cudaMemcpy(y, d_y, sizeof(float) * (size_t)T * (size_t)n_out, cudaMemcpyDeviceToHost);
-    if (!rc) rc = cudaMemcpy(y2, d_y2, sizeof(float) * (size_t)T * (size_t)n_out, cudaMemcpyDeviceToHost);
-    if (rc) {
-        CHECK_MSG(0, "%s %lldx%lld T=%d: CUDA: %s", q35_dtype_name(dt), (long long)n_out, (long long)n_in, T, cudaGetErrorString(rc));
-        bad = 1;
+    memset(M, 0, sizeof *M);
+    if (ok) ok = !q35_cuda_mat_layout_of(&t, &M->L, &err);
+    if (ok) {
+        M->img = calloc(1, M->L.bytes);
+        q35_cuda_mat_pack_rows(&t, &M->L, 0, n_out, M->img, M->L.exp_pitch ? M->img + M->L.exp_offset : NULL);
+        ok = !cudaMalloc((void **)&M->d_img, M->L.bytes) && !cudaMemcpy(M->d_img, M->img, M->L.bytes, cudaMemcpyHostToDevice);
     }
-    for (int32_t tt = 0; !rc && tt < T; tt++)
-        for (int64_t o = 0; o < n_out; o++) {
-            double want = 0, mag = 0;
-            for (int64_t i = 0; i < n_in; i++) {
-                double p = (double)q35_cuda_mat_get(&L, img, o, i) * x[(size_t)tt * (size_t)n_in + (size_t)i];
-                want += p, mag += fabs(p);
-            }
-            const float got = y[(size_t)tt * (size_t)n_out + (size_t)o];
-            if (!(fabs(got - want) <= 1e-5 * mag) && bad++ < 4)
-                CHECK_MSG(0, "%s %lldx%lld T=%d: y[%d][%lld] = %.9g, want %.9g (|w x| sum %.3g)", q35_dtype_name(dt),
-                          (long long)n_out, (long long)n_in, T, tt, (long long)o, got, want, mag);
-            if (memcmp(&got, &y2[(size_t)tt * (size_t)n_out + (size_t)o], 4) && bad++ < 4)
-                CHECK_MSG(0, "%s T=%d: y[%d][%lld] differs in a group", q35_dtype_name(dt), T, tt, (long long)o);
-        }
-    cudaFree(d_img); cudaFree(d_x); cudaFree(d_y); cudaFree(d_y2);
-    if (data != src && data != h) free(data);
-    free(img); free(h); free(src); free(x); free(y); free(y2);
-    return bad;
+    if (ok)
+        M->m = (q35_cuda_mat){(int32_t)dt, (int32_t)n_out, (int32_t)n_in, (int32_t)M->L.pitch, (int32_t)M->L.exp_pitch,
+                              M->d_img, M->L.exp_pitch ? M->d_img + M->L.exp_offset : NULL};
+    if (data != src) free(data);
+    free(src);
+    CHECK_MSG(ok, "%s %lldx%lld: making the image: %s", q35_dtype_name(dt), (long long)n_out, (long long)n_in, err.msg);
+    return ok;
 }
 
-/* Both matmul kernels at every dtype, row counts on both sides of 8 and of
- * the tensor-core tile (64), widths with partial windows. */
+static void dev_mat_free(dev_mat *M) { cudaFree(M->d_img); free(M->img); }
+
+/* How far y (T rows of M's n_out) is from base + x W^T in a double sum, in
+ * units of the sum of |w x| (the worst output). */
+static double worst_error(const dev_mat *M, const float *x, const float *base, const float *y, int32_t T) {
+    double worst = 0;
+    for (int32_t tt = 0; tt < T; tt++)
+        for (int64_t o = 0; o < M->L.n_out; o++) {
+            double want = base ? base[(size_t)tt * (size_t)M->L.n_out + (size_t)o] : 0, mag = 1e-30;
+            for (int64_t i = 0; i < M->L.n_in; i++) {
+                double p = (double)q35_cuda_mat_get(&M->L, M->img, o, i) * x[(size_t)tt * (size_t)M->L.n_in + (size_t)i];
+                want += p, mag += fabs(p);
+            }
+            double d = fabs(y[(size_t)tt * (size_t)M->L.n_out + (size_t)o] - want) / mag;
+            if (!(d <= worst)) worst = d; /* NaN counts as worst */
+        }
+    return worst;
+}
+
+/* Two matrices of dtype dt (n_out 70 and 33) in one q35_cu_matmul_n call on
+ * T rows, with tc off and on, and with add over a known y: each output
+ * within 1e-5 of the sum of |w x| of a double sum. */
+static void check_device_matmul(q35_dtype dt, int64_t n_in, int32_t T, uint32_t seed) {
+    dev_mat A, B;
+    if (!dev_mat_make(&A, dt, 70, n_in, seed, 0) || !dev_mat_make(&B, dt, 33, n_in, seed + 1, 0)) return;
+    const size_t nx = (size_t)T * (size_t)n_in, na = (size_t)T * 70, nb = (size_t)T * 33;
+    float *x = malloc(sizeof(float) * nx), *ya = malloc(sizeof(float) * na), *yb = malloc(sizeof(float) * nb);
+    float *base = malloc(sizeof(float) * na);
+    for (size_t i = 0; i < nx; i++) { seed = seed * 1664525u + 1013904223u; x[i] = (float)(seed >> 8) / 16777216.0f - 0.5f; }
+    for (size_t i = 0; i < na; i++) base[i] = (float)(i % 13) - 6.0f;
+    float *d_x = NULL, *d_a = NULL, *d_b = NULL;
+    cudaError_t rc = cudaMalloc((void **)&d_x, sizeof(float) * nx);
+    if (!rc) rc = cudaMalloc((void **)&d_a, sizeof(float) * na);
+    if (!rc) rc = cudaMalloc((void **)&d_b, sizeof(float) * nb);
+    if (!rc) rc = cudaMemcpy(d_x, x, sizeof(float) * nx, cudaMemcpyHostToDevice);
+    for (int tc = 0; !rc && tc <= 1; tc++) {
+        const q35_cuda_mat W[2] = {A.m, B.m};
+        float *const y[2] = {d_a, d_b};
+        rc = q35_cu_matmul_n(0, 2, W, y, d_x, T, 0, tc);
+        if (!rc) rc = cudaMemcpy(ya, d_a, sizeof(float) * na, cudaMemcpyDeviceToHost);
+        if (!rc) rc = cudaMemcpy(yb, d_b, sizeof(float) * nb, cudaMemcpyDeviceToHost);
+        if (rc) break;
+        double ea = worst_error(&A, x, NULL, ya, T), eb = worst_error(&B, x, NULL, yb, T);
+        CHECK_MSG(ea <= 1e-5 && eb <= 1e-5, "%s n_in %lld T=%d tc %d: worst errors %.3g, %.3g of |w x|", q35_dtype_name(dt),
+                  (long long)n_in, T, tc, ea, eb);
+        /* y += x W^T */
+        rc = cudaMemcpy(d_a, base, sizeof(float) * na, cudaMemcpyHostToDevice);
+        if (!rc) rc = q35_cu_matmul_n(0, 1, &A.m, &d_a, d_x, T, 1, tc);
+        if (!rc) rc = cudaMemcpy(ya, d_a, sizeof(float) * na, cudaMemcpyDeviceToHost);
+        if (rc) break;
+        ea = worst_error(&A, x, base, ya, T);
+        CHECK_MSG(ea <= 1e-5, "%s n_in %lld T=%d tc %d, add: worst error %.3g of |w x|", q35_dtype_name(dt), (long long)n_in, T,
+                  tc, ea);
+    }
+    CHECK_MSG(!rc, "%s n_in %lld T=%d: CUDA: %s", q35_dtype_name(dt), (long long)n_in, T, cudaGetErrorString(rc));
+    cudaFree(d_x); cudaFree(d_a); cudaFree(d_b);
+    dev_mat_free(&A); dev_mat_free(&B);
+    free(x); free(ya); free(yb); free(base);
+}
+
+/* Both matmul kernels at every dtype the cache uses, row counts on both
+ * sides of 8 and of the tensor-core tile (64), widths with partial windows
+ * (and 1040, not a multiple of 32, where tensor cores decline). */
 TEST(cuda, matmul_kernels_match_a_double_sum) {
     if (no_device("matmul_kernels_match_a_double_sum")) return;
     const q35_dtype dts[] = {Q35_DT_BFP4, Q35_DT_BFP8, Q35_DT_BF16, Q35_DT_F32};
     const int32_t rows[] = {1, 2, 3, 8, 9, 40, 65, 128};
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-            CHECK_EQ_INT(check_device_matmul(dts[d], 70, 1056, rows[r], 11u + (uint32_t)(d * 8 + r)), 0);
-            CHECK_EQ_INT(check_device_matmul(dts[d], 129, 96, rows[r], 91u + (uint32_t)(d * 8 + r)), 0);
+            check_device_matmul(dts[d], 1056, rows[r], 11u + (uint32_t)(d * 8 + r));
+            check_device_matmul(dts[d], 96, rows[r], 91u + (uint32_t)(d * 8 + r));
+            if (rows[r] == 40) check_device_matmul(dts[d], 1040, rows[r], 51u + (uint32_t)d);
         }
+}
+
+/* The tensor cores' third bf16 term of x is there: with positive weights
+ * and inputs 1 + 2^-9 + 2^-17 + 2^-23 (three terms 1, 2^-9 + 2^-16 and
+ * -2^-17 + 2^-23, exactly), two terms are off by 2^-17 - 2^-23 of every
+ * product, one way; three are off only by the tensor cores' fp32 sums
+ * (truncated, a few 2^-24 per step), well under a third of that. */
+TEST(cuda, tensor_cores_carry_the_input_in_three_terms) {
+    if (no_device("tensor_cores_carry_the_input_in_three_terms")) return;
+    dev_mat A;
+    if (!dev_mat_make(&A, Q35_DT_BFP8, 64, 64, 5u, 1)) return;
+    const int32_t T = 16;
+    float x[16 * 64], y[16 * 64];
+    for (int i = 0; i < T * 64; i++) x[i] = 1.0f + 0x1p-9f + 0x1p-17f + 0x1p-23f;
+    float *d_x = NULL, *d_y = NULL;
+    double err[4] = {0};
+    cudaError_t rc = cudaMalloc((void **)&d_x, sizeof x);
+    if (!rc) rc = cudaMalloc((void **)&d_y, sizeof y);
+    if (!rc) rc = cudaMemcpy(d_x, x, sizeof x, cudaMemcpyHostToDevice);
+    for (int terms = 2; !rc && terms <= 3; terms++) {
+        if (!q35_cu_matmul_tc_terms(0, d_y, A.m, d_x, T, 0, terms, &rc)) rc = cudaErrorInvalidValue;
+        if (!rc) rc = cudaMemcpy(y, d_y, sizeof y, cudaMemcpyDeviceToHost);
+        if (!rc) err[terms] = worst_error(&A, x, NULL, y, T);
+    }
+    CHECK_MSG(!rc, "CUDA: %s", cudaGetErrorString(rc));
+    CHECK_MSG(err[2] > 5e-6 && err[3] < err[2] / 3, "worst errors: two terms %.3g (expected ~7.5e-6), three %.3g", err[2],
+              err[3]);
+    cudaFree(d_x); cudaFree(d_y);
+    dev_mat_free(&A);
 }
 
 static void demo_prompt(int32_t *ids, int32_t n, int32_t vocab) {

@@ -292,6 +292,7 @@ static void stage_upload(cu_backend *b, cudaEvent_t ev, size_t from, size_t n) {
  * pinned stage, then the embedding rows. */
 static void begin_body(cu_backend *b) {
     stage_upload(b, b->staged_pass, 0, offsetof(cu_stage, next));
+    if (b->prof_on) q35_cu_prof_mark(b, b->n_rows); /* after the upload: the embedding's time is its own */
     const int32_t H = b->c->hidden_size;
     LAUNCH(b, "embed", q35_cu_embed(b->stream, scr(b, b->S.x), H, b->embed, b->d_stage->tokens, b->n_rows));
 }
@@ -317,6 +318,7 @@ static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, co
     b->n_seqs = n_seqs;
     b->n_rows = T;
     b->mode = CU_DIRECT;
+    b->prof_on = 0;
     if (b->err_status || !CU_OK(b, cudaEventSynchronize(b->staged_pass))) return;
     for (int32_t i = 0; i < n_seqs; i++)
         if (seqs[i].mm && !b->err_status) { /* the session never gets here: encode_images refuses first */
@@ -333,10 +335,57 @@ static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, co
                                     q->rewindable ? s->row_states : NULL};
         for (int32_t r = q->row0; r < q->row0 + q->n_rows; r++) g->row_seq[r] = i;
     }
+    b->mm_segs = g->seqs, b->mm_n_segs = n_seqs, b->mm_rows = T;
     b->prof_on = q35_cu_prof_wanted();
-    if (b->prof_on) q35_cu_prof_mark(b, T); /* timed kernel by kernel: no graph */
-    else choose_mode(b);
+    if (b->prof_on && b->prof && q35_cu_prof_pending(b) > 3000) { /* passes without logits: read their events now */
+        if (CU_OK(b, cudaStreamSynchronize(b->stream))) q35_cu_prof_harvest(b);
+    }
+    if (!b->prof_on) choose_mode(b); /* profiled passes are timed kernel by kernel: no graph */
     if (b->mode != CU_REPLAY) begin_body(b);
+}
+
+/* A sequence with at least this many rows in a pass (or the MTP head's)
+ * multiplies on tensor cores: prompts; never a verify step's rows (at most
+ * Q35_SPEC_MAX + 1) or a decode row. */
+#define CU_TC_ROWS (Q35_SPEC_MAX + 2)
+
+/* The sequence whose rows hold row r, or NULL. */
+static const q35_cuda_seq *seq_of_row(const cu_backend *b, int32_t r) {
+    for (int32_t i = 0; i < b->mm_n_segs; i++)
+        if (r >= b->mm_segs[i].row0 && r < b->mm_segs[i].row0 + b->mm_segs[i].n_rows) return &b->mm_segs[i];
+    return NULL;
+}
+
+/* y[i] = x W[i]^T over the rows of the pass in flight (or the MTP head's):
+ * one launch when no sequence reaches CU_TC_ROWS (every decode, verify and
+ * batch step); else each such sequence's rows on tensor cores and each run
+ * of the other rows on the CUDA-core kernel, so that a row's kernel depends
+ * on its own sequence's rows alone, never on the batch around it. */
+static int pass_mm(cu_backend *b, const char *what, int32_t n, const q35_cuda_mat *W, float *const *y, const float *x,
+                   int add) {
+    const int32_t T = b->mm_rows;
+    int any = 0;
+    for (int32_t i = 0; i < b->mm_n_segs; i++) any |= b->mm_segs[i].n_rows >= CU_TC_ROWS;
+    if (!any) return q35_cu_launched(b, q35_cu_matmul_n(b->stream, n, W, y, x, T, add, 0), what);
+    int32_t n_in = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (W[i].n_out > 0) { n_in = W[i].n_in; break; }
+    int ok = 1;
+    for (int32_t r = 0, r1; ok && r < T; r = r1) {
+        const q35_cuda_seq *g = seq_of_row(b, r);
+        const int tc = g && g->n_rows >= CU_TC_ROWS;
+        if (tc) r1 = g->row0 + g->n_rows;
+        else
+            for (r1 = r + 1; r1 < T; r1++) {
+                const q35_cuda_seq *h = seq_of_row(b, r1);
+                if (h && h->n_rows >= CU_TC_ROWS) break;
+            }
+        float *yy[4];
+        for (int32_t i = 0; i < n && i < 4; i++) yy[i] = y[i] + (size_t)r * (size_t)(W[i].n_out > 0 ? W[i].n_out : 0);
+        ok = q35_cu_launched(b, q35_cu_matmul_n(b->stream, n < 4 ? n : 4, W, yy, x + (size_t)r * (size_t)n_in, r1 - r, add, tc),
+                             what);
+    }
+    return ok;
 }
 
 /* x += o_proj(attention(xn)) over seqs, against their kv_layer-th K/V (x, xn: rows of H). */
@@ -349,10 +398,10 @@ static void attention(cu_backend *b, const cu_layer *l, float *x, const float *x
     cudaStream_t s = b->stream;
     const q35_cuda_mat W[3] = {l->q, l->k, l->v};
     float *const y[3] = {qg, k, v};
-    LAUNCH(b, "matmul q, k, v", q35_cu_matmul_n(s, 3, W, y, xn, T, 0));
+    pass_mm(b, "kernel matmul q, k, v", 3, W, y, xn, 0);
     LAUNCH(b, "attn_prep", q35_cu_attn_prep(s, a, qg, k, v, l->q_norm, l->k_norm, seqs, row_seq, T));
     LAUNCH(b, "attn", q35_cu_attn(s, a, o, qg, seqs, row_seq, T));
-    LAUNCH(b, "matmul o", q35_cu_matmul(s, x, l->o, o, T, 1));
+    pass_mm(b, "kernel matmul o", 1, &l->o, &x, o, 1);
 }
 
 static void gdn(cu_backend *b, const cu_layer *l, int32_t gi, int32_t T) {
@@ -369,12 +418,13 @@ static void gdn(cu_backend *b, const cu_layer *l, int32_t gi, int32_t T) {
     cudaStream_t s = b->stream;
     const q35_cuda_mat W[4] = {l->qkv, l->z, l->b, l->a};
     float *const out[4] = {raw, z, bb, aa};
-    LAUNCH(b, "matmul qkv, z, b, a", q35_cu_matmul_n(s, 4, W, out, xn, T, 0));
+    pass_mm(b, "kernel matmul qkv, z, b, a", 4, W, out, xn, 0);
     LAUNCH(b, "gdn_conv", q35_cu_gdn_conv(s, g, y, raw, l->conv, seqs, b->n_seqs));
     LAUNCH(b, "gdn_qknorm", q35_cu_gdn_qknorm(s, g, y, T));
     LAUNCH(b, "gdn_recur", q35_cu_gdn_recur(s, g, core, y, bb, aa, l->A_log, l->dt_bias, seqs, b->n_seqs));
     LAUNCH(b, "gdn_norm", q35_cu_gdn_norm(s, g, core, z, l->gdn_norm, T));
-    LAUNCH(b, "matmul out", q35_cu_matmul(s, scr(b, b->S.x), l->out, core, T, 1));
+    float *const x = scr(b, b->S.x);
+    pass_mm(b, "kernel matmul out", 1, &l->out, &x, core, 1);
 }
 
 /* x += down(silu(gate xn) * (up xn)). */
@@ -383,9 +433,9 @@ static void mlp(cu_backend *b, const cu_layer *l, float *x, const float *xn, int
     cudaStream_t s = b->stream;
     const q35_cuda_mat W[2] = {l->gate, l->up};
     float *const y[2] = {gate, up};
-    LAUNCH(b, "matmul gate, up", q35_cu_matmul_n(s, 2, W, y, xn, T, 0));
+    pass_mm(b, "kernel matmul gate, up", 2, W, y, xn, 0);
     LAUNCH(b, "swiglu", q35_cu_swiglu(s, gate, up, (size_t)T * (size_t)b->c->intermediate_size));
-    LAUNCH(b, "matmul down", q35_cu_matmul(s, x, l->down, gate, T, 1));
+    pass_mm(b, "kernel matmul down", 1, &l->down, &x, gate, 1);
 }
 
 static void norm(cu_backend *b, float *dst, const float *src, const float *w, int32_t T, const char *what) {
@@ -506,6 +556,7 @@ static void cu_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t ro
     memcpy(g->next, next, sizeof(int32_t) * (size_t)n);
     memset(g->mtp_row_seq, 0, sizeof(int32_t) * (size_t)n);
     g->mtp_seq = (q35_cuda_seq){0, n, pos0, s->n_ctx, NULL, s->mtp_kv, NULL};
+    b->mm_segs = &g->mtp_seq, b->mm_n_segs = 1, b->mm_rows = n;
     stage_upload(b, b->staged_mtp, offsetof(cu_stage, next), sizeof(cu_stage) - offsetof(cu_stage, next));
     const float *hidden = src == Q35_MTP_FROM_FORWARD ? scr(b, b->S.xn) : src == Q35_MTP_FROM_KEPT ? s->kept : s->draft;
     hidden += (size_t)row0 * H;
@@ -515,7 +566,7 @@ static void cu_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t ro
     LAUNCH(b, "embed (mtp)", q35_cu_embed(st, cat, 2 * H, b->embed, b->d_stage->next, n));
     q35_cu_launched(b, q35_cu_rmsnorm1p(st, cat, 2 * H, cat, 2 * H, b->mtp_pre_emb, n, H, eps), "kernel rmsnorm (mtp embedding)");
     q35_cu_launched(b, q35_cu_rmsnorm1p(st, cat + H, 2 * H, hidden, H, b->mtp_pre_hid, n, H, eps), "kernel rmsnorm (mtp hidden)");
-    LAUNCH(b, "matmul mtp fc", q35_cu_matmul(st, u, b->mtp_fc, cat, n, 0));
+    pass_mm(b, "kernel matmul mtp fc", 1, &b->mtp_fc, &u, cat, 0);
     norm(b, un, u, b->mtp.input_norm, n, "kernel rmsnorm (mtp input)");
     attention(b, &b->mtp, u, un, &b->d_stage->mtp_seq, b->d_stage->mtp_row_seq, 0, n);
     norm(b, un, u, b->mtp.post_norm, n, "kernel rmsnorm (mtp post)");

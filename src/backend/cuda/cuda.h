@@ -64,6 +64,8 @@ typedef struct cu_backend {
     q35_cuda_scratch_layout S;
     cu_stage *stage, *d_stage;            /* pinned host, device */
     int32_t n_seqs, n_rows;
+    const q35_cuda_seq *mm_segs;          /* the rows' sequences (host copy) and rows, for pass_mm */
+    int32_t mm_n_segs, mm_rows;
     /* CUDA graphs of whole passes of up to CU_GRAPH_ROWS rows, by (rows,
      * sequences): captured on a shape's first pass, replayed after it */
     int graphs;                           /* 0: Q35_CUDA_GRAPHS=0, or a capture failed */
@@ -104,6 +106,7 @@ int q35_cu_prof_wanted(void);
 void q35_cu_prof_mark(cu_backend *b, int32_t tag);
 void q35_cu_prof_kernel(cu_backend *b, const char *name);
 void q35_cu_prof_harvest(cu_backend *b);
+int32_t q35_cu_prof_pending(const cu_backend *b); /* events recorded, not yet read */
 void q35_cu_prof_report(cu_backend *b);
 
 /* state.c */

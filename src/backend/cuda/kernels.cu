@@ -126,11 +126,11 @@ static cudaError_t launch_group(cudaStream_t s, const mm_group &G, unsigned bloc
 }
 
 extern "C" cudaError_t q35_cu_matmul_n(cudaStream_t s, int32_t n, const q35_cuda_mat *W, float *const *y, const float *x,
-                                       int32_t T, int add) {
+                                       int32_t T, int add, int tc) {
     if (T <= 0) return cudaSuccess;
     q35_cuda_mat tc_left[MM_GROUP];
     float *tc_left_y[MM_GROUP];
-    if (T > 8 && n <= MM_GROUP) { /* prompts: tensor cores where the dtype allows, a matrix at a time */
+    if (tc && n <= MM_GROUP) { /* tensor cores where the dtype allows, a matrix at a time */
         int32_t left = 0;
         for (int32_t i = 0; i < n; i++) {
             cudaError_t rc = cudaSuccess;
@@ -161,7 +161,7 @@ extern "C" cudaError_t q35_cu_matmul_n(cudaStream_t s, int32_t n, const q35_cuda
 }
 
 extern "C" cudaError_t q35_cu_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add) {
-    return q35_cu_matmul_n(s, 1, &W, &y, x, T, add);
+    return q35_cu_matmul_n(s, 1, &W, &y, x, T, add, 0);
 }
 
 __global__ void embed_kernel(float *out, int32_t out_stride, q35_cuda_mat W, const int32_t *tokens) {

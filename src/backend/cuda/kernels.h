@@ -4,7 +4,8 @@
  * gdn.c), in fp32 with fixed reduction orders: every output is computed by
  * one warp or block in an order that depends only on its own inputs, never
  * on the batch around it or on timing, so results repeat bit for bit and a
- * row gives the same bits alone or in a batch. Norms sum squares in double
+ * row gives the same bits alone or in a batch (the caller picks tensor
+ * cores or not by the row's own sequence: cuda.c's pass_mm). Norms sum squares in double
  * as the host blocks do. */
 #ifndef Q35_CUDA_KERNELS_H
 #define Q35_CUDA_KERNELS_H
@@ -37,14 +38,20 @@ typedef struct q35_cuda_seq {
 cudaError_t q35_cu_matmul(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add);
 /* The same for n matrices sharing the input x: y[i] = x W[i]^T, in one
  * launch per run of up to 4 matrices of one dtype and width (absent ones,
- * n_out 0, skipped); each output as the single form computes it. */
+ * n_out 0, skipped); each output as the single form computes it. With tc,
+ * the matrices whose dtype allows it go to tensor cores instead (tc.cu);
+ * the caller decides, so that a row's kernel depends only on what its own
+ * sequence contributes to the pass. */
 cudaError_t q35_cu_matmul_n(cudaStream_t s, int32_t n, const q35_cuda_mat *W, float *const *y, const float *x, int32_t T,
-                            int add);
+                            int add, int tc);
 /* tc.cu: q35_cu_matmul on tensor cores, for passes of more than 8 rows:
  * returns 0 (nothing launched) where it does not apply (Q35_CUDA_TC=0, a
  * dtype other than BF16 / BFP8 / BFP4, n_in not a multiple of 32), else
  * 1 with the launch's error in *rc. */
 int q35_cu_matmul_tc(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add, cudaError_t *rc);
+/* The same with the number of bf16 terms of x given (2 or 3; else 0). */
+int q35_cu_matmul_tc_terms(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add, int terms,
+                           cudaError_t *rc);
 /* out row t (stride out_stride) = W row tokens[t], widened to float. */
 cudaError_t q35_cu_embed(cudaStream_t s, float *out, int32_t out_stride, q35_cuda_mat W, const int32_t *tokens, int32_t T);
 /* dst = src / rms(src) * (1 + w) per row of n (strides in floats). */

@@ -36,10 +36,10 @@ static void record(cu_backend *b, int32_t tag, const char *name) {
     cu_prof *p = b->prof;
     if (!p || p->n_ev >= PROF_EVENTS) return;
     if (p->n_ev >= p->n_created) {
-        if (cudaEventCreate(&p->ev[p->n_ev])) return;
+        if (cudaEventCreate(&p->ev[p->n_ev])) { (void)cudaGetLastError(); return; } /* not the next launch's error */
         p->n_created++;
     }
-    if (cudaEventRecord(p->ev[p->n_ev], b->stream)) return;
+    if (cudaEventRecord(p->ev[p->n_ev], b->stream)) { (void)cudaGetLastError(); return; }
     p->name[p->n_ev] = name, p->tag[p->n_ev] = tag;
     p->n_ev++;
 }
@@ -59,6 +59,8 @@ static void add(cu_prof *p, int32_t tag, const char *name, double ms) {
         p->n_rows++;
     }
 }
+
+int32_t q35_cu_prof_pending(const cu_backend *b) { return b->prof ? b->prof->n_ev : 0; }
 
 void q35_cu_prof_harvest(cu_backend *b) {
     cu_prof *p = b->prof;
@@ -81,6 +83,7 @@ void q35_cu_prof_harvest(cu_backend *b) {
 void q35_cu_prof_report(cu_backend *b) {
     cu_prof *p = b->prof;
     if (!p) return;
+    if (!cudaStreamSynchronize(b->stream)) q35_cu_prof_harvest(b); /* passes since the last logits */
     for (int32_t s = 0; s < p->n_shapes; s++) {
         const int32_t tag = p->shape[s].tag;
         const double passes = (double)(p->shape[s].passes ? p->shape[s].passes : 1);

@@ -148,8 +148,12 @@ static void launch_tc(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, 
 
 extern "C" int q35_cu_matmul_tc(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add,
                                 cudaError_t *rc) {
-    const int splits = tc_splits();
-    if (!splits || W.n_in % TC_K) return 0;
+    return q35_cu_matmul_tc_terms(s, y, W, x, T, add, tc_splits(), rc);
+}
+
+extern "C" int q35_cu_matmul_tc_terms(cudaStream_t s, float *y, q35_cuda_mat W, const float *x, int32_t T, int add,
+                                      int splits, cudaError_t *rc) {
+    if ((splits != 2 && splits != 3) || W.n_in % TC_K || T <= 0) return 0;
     switch (W.dtype) {
     case Q35_CU_BF16: launch_tc<Q35_CU_BF16>(s, y, W, x, T, add, splits); break;
     case Q35_CU_BFP8: launch_tc<Q35_CU_BFP8>(s, y, W, x, T, add, splits); break;
