@@ -21,16 +21,22 @@ TEST(profile, roles_drop_the_layer_number) {
     CHECK_STR_EQ(r, "mtp.fc");
 }
 
-/* What an engine on `backend` writes to stderr from load to free, with
- * Q35_PROFILE set to `value` (NULL: unset), after a 6-token prompt and one
- * decode step. */
-static char *profiled_run(const char *backend, const char *value) {
+/* What an engine on `backend` over `model` writes to stderr from load to
+ * free, with Q35_PROFILE set to `value` (NULL: unset): with `image`, that
+ * image through the tower first; then a 6-token prompt and one decode step. */
+static char *profiled_run(const char *backend, const char *model, const char *image, const char *value) {
     char path[1200];
     snprintf(path, sizeof path, "%s/profile.txt", q35_test_tmpdir());
-    fflush(stderr);
-    int saved = dup(2);
+    const char *had = getenv("Q35_PROFILE");
+    char *keep = had ? strdup(had) : NULL;
     FILE *f = fopen(path, "w+");
-    if (!f || saved < 0) return NULL;
+    fflush(stderr);
+    int saved = f ? dup(2) : -1;
+    if (saved < 0) {
+        if (f) fclose(f);
+        free(keep);
+        return NULL;
+    }
     dup2(fileno(f), 2);
     if (value) setenv("Q35_PROFILE", value, 1);
     else unsetenv("Q35_PROFILE");
@@ -38,7 +44,20 @@ static char *profiled_run(const char *backend, const char *value) {
     q35_engine *e = NULL;
     q35_session *s = NULL;
     q35_error err = {0};
-    int ok = !q35_engine_load(q35_test_path("models/tiny-a"), &p, &e, &err) && !q35_session_new(e, 64, &s, &err);
+    int ok = !q35_engine_load(q35_test_path(model), &p, &e, &err) && !q35_session_new(e, 64, &s, &err);
+    if (ok && image) {
+        q35_image_processor *ip = NULL;
+        q35_image_pixels px = {0};
+        q35_image_embeds *im = NULL;
+        size_t len = 0;
+        char *bytes = test_slurp(q35_test_path(image), &len);
+        ok = bytes && !q35_image_processor_load(q35_test_path(model), &ip, &err) &&
+             !q35_image_process(ip, bytes, len, &px, &err) && !q35_engine_encode_images(e, &px, 1, &im, &err);
+        q35_image_embeds_free(im);
+        q35_image_pixels_free(&px);
+        q35_image_processor_free(ip);
+        free(bytes);
+    }
     if (ok) {
         const int32_t ids[7] = {5, 9, 2, 7, 1, 3, 4};
         float *lg = malloc(sizeof(float) * (size_t)q35_engine_info(e)->vocab_size);
@@ -47,24 +66,38 @@ static char *profiled_run(const char *backend, const char *value) {
     }
     q35_session_free(s);
     q35_engine_free(e);
-    unsetenv("Q35_PROFILE");
+    if (keep) setenv("Q35_PROFILE", keep, 1);
+    else unsetenv("Q35_PROFILE");
+    free(keep);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = 0;
+    char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (text && n > 0 && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = 0;
     fclose(f);
     if (!ok) q35_test_fail(__FILE__, __LINE__, "run on %s: %s", backend, err.msg);
     return text;
 }
 
+/* The line of `what` in the section that starts with `section`, or NULL. */
+static const char *line_in(const char *text, const char *section, const char *what, char *line, size_t size) {
+    const char *at = strstr(text, section);
+    if (!at) return NULL;
+    const char *end = strstr(at + 1, "profile: ");
+    const char *hit = strstr(at, what);
+    if (!hit || (end && hit > end)) return NULL;
+    const char *nl = strchr(hit, '\n');
+    snprintf(line, size, "%.*s", (int)(nl ? (size_t)(nl - hit) : strlen(hit)), hit);
+    return line;
+}
+
 TEST(profile, a_profiled_engine_reports_each_part_of_its_passes) {
     const char *backends[2] = {"cpu", "ref"};
     for (int b = 0; b < 2; b++) {
-        char *t = profiled_run(backends[b], "1");
+        char *t = profiled_run(backends[b], "models/tiny-a", NULL, "1");
         REQUIRE(t);
         CHECK_MSG(strstr(t, "profile: passes of 6 rows, 1 runs") && strstr(t, "profile: passes of 1 rows, 1 runs"),
                   "%s: %s", backends[b], t);
@@ -73,17 +106,34 @@ TEST(profile, a_profiled_engine_reports_each_part_of_its_passes) {
                                "norms (and residual adds)", "(whole GDN layers)", "(whole attention layers)"};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
             CHECK_MSG(strstr(t, parts[i]), "%s: no '%s' in:\n%s", backends[b], parts[i], t);
-        /* a matrix's line ends with its bandwidth; the decode pass's lm_head is one call */
-        const char *lm = strstr(strstr(t, "passes of 1 rows"), "lm_head");
-        CHECK(lm && strstr(lm, "1.0 calls") && strstr(lm, "GB/s") && strstr(lm, "GB/s") < strchr(lm, '\n') + 1);
+        /* the decode pass's lm_head: one call, with its bandwidth */
+        char line[256];
+        CHECK_MSG(line_in(t, "passes of 1 rows", "lm_head", line, sizeof line) && strstr(line, " 1.0 calls") &&
+                      strstr(line, "GB/s"),
+                  "%s: %s", backends[b], t);
         free(t);
     }
-    char *quiet = profiled_run("cpu", NULL);
+    char *quiet = profiled_run("cpu", "models/tiny-a", NULL, NULL);
     REQUIRE(quiet);
     CHECK_MSG(!strstr(quiet, "profile:"), "unset, yet: %s", quiet);
     free(quiet);
-    quiet = profiled_run("cpu", "0");
+    quiet = profiled_run("cpu", "models/tiny-a", NULL, "0");
     REQUIRE(quiet);
     CHECK_MSG(!strstr(quiet, "profile:"), "Q35_PROFILE=0, yet: %s", quiet);
     free(quiet);
+}
+
+/* The vision tower's matmuls go to its own table (by images, blocks folded
+ * into one role each), not to the pass before or after it. */
+TEST(profile, the_vision_tower_has_its_own_table) {
+    char *t = profiled_run("cpu", "models/vl-a", "images/exif2_40x24.jpg", "1");
+    REQUIRE(t);
+    const char *vis = strstr(t, "profile: vision tower of 1 images, 1 runs");
+    CHECK_MSG(vis, "no tower section in:\n%s", t);
+    char line[256];
+    CHECK_MSG(!line_in(t, "passes of 6 rows", "visual.", line, sizeof line) &&
+                  !line_in(t, "passes of 1 rows", "visual.", line, sizeof line),
+              "tower rows in a pass's table:\n%s", t);
+    CHECK_MSG(vis && strstr(vis, "visual.") && !strstr(t, "blocks.0"), "tower roles:\n%s", t);
+    free(t);
 }

@@ -127,7 +127,8 @@ static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
         char name[64];
         double bytes = 0;
         for (int i = 0; i < j->n; i++) bytes += (double)j->Ws[i]->nbytes;
-        job_name(j, fn == swiglu_worker, name, sizeof name);
+        if (h->prof_label) snprintf(name, sizeof name, "%s", h->prof_label);
+        else job_name(j, fn == swiglu_worker, name, sizeof name);
         q35_prof_add(h->prof, h->prof_rows ? h->prof_rows : (int32_t)j->n_tok, name, bytes, q35_now_seconds() - t0);
     }
 }

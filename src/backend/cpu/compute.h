@@ -31,6 +31,7 @@ typedef struct q35_host {
      * the rows of the pass in flight (prof_rows, set at its begin) */
     q35_prof *prof;
     int32_t prof_rows;
+    const char *prof_label; /* NULL, or the next matmuls' name (lm_head, tied to the embedding) */
 } q35_host;
 
 

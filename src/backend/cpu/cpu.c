@@ -169,7 +169,9 @@ static void host_end(q35_backend *base) {
 
 static void host_logits(q35_backend *base, int32_t row0, int32_t n, float *out) {
     q35_host_backend *b = host_of(base);
+    b->host.prof_label = "lm_head"; /* also where it is the embedding, tied */
     q35_matmul(&b->host, out, &b->w->lm_head, b->xn + (size_t)row0 * b->c->hidden_size, n);
+    b->host.prof_label = NULL;
     if (b->host.prof) prof_pass_done(b, q35_now_seconds());
 }
 
@@ -214,7 +216,9 @@ static void host_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t 
     add_rows(u, cat, n, H);
     if (logits) {
         q35_rmsnorm1p_to(s->draft_hidden, u + (size_t)(n - 1) * H, &m->norm, H, eps);
+        b->host.prof_label = "mtp draft head";
         q35_matmul(&b->host, logits, b->draft_head, s->draft_hidden, 1);
+        b->host.prof_label = NULL;
     }
     if (b->host.prof) {
         q35_prof_add(b->host.prof, Q35_PROF_MTP + n, NULL, 0, 0);
@@ -243,7 +247,15 @@ static q35_status host_encode_images(q35_backend *base, const float *pixel_value
     if (b->c->vision.out_hidden_size != b->c->hidden_size)
         return q35_fail(err, Q35_ERR_UNSUPPORTED, "vision out_hidden_size %d is not the language model's width %d",
                         b->c->vision.out_hidden_size, b->c->hidden_size);
-    return q35_vision_forward(&b->host, &b->c->vision, &b->w->vision, pixel_values, n_images, grid_thw, out, err);
+    if (!b->host.prof)
+        return q35_vision_forward(&b->host, &b->c->vision, &b->w->vision, pixel_values, n_images, grid_thw, out, err);
+    prof_pass_done(b, b->prof_t_end); /* the vision tower's own table, by images */
+    b->host.prof_rows = Q35_PROF_VISION + n_images;
+    const double t0 = q35_now_seconds();
+    q35_status st = q35_vision_forward(&b->host, &b->c->vision, &b->w->vision, pixel_values, n_images, grid_thw, out, err);
+    q35_prof_add(b->host.prof, Q35_PROF_VISION + n_images, NULL, 0, 0);
+    q35_prof_add(b->host.prof, Q35_PROF_VISION + n_images, "pass", 0, q35_now_seconds() - t0);
+    return st;
 }
 
 static void host_set_tap(q35_backend *base, q35_matmul_tap tap, void *ctx) {

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PROF_ROWS 256
-#define PROF_SHAPES 16
+#define PROF_ROWS 1024
+#define PROF_SHAPES 64
 
 struct q35_prof {
     struct {
@@ -17,6 +17,7 @@ struct q35_prof {
     int32_t n;
     struct { int32_t rows; int64_t passes; } shape[PROF_SHAPES];
     int32_t n_shapes;
+    int64_t dropped; /* adds that found the table full */
 };
 
 q35_prof *q35_prof_open(void) {
@@ -30,6 +31,7 @@ void q35_prof_add(q35_prof *p, int32_t rows, const char *what, double bytes, dou
         for (int32_t i = 0; i < p->n_shapes; i++)
             if (p->shape[i].rows == rows) { p->shape[i].passes++; return; }
         if (p->n_shapes < PROF_SHAPES) p->shape[p->n_shapes].rows = rows, p->shape[p->n_shapes++].passes = 1;
+        else p->dropped++;
         return;
     }
     for (int32_t i = 0; i < p->n; i++)
@@ -37,7 +39,7 @@ void q35_prof_add(q35_prof *p, int32_t rows, const char *what, double bytes, dou
             p->row[i].calls++, p->row[i].bytes += bytes, p->row[i].seconds += seconds;
             return;
         }
-    if (p->n == PROF_ROWS) return;
+    if (p->n == PROF_ROWS) { p->dropped++; return; }
     p->row[p->n].rows = rows;
     snprintf(p->row[p->n].what, sizeof p->row[p->n].what, "%s", what);
     p->row[p->n].calls = 1, p->row[p->n].bytes = bytes, p->row[p->n].seconds = seconds;
@@ -45,14 +47,14 @@ void q35_prof_add(q35_prof *p, int32_t rows, const char *what, double bytes, dou
 }
 
 void q35_prof_role(const char *name, char *out, size_t size) {
-    const char *at = name ? strstr(name, "layers.") : NULL;
-    if (!at) {
+    const char *at = name ? strstr(name, "layers.") : NULL, *blocks = name ? strstr(name, "blocks.") : NULL;
+    if (!at && !blocks) {
         snprintf(out, size, "%s", name ? name : "?");
     } else {
-        const char *rest = at + 7;
+        const char *rest = at ? at + 7 : blocks + 7;
         while (*rest >= '0' && *rest <= '9') rest++;
         if (*rest == '.') rest++;
-        snprintf(out, size, "%s%s", strncmp(name, "mtp.", 4) ? "" : "mtp.", rest);
+        snprintf(out, size, "%s%s", !strncmp(name, "mtp.", 4) ? "mtp." : strstr(name, "visual.") ? "visual." : "", rest);
     }
     size_t n = strlen(out);
     if (n > 7 && !strcmp(out + n - 7, ".weight")) out[n - 7] = 0;
@@ -66,8 +68,10 @@ void q35_prof_close(q35_prof *p, FILE *f) {
         double pass_s = 0;
         for (int32_t i = 0; i < p->n; i++)
             if (p->row[i].rows == rows && !strcmp(p->row[i].what, "pass")) pass_s = p->row[i].seconds;
-        fprintf(f, "profile: %s of %d rows, %lld runs, %.1f us per run\n", rows >= Q35_PROF_MTP ? "MTP head" : "passes",
-                rows >= Q35_PROF_MTP ? rows - Q35_PROF_MTP : rows, (long long)p->shape[s].passes, 1e6 * pass_s / passes);
+        fprintf(f, "profile: %s of %d %s, %lld runs, %.1f us per run\n",
+                rows >= Q35_PROF_VISION ? "vision tower" : rows >= Q35_PROF_MTP ? "MTP head" : "passes",
+                rows >= Q35_PROF_VISION ? rows - Q35_PROF_VISION : rows >= Q35_PROF_MTP ? rows - Q35_PROF_MTP : rows,
+                rows >= Q35_PROF_VISION ? "images" : "rows", (long long)p->shape[s].passes, 1e6 * pass_s / passes);
         for (int32_t i = 0; i < p->n; i++) {
             if (p->row[i].rows != rows || !strcmp(p->row[i].what, "pass")) continue;
             fprintf(f, "  %-48s %6.1f calls %10.1f us %5.1f%%", p->row[i].what, p->row[i].calls / passes,
@@ -77,5 +81,6 @@ void q35_prof_close(q35_prof *p, FILE *f) {
             fputc('\n', f);
         }
     }
+    if (p->dropped) fprintf(f, "profile: %lld entries did not fit its table and are left out\n", (long long)p->dropped);
     free(p);
 }

@@ -18,14 +18,16 @@ typedef struct q35_prof q35_prof;
 
 /* A profile if Q35_PROFILE is set (and not "0"), else NULL. */
 q35_prof *q35_prof_open(void);
-#define Q35_PROF_MTP 100000 /* rows + this: the MTP head's runs */
+#define Q35_PROF_MTP 100000    /* rows + this: the MTP head's runs */
+#define Q35_PROF_VISION 200000 /* images + this: the vision tower's */
 
 /* Adds one timed call of `what` (copied, up to 63 characters) to the rows'
  * table; bytes: what it read (matrices), or 0. what == NULL with rows:
  * counts a pass of that many rows. */
 void q35_prof_add(q35_prof *p, int32_t rows, const char *what, double bytes, double seconds);
-/* A matrix's role: its name without the layer prefix ("mlp.down_proj"; the
- * MTP layer's keep "mtp."), into out. */
+/* A matrix's role: its name without the layer or block prefix
+ * ("mlp.down_proj"; the MTP layer's keep "mtp.", the vision tower's
+ * "visual."), into out. */
 void q35_prof_role(const char *tensor_name, char *out, size_t size);
 /* Writes the table (nothing if no pass was timed); frees p. */
 void q35_prof_close(q35_prof *p, FILE *f);

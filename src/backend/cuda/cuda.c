@@ -348,6 +348,8 @@ static void cu_begin(q35_backend *base, const q35_bseq *seqs, int32_t n_seqs, co
  * multiplies on tensor cores: prompts; never a verify step's rows (at most
  * Q35_SPEC_MAX + 1) or a decode row. */
 #define CU_TC_ROWS (Q35_SPEC_MAX + 2)
+/* a graph is keyed by (rows, sequences) alone: its passes must not reach tensor cores */
+_Static_assert(CU_GRAPH_ROWS < CU_TC_ROWS, "graph passes must stay on the CUDA-core kernel");
 
 /* The sequence whose rows hold row r, or NULL. */
 static const q35_cuda_seq *seq_of_row(const cu_backend *b, int32_t r) {
