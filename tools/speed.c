@@ -345,7 +345,10 @@ int cmd_speed(int argc, char **argv) {
         q35_read_probe *probe = NULL;
         long hwm = status_kb("VmHWM"); /* the peak so far, which the probe's buffer is not part of */
         if (hwm > peak_kb) peak_kb = hwm;
-        if (q35_read_probe_new(threads[ti], PROBE_BYTES, &probe, &err)) {
+        if (!strcmp(q35_engine_backend(e), "cuda")) { /* the host's read rate says nothing of a device's step */
+            if (ti == 0) fprintf(stderr, "qwen35 speed: the cuda backend: no share of the host's read bandwidth (bench_cuda "
+                                         "measures the device's)\n");
+        } else if (q35_read_probe_new(threads[ti], PROBE_BYTES, &probe, &err)) {
             fprintf(stderr, "qwen35 speed: %s (no share of bandwidth)\n", err.msg);
             probe = NULL;
         }
