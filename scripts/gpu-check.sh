@@ -92,7 +92,7 @@ Q35_BACKEND=cuda LOG=bench step speed 90 "$B/qwen35" speed -m "$CACHE" -t 1 --pr
 picked=$(grep -ohE '^(avx512[a-z0-9]*|avx2|ref) ' "$OUT/kernels.log" 2>/dev/null | sort -u | tr -d ' ' | tr '\n' ' ')
 echo
 echo "== gpu-check summary ($(( $(date +%s) - T0 )) s; logs in $OUT)"
-grep -hE '^device copy bandwidth|^launch|^decode 1|^prompt 254|^prompt 2048|^batch of|^batch cost|^spec k|^device memory|^cuda profile' "$OUT/bench.log" 2>/dev/null
+grep -hE '^device copy bandwidth|^launch|^decode 1|^prompt 254|^prompt 2048|^batch of|^batch cost|^spec k|^device memory|^profile:' "$OUT/bench.log" 2>/dev/null
 echo "cpu kernel tables measured: ${picked:-none, see $OUT/kernels.log}; cpu flags: $(grep -o -w 'avx512f\|avx512_vnni\|avx512_bf16\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 printf '%-10s %-5s %6s  %s\n' step result time note
 for r in "${rows[@]}"; do echo "$r"; done

@@ -1,5 +1,5 @@
-/* Tests of the host backends' profile (Q35_PROFILE, backend/cpu/profile.h). */
-#include "backend/cpu/profile.h"
+/* Tests of the host backends' profile (Q35_PROFILE, backend/profile.h). */
+#include "backend/profile.h"
 #include "helpers.h"
 #include "qwen35.h"
 #include "test.h"

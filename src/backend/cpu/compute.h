@@ -11,7 +11,7 @@
 #define Q35_COMPUTE_H
 
 #include "backend/cpu/kernels/kernels.h"
-#include "backend/cpu/profile.h"
+#include "backend/profile.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/backend.h"
 #include "base/util.h"

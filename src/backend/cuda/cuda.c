@@ -4,6 +4,7 @@
  * (x + W h: the same rounding as computing W h and then adding). */
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/matvec.h"
+#include "backend/profile.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -564,7 +565,7 @@ static void cu_mtp(q35_backend *base, q35_bstate *s, q35_mtp_src src, int32_t ro
     hidden += (size_t)row0 * H;
     float *cat = scr(b, b->S.mtp_cat), *u = scr(b, b->S.mtp_u), *un = scr(b, b->S.mtp_un);
     cudaStream_t st = b->stream;
-    if (b->prof_on) q35_cu_prof_mark(b, CU_PROF_MTP + n);
+    if (b->prof_on) q35_cu_prof_mark(b, Q35_PROF_MTP + n);
     LAUNCH(b, "embed (mtp)", q35_cu_embed(st, cat, 2 * H, b->embed, b->d_stage->next, n));
     q35_cu_launched(b, q35_cu_rmsnorm1p(st, cat, 2 * H, cat, 2 * H, b->mtp_pre_emb, n, H, eps), "kernel rmsnorm (mtp embedding)");
     q35_cu_launched(b, q35_cu_rmsnorm1p(st, cat + H, 2 * H, hidden, H, b->mtp_pre_hid, n, H, eps), "kernel rmsnorm (mtp hidden)");

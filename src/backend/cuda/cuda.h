@@ -98,9 +98,8 @@ q35_status q35_cu_fail(cudaError_t rc, const char *what, q35_error *err);
 /* q35_cu_ok for a kernel launch, timed while profiling. */
 int q35_cu_launched(cu_backend *b, cudaError_t rc, const char *what);
 
-/* profile.c: kernel times by pass shape (tags: rows, or CU_PROF_MTP + rows
- * for the MTP head), printed to stderr at close. */
-#define CU_PROF_MTP 100000
+/* profile.c: kernel times by pass shape (tags: rows, or Q35_PROF_MTP + rows
+ * for the MTP head; backend/profile.h's table), printed to stderr at close. */
 typedef struct cu_prof cu_prof;
 int q35_cu_prof_wanted(void);
 void q35_cu_prof_mark(cu_backend *b, int32_t tag);

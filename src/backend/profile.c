@@ -1,5 +1,5 @@
 /* profile.c: see profile.h. */
-#include "backend/cpu/profile.h"
+#include "backend/profile.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +20,11 @@ struct q35_prof {
     int64_t dropped; /* adds that found the table full */
 };
 
+q35_prof *q35_prof_new(void) { return calloc(1, sizeof(q35_prof)); }
+
 q35_prof *q35_prof_open(void) {
     const char *v = getenv("Q35_PROFILE");
-    return v && *v && strcmp(v, "0") ? calloc(1, sizeof(q35_prof)) : NULL;
+    return v && *v && strcmp(v, "0") ? q35_prof_new() : NULL;
 }
 
 void q35_prof_add(q35_prof *p, int32_t rows, const char *what, double bytes, double seconds) {

@@ -1,4 +1,8 @@
-/* profile.h: where a host backend's passes go (Q35_PROFILE=1).
+/* profile.h: where a backend's passes go: a table of timed parts by pass
+ * shape, shared by the host backends (Q35_PROFILE=1) and the CUDA backend
+ * (Q35_CUDA_PROFILE=1, whose times are device events).
+ *
+ * Host backends (Q35_PROFILE=1).
  *
  * With the variable set when the backend opens, every matmul hand-off (by
  * matrix role: the tensor's name without its layer number), the norms, the
@@ -8,8 +12,8 @@
  * pass, each matrix's GB/s (its bytes over its time), and each part's share
  * of the pass. The matmuls' times include their hand-off to the pool and
  * the wait for its slowest worker, which is what a step pays. */
-#ifndef Q35_CPU_PROFILE_H
-#define Q35_CPU_PROFILE_H
+#ifndef Q35_BACKEND_PROFILE_H
+#define Q35_BACKEND_PROFILE_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +22,8 @@ typedef struct q35_prof q35_prof;
 
 /* A profile if Q35_PROFILE is set (and not "0"), else NULL. */
 q35_prof *q35_prof_open(void);
+/* An empty profile (NULL when out of memory). */
+q35_prof *q35_prof_new(void);
 #define Q35_PROF_MTP 100000    /* rows + this: the MTP head's runs */
 #define Q35_PROF_VISION 200000 /* images + this: the vision tower's */
 
