@@ -19,20 +19,10 @@ enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_BFP8 = 3, DT_BFP4 = 4 }; /* q35_d
 
 /* Element (r, i) of a matrix image (matvec.h's layout), for the embedding. */
 __device__ float mat_get(const q35_cuda_mat &W, int64_t r, int64_t i) {
-    const int vals = q35_cu_vals(W.dtype), win = 32 * vals;
-    const int64_t w = i / win, rem = i % win, j = rem / 128, l = (rem % 128) / 4, k = 4 * j + rem % 4;
-    const uint8_t *chunk = W.codes + (size_t)r * W.pitch + (size_t)w * Q35_CU_WINDOW_BYTES + (size_t)l * Q35_CU_CHUNK;
-    switch (W.dtype) {
-    case DT_F32: return ((const float *)chunk)[k];
-    case DT_F16: return q35_cu_half(((const uint16_t *)chunk)[k]);
-    case DT_BF16: return __uint_as_float((uint32_t)((const uint16_t *)chunk)[k] << 16);
-    default: {
-        const int bfp8 = W.dtype == DT_BFP8, groups = vals / 4;
-        const uint8_t e = W.exps[(size_t)r * W.exp_pitch + (size_t)w * (win / 16) + (size_t)(l / 4) * groups + j];
-        const int u = bfp8 ? chunk[k] : (chunk[k / 2] >> (4 * (k % 2))) & 15;
-        return (float)(u - (bfp8 ? 128 : 8)) * q35_cu_bfp_scale(e, bfp8 ? 7 : 3);
-    }
-    }
+    int k;
+    const uint8_t *ch = W.codes + (size_t)r * W.pitch + q35_cu_chunk_of(W.dtype, i, &k);
+    const uint32_t e = W.exps ? W.exps[(size_t)r * W.exp_pitch + q35_cu_exp_of(W.dtype, i / 16)] : 0;
+    return q35_cu_value(W.dtype, ch, k, e);
 }
 
 /* Up to MM_GROUP matrices of one dtype and width that share an input: one

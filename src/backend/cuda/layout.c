@@ -41,24 +41,9 @@ q35_status q35_cuda_mat_layout_of(const q35_tensor *t, q35_cuda_mat_layout *L, q
     return Q35_OK;
 }
 
-/* Where value i of a row lives (matvec.h): byte offset of its lane's chunk
- * in the row, and its index k within the chunk. */
-static size_t chunk_of(size_t vals, int64_t i, int *k) {
-    const size_t win = 32 * vals, w = (size_t)i / win, rem = (size_t)i % win, j = rem / 128, l = (rem % 128) / 4;
-    *k = (int)(4 * j + rem % 4);
-    return w * Q35_CU_WINDOW_BYTES + l * Q35_CU_CHUNK;
-}
-
-/* Byte offset of block b's exponent in a row's exponents. */
-static size_t exp_of(size_t vals, int64_t b) {
-    const size_t per_win = 2 * vals, w = (size_t)b / per_win, rem = (size_t)b % per_win; /* rem = 8 j + g */
-    return w * per_win + (rem % 8) * (vals / 4) + rem / 8;
-}
-
 void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, int64_t r0, int64_t r1, void *codes,
                             void *exps) {
     const int64_t n_in = L->n_in;
-    const size_t vals = (size_t)q35_cu_vals(L->dtype);
     memset(codes, 0, (size_t)(r1 - r0) * L->pitch);
     if (!q35_dtype_is_block(L->dtype)) { /* groups of 4 values move whole */
         const size_t eb = L->dtype == Q35_DT_F32 ? 4 : 2, row = (size_t)n_in * eb;
@@ -67,7 +52,7 @@ void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, i
             uint8_t *dst = (uint8_t *)codes + (size_t)(r - r0) * L->pitch;
             for (int64_t i = 0; i < n_in; i += 4) {
                 int k;
-                size_t at = chunk_of(vals, i, &k);
+                size_t at = q35_cu_chunk_of(L->dtype, i, &k);
                 memcpy(dst + at + (size_t)k * eb, src + (size_t)i * eb, 4 * eb);
             }
         }
@@ -79,10 +64,10 @@ void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, i
         uint8_t *dst = (uint8_t *)codes + (size_t)(r - r0) * L->pitch, *e = (uint8_t *)exps + (size_t)(r - r0) * L->exp_pitch;
         for (int64_t b = 0; b < n_in / Q35_BFP_BLOCK; b++) {
             uint8_t c[Q35_BFP_BLOCK];
-            e[exp_of(vals, b)] = q35_bfp_get_block(L->dtype, t->data, n_in, r, b, c);
+            e[q35_cu_exp_of(L->dtype, b)] = q35_bfp_get_block(L->dtype, t->data, n_in, r, b, c);
             for (int q = 0; q < Q35_BFP_BLOCK; q += 4) { /* 4 lanes, 4 values each */
                 int k;
-                uint8_t *ch = dst + chunk_of(vals, b * Q35_BFP_BLOCK + q, &k);
+                uint8_t *ch = dst + q35_cu_chunk_of(L->dtype, b * Q35_BFP_BLOCK + q, &k);
                 for (int m = 0; m < 4; m++) { /* sign-magnitude to offset-binary */
                     const uint8_t v = c[q + m];
                     if (bfp8) ch[k + m] = (uint8_t)(v & 0x80 ? 128 - (v & 0x7f) : 128 + v);
@@ -128,22 +113,12 @@ void q35_cuda_mat_pack_rows_par(const q35_tensor *t, const q35_cuda_mat_layout *
 }
 
 float q35_cuda_mat_get(const q35_cuda_mat_layout *L, const void *image, int64_t r, int64_t i) {
-    const size_t vals = (size_t)q35_cu_vals(L->dtype);
     int k;
-    const uint8_t *ch = (const uint8_t *)image + (size_t)r * L->pitch + chunk_of(vals, i, &k);
-    switch (L->dtype) {
-    case Q35_DT_F32: { float f; memcpy(&f, ch + 4 * k, 4); return f; }
-    case Q35_DT_F16: { uint16_t h; memcpy(&h, ch + 2 * k, 2); return q35_f16_to_f32(h); }
-    case Q35_DT_BF16: { uint16_t h; memcpy(&h, ch + 2 * k, 2); return q35_bf16_to_f32(h); }
-    case Q35_DT_BFP8:
-    case Q35_DT_BFP4: {
-        const int bfp8 = L->dtype == Q35_DT_BFP8;
-        const uint8_t e = ((const uint8_t *)image)[L->exp_offset + (size_t)r * L->exp_pitch + exp_of(vals, i / Q35_BFP_BLOCK)];
-        const int u = bfp8 ? ch[k] : (ch[k / 2] >> (4 * (k % 2))) & 15;
-        return (float)(u - (bfp8 ? 128 : 8)) * q35_cu_bfp_scale(e, bfp8 ? 7 : 3);
-    }
-    default: return 0.0f;
-    }
+    const uint8_t *ch = (const uint8_t *)image + (size_t)r * L->pitch + q35_cu_chunk_of(L->dtype, i, &k);
+    const uint8_t e = L->exp_pitch ? ((const uint8_t *)image)[L->exp_offset + (size_t)r * L->exp_pitch +
+                                                               q35_cu_exp_of(L->dtype, i / Q35_BFP_BLOCK)]
+                                   : 0;
+    return q35_cu_value(L->dtype, ch, k, e);
 }
 
 void q35_cuda_state_layout_of(const q35_config *c, int32_t n_ctx, q35_cuda_state_layout *L) {

@@ -69,6 +69,33 @@ Q35_HD float q35_cu_bfp_scale(uint32_t e, int w) {
     return f >= 1 ? q35_cu_bits_float((uint32_t)f << 23) : ldexpf(1.0f, f - 127);
 }
 
+/* Where value i of a row lives: the byte offset of its lane's chunk in the
+ * row, and its index *k within the chunk. */
+Q35_HD size_t q35_cu_chunk_of(int dt, int64_t i, int *k) {
+    const int64_t win = 32 * q35_cu_vals(dt), w = i / win, rem = i % win, j = rem / 128, l = (rem % 128) / 4;
+    *k = (int)(4 * j + rem % 4);
+    return (size_t)w * Q35_CU_WINDOW_BYTES + (size_t)l * Q35_CU_CHUNK;
+}
+
+/* Where block b's exponent lives in a row's exponents (window by window,
+ * lane group g = l/4 then group j: block 8 j + g of its window). */
+Q35_HD size_t q35_cu_exp_of(int dt, int64_t b) {
+    const int64_t vals = q35_cu_vals(dt), per_win = 2 * vals, w = b / per_win, rem = b % per_win;
+    return (size_t)(w * per_win + (rem % 8) * (vals / 4) + rem / 8);
+}
+
+/* Value k of a chunk with exponent byte e (BFP; ignored otherwise). */
+Q35_HD float q35_cu_value(int dt, const uint8_t *chunk, int k, uint32_t e) {
+    uint16_t h;
+    switch (dt) {
+    case Q35_CU_F32: { float f; memcpy(&f, chunk + 4 * k, 4); return f; }
+    case Q35_CU_F16: memcpy(&h, chunk + 2 * k, 2); return q35_cu_half(h);
+    case Q35_CU_BF16: memcpy(&h, chunk + 2 * k, 2); return q35_cu_bits_float((uint32_t)h << 16);
+    case Q35_CU_BFP8: return (float)((int)chunk[k] - 128) * q35_cu_bfp_scale(e, 7);
+    default: return (float)((int)((chunk[k / 2] >> (4 * (k % 2))) & 15) - 8) * q35_cu_bfp_scale(e, 3);
+    }
+}
+
 /* The 4 values of group j of a chunk (words q): the values themselves for
  * the float formats, the signed integer codes for BFP (the block scale is
  * applied to the group's sum). */
