@@ -18,8 +18,9 @@
  * few tokens, reading and decoding the weights once. Decode (one token)
  * and 2-token steps run a group's four panels block by block
  * (bfp_gemv_groups_tile; one token two groups side by side, two streams),
- * prefetched ahead, so that decoding overlaps DRAM reads. Calls of 4
- * tokens or more (bfp8: 8; prefill, batched decode and verify) take a panel
+ * prefetched ahead, so that decoding overlaps DRAM reads; bfp4 calls of
+ * 3-8 tokens (batched decode) too, in passes of up to four tokens
+ * (bfp_batch_tile). Longer calls (prefill; bfp8 from 8 tokens) take a panel
  * in k-slices: each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
  * (bfp_slice_tile). Every tile forms each block's exact integer dot and
@@ -60,18 +61,20 @@ ALWAYS_INLINE float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* Calls of this many tokens or more take the wide path (bfp_wide_panel). On
+/* Calls of this many tokens or more take the wide path (bfp_wide_panel), bfp4's of up to
+ * BFP_BATCH_TOKENS_MAX the batch tile before it (so here: a prompt's chunks of 4-8). On
  * a hot [512, 4096] matrix, 1 thread: bfp4's panel tile was as fast at 3
  * tokens and faster at 2 (40 vs 44-48 us per token), the wide path faster
  * from 4 on (31-33 vs 39-47 us per token at 5-6); bfp8's panel tile (its
  * decode is one AND) was faster at 4 tokens (98-99 vs 89-91 GFLOP/s) and
  * as fast at 8. */
 #define BFP_WIDE_MIN_TOKENS(is4) ((is4) ? 4 : 8)
+#define BFP_BATCH_TOKENS_MIN 3 /* bfp4 calls of 3 to BFP_BATCH_TOKENS_MAX tokens: bfp_batch_tile */
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    /* the wide path's scratch from the smaller threshold (bfp4's) on */
-    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
+    /* the wide path's scratch (and a->off, which the batch tile reads too) from 3 tokens on */
+    if (!act_alloc(a, n_blk, n_tok >= BFP_BATCH_TOKENS_MIN ? (size_t)n_tok : 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
     int32_t *sum = a->sum, *off = a->off;
@@ -356,6 +359,88 @@ ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int n
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                  float *y, int64_t n_out) {
     bfp_gemv_groups_tile(is4, 1, nt, pn, n_in, a, y, n_out);
+}
+
+/* ---- small batches of bfp4: 3 to 8 tokens over one group's four panels, block by block ----
+ * Read as the decode tile reads them (one sequential stream of units, each asked for
+ * BFP_GEMV_PREFETCH_BLOCKS ahead), in passes of at most BFP_BATCH_PASS tokens over the group
+ * (5-8 tokens: two, the second from L2). Within a pass a panel's block is decoded group by
+ * group once for all its tokens, whose int16 sums (8 registers for four) start at the offset
+ * -4 sum(q) in each half (a->off) as the wide path's do; the accumulators (4 panels x 4
+ * tokens x 2 halves) wait in L1 between blocks. Each block and token ends in bfp_scale_fma
+ * with the same exact integer dot, in block order: bfp_panel_tile's bits. Before, 4-8 tokens
+ * took the wide path (a k-slice decoded into scratch, then the tokens over it; its slices
+ * a stride through the group's units) and 3 the one-panel tile: [12288, 4096] x 12 from DRAM,
+ * interleaved, medians of 9, cost against one token on one thread 3 / 4 / 5 / 8 tokens
+ * 1.92-2.23 / 3.42-3.97 / 4.16-4.54 / 5.19-5.68 -> 1.76-1.80 / 2.26-2.35 / 3.04 / 4.58, two
+ * threads 1.82-2.10 / 2.92-3.20 / 3.31-3.36 / 4.53-4.55 -> 1.63-1.69 / 2.07-2.25 / 2.65 / 4.00.
+ * Four tokens are bound by the arithmetic (29 vector ops a block and token, 8 of them
+ * vpmaddubsw); all eight tokens in one pass spilled their sums and ran slower than two. */
+#define BFP_BATCH_TOKENS_MAX 8
+#define BFP_BATCH_PASS 4 /* tokens per pass over a group: more spill */
+
+ALWAYS_INLINE void bfp_batch_tile(const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a, int64_t t0,
+                                  float *y, int64_t n_out) {
+    const int np = BFP_GEMV_PANELS;
+    const int64_t n_blk = n_in / 16;
+    const int unit = BFP_UNIT(1), ahead = BFP_GEMV_PREFETCH_BLOCKS(1);
+    const uint8_t *grp = pn.exps;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *xq = a->q + t0 * n_in;
+    const int32_t *xo = a->off + t0 * n_blk;
+    const float *xd = a->d + t0 * n_blk;
+    __m256 acc[BFP_GEMV_PANELS][BFP_BATCH_PASS][2];
+    #pragma GCC unroll 4
+    for (int p = 0; p < np; p++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
+    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(grp, 1, b);
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *u = grp + b * unit;
+        bfp_prefetch_group_unit(grp, 1, b + ahead);
+        const int normal = exps_at_least(u, 129 - 126) && exps_at_least(u + 32, 129 - 126);
+        #pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            const uint8_t *cb = u + 64 + p * BFP_CODE_BYTES(1);
+            /* x's block, opaque to the compiler per panel: else it keeps the tokens' broadcast
+             * groups live across the four panels, and they spill */
+            const int8_t *xb = xq + 16 * b;
+            const int32_t *ob = xo + b;
+            __asm__("" : "+r"(xb), "+r"(ob));
+            __m256i sum[BFP_BATCH_PASS][2];
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i w[2];
+                bfp4_unpack(cb + 32 * g, w);
+                #pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    const __m256i xg = bcast_x4(xb + t * n_in, g);
+                    #pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i pr = _mm256_maddubs_epi16(w[h], xg);
+                        sum[t][h] = in_register(
+                            _mm256_add_epi16(g ? sum[t][h] : bcast_x4((const int8_t *)(ob + t * n_blk), 0), pr));
+                    }
+                }
+            }
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *e8 = u + 16 * p + 8 * h;
+                const __m256 ws = normal ? exp_scale8_normal(e8, 129) : exp_scale8(e8, 129);
+                #pragma GCC unroll 4
+                for (int t = 0; t < nt; t++)
+                    acc[p][t][h] = bfp_scale_fma(_mm256_madd_epi16(sum[t][h], ones), xd[t * n_blk + b], ws, acc[p][t][h]);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int p = 0; p < np; p++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            float *yp = y + (t0 + t) * n_out + 16 * p;
+            _mm256_storeu_ps(yp, acc[p][t][0]);
+            _mm256_storeu_ps(yp + 8, acc[p][t][1]);
+        }
 }
 
 /* ---- calls of BFP_WIDE_MIN_TOKENS or more (prefill, batched decode and verify) ----
