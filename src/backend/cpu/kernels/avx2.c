@@ -61,20 +61,27 @@ ALWAYS_INLINE float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* Calls of this many tokens or more take the wide path (bfp_wide_panel), bfp4's of up to
- * BFP_BATCH_TOKENS_MAX the batch tile before it (so here: a prompt's chunks of 4-8). On
+/* Calls of this many tokens or more take the wide path (bfp_wide_panel), but those of up to
+ * BFP_BATCH_TOKENS_MAX take the batch tile (so here the wide path sees prompts and their token
+ * chunks, a last chunk of 4-8 among them). On
  * a hot [512, 4096] matrix, 1 thread: bfp4's panel tile was as fast at 3
  * tokens and faster at 2 (40 vs 44-48 us per token), the wide path faster
  * from 4 on (31-33 vs 39-47 us per token at 5-6); bfp8's panel tile (its
  * decode is one AND) was faster at 4 tokens (98-99 vs 89-91 GFLOP/s) and
  * as fast at 8. */
 #define BFP_WIDE_MIN_TOKENS(is4) ((is4) ? 4 : 8)
-#define BFP_BATCH_TOKENS_MIN 3 /* bfp4 calls of 3 to BFP_BATCH_TOKENS_MAX tokens: bfp_batch_tile */
+/* Calls of BFP_BATCH_TOKENS_MIN(is4) to BFP_BATCH_TOKENS_MAX tokens take bfp_batch_tile (below). For
+ * bfp8 ([12288, 4096] x 8 from DRAM, interleaved, medians of 9-11, cost against one token on one / two
+ * threads) the panel tile was as fast at 4-5 tokens (4: 1.70 / 1.43-1.47 against 1.58-1.60 / 1.48-1.49;
+ * 5: 2.18 / 1.85-1.88 against 2.26-2.34 / 1.99-2.03), the batch tile as fast or faster from 6 (6: 2.51 /
+ * 2.12 -> 2.01 / 2.17; 7: 2.75 / 2.28 -> 2.28 / 2.39) and at 8, where the wide path took them, 4.44-4.69
+ * / 3.18-3.57 -> 2.47-3.61 / 2.50-2.77. */
+#define BFP_BATCH_TOKENS_MIN(is4) ((is4) ? 3 : 6)
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
     /* the wide path's scratch (and a->off, which the batch tile reads too) from 3 tokens on */
-    if (!act_alloc(a, n_blk, n_tok >= BFP_BATCH_TOKENS_MIN ? (size_t)n_tok : 0)) return 0;
+    if (!act_alloc(a, n_blk, n_tok >= BFP_BATCH_TOKENS_MIN(1) ? (size_t)n_tok : 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
     int32_t *sum = a->sum, *off = a->off;
@@ -361,7 +368,7 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
     bfp_gemv_groups_tile(is4, 1, nt, pn, n_in, a, y, n_out);
 }
 
-/* ---- small batches of bfp4: 3 to 8 tokens over one group's four panels, block by block ----
+/* ---- small batches: 3 to 8 tokens (bfp8: 6 to 8) over one group's four panels, block by block ----
  * Read as the decode tile reads them (one sequential stream of units, each asked for
  * BFP_GEMV_PREFETCH_BLOCKS ahead), in passes of at most BFP_BATCH_PASS tokens over the group
  * (5-8 tokens: two, the second from L2). Within a pass a panel's block is decoded group by
@@ -375,15 +382,16 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
  * 1.92-2.23 / 3.42-3.97 / 4.16-4.54 / 5.19-5.68 -> 1.76-1.80 / 2.26-2.35 / 3.04 / 4.58, two
  * threads 1.82-2.10 / 2.92-3.20 / 3.31-3.36 / 4.53-4.55 -> 1.63-1.69 / 2.07-2.25 / 2.65 / 4.00.
  * Four tokens are bound by the arithmetic (29 vector ops a block and token, 8 of them
- * vpmaddubsw); all eight tokens in one pass spilled their sums and ran slower than two. */
+ * vpmaddubsw); all eight tokens in one pass spilled their sums and ran slower than two.
+ * bfp8 blocks go as in the panel tile (the weight's sign moved onto x, int32 sums). */
 #define BFP_BATCH_TOKENS_MAX 8
 #define BFP_BATCH_PASS 4 /* tokens per pass over a group: more spill */
 
-ALWAYS_INLINE void bfp_batch_tile(const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a, int64_t t0,
+ALWAYS_INLINE void bfp_batch_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a, int64_t t0,
                                   float *y, int64_t n_out) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
-    const int unit = BFP_UNIT(1), ahead = BFP_GEMV_PREFETCH_BLOCKS(1);
+    const int unit = BFP_UNIT(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4), bias = is4 ? 129 : 133;
     const uint8_t *grp = pn.exps;
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t0 * n_in;
@@ -394,14 +402,14 @@ ALWAYS_INLINE void bfp_batch_tile(const int nt, const bfp_panel pn, int64_t n_in
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
-    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(grp, 1, b);
+    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(grp, is4, b);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *u = grp + b * unit;
-        bfp_prefetch_group_unit(grp, 1, b + ahead);
-        const int normal = exps_at_least(u, 129 - 126) && exps_at_least(u + 32, 129 - 126);
+        bfp_prefetch_group_unit(grp, is4, b + ahead);
+        const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
         #pragma GCC unroll 4
         for (int p = 0; p < np; p++) {
-            const uint8_t *cb = u + 64 + p * BFP_CODE_BYTES(1);
+            const uint8_t *cb = u + 64 + p * BFP_CODE_BYTES(is4);
             /* x's block, opaque to the compiler per panel: else it keeps the tokens' broadcast
              * groups live across the four panels, and they spill */
             const int8_t *xb = xq + 16 * b;
@@ -411,25 +419,30 @@ ALWAYS_INLINE void bfp_batch_tile(const int nt, const bfp_panel pn, int64_t n_in
             #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i w[2];
-                bfp4_unpack(cb + 32 * g, w);
+                bfp_group_decode(is4, cb, g, w);
                 #pragma GCC unroll 4
                 for (int t = 0; t < nt; t++) {
                     const __m256i xg = bcast_x4(xb + t * n_in, g);
-                    #pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) {
-                        const __m256i pr = _mm256_maddubs_epi16(w[h], xg);
-                        sum[t][h] = in_register(
-                            _mm256_add_epi16(g ? sum[t][h] : bcast_x4((const int8_t *)(ob + t * n_blk), 0), pr));
+                    if (is4) {
+                        #pragma GCC unroll 2
+                        for (int h = 0; h < 2; h++) {
+                            const __m256i pr = _mm256_maddubs_epi16(w[h], xg);
+                            sum[t][h] = in_register(
+                                _mm256_add_epi16(g ? sum[t][h] : bcast_x4((const int8_t *)(ob + t * n_blk), 0), pr));
+                        }
+                    } else {
+                        bfp_group_dot(0, cb, g, w, xg, sum[t]);
                     }
                 }
             }
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const uint8_t *e8 = u + 16 * p + 8 * h;
-                const __m256 ws = normal ? exp_scale8_normal(e8, 129) : exp_scale8(e8, 129);
+                const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
                 #pragma GCC unroll 4
                 for (int t = 0; t < nt; t++)
-                    acc[p][t][h] = bfp_scale_fma(_mm256_madd_epi16(sum[t][h], ones), xd[t * n_blk + b], ws, acc[p][t][h]);
+                    acc[p][t][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[t][h], ones) : sum[t][h], xd[t * n_blk + b],
+                                                 ws, acc[p][t][h]);
             }
         }
     }
