@@ -223,9 +223,12 @@ TEST(kernels, bfp_typical_error) {
 }
 
 /* y (n_tok, n_out) for x (n_tok, n_in) in three calls on row ranges split
- * at 7 and 33 (not panel-aligned, like uneven thread splits). */
-static void matmul_split(const q35_kernels *k, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {
-    int64_t n_out = W->shape[0], cut[4] = {0, 7, 33, n_out};
+ * at 7 and 33 (not panel-aligned, like uneven thread splits), or with
+ * aligned at 64 and 80 (a whole group of four panels, then one panel: the
+ * tiles that take whole groups). */
+static void matmul_split(const q35_kernels *k, float *y, const q35_tensor *W, const float *x, int64_t n_tok,
+                         int aligned) {
+    int64_t n_out = W->shape[0], cut[4] = {0, aligned ? 64 : 7, aligned ? 80 : 33, n_out};
     for (int c = 0; c < 3; c++)
         if (cut[c] < n_out) q35_kernels_matmul(k, y, W, x, n_tok, cut[c], cut[c + 1] < n_out ? cut[c + 1] : n_out);
 }
@@ -235,15 +238,17 @@ static void matmul_split(const q35_kernels *k, float *y, const q35_tensor *W, co
  * k-slice tiles of the wide path, one token chunk or two), and for any row
  * range: what batched verification, prompt processing and thread splits
  * rely on. The ranges of 93 rows hold runs of whole panels (decode takes
- * them in pairs). */
+ * them in pairs); 130 rows split at 64 and 80 hold whole groups (decode's
+ * groups side by side, the small-batch tile), weights from the encoder:
+ * typical exponents, so the tiles' all-normal scale branch runs. */
 TEST(kernels, batch_and_split_invariant) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     q35_dtype dts[5] = {Q35_DT_F32, Q35_DT_F16, Q35_DT_BF16, Q35_DT_BFP8, Q35_DT_BFP4};
     /* n_in = 1040 spans several k-slices of the wide bfp path, the last one
      * short; the last makes the bfp driver's token chunks 32 tokens long */
-    int64_t shapes[][2] = {{45, 272}, {93, 272}, {45, 1040}, {18, (int64_t)q35_kernels_chunk_bytes() / 32}};
-    int64_t n_toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 64};
+    int64_t shapes[][2] = {{45, 272}, {93, 272}, {130, 272}, {45, 1040}, {18, (int64_t)q35_kernels_chunk_bytes() / 32}};
+    int64_t n_toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64};
     enum { max_tok = 64 };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n_out = shapes[s][0], n_in = shapes[s][1];
@@ -261,11 +266,12 @@ TEST(kernels, batch_and_split_invariant) {
                 for (size_t ti = 0; ti < sizeof n_toks / sizeof n_toks[0]; ti++) {
                     int64_t n = n_toks[ti];
                     int64_t starts[2] = {0, max_tok - n}; /* the batch's first and last tokens */
-                    for (int si = 0; si < (n < max_tok ? 2 : 1); si++) {
-                        matmul_split(tables[k], yb, &w.t, x + starts[si] * n_in, n);
-                        for (int64_t t = 0; t < n; t++)
-                            bad += memcmp(yb + t * n_out, y + (starts[si] + t) * n_out, sizeof(float) * n_out) != 0;
-                    }
+                    for (int si = 0; si < (n < max_tok ? 2 : 1); si++)
+                        for (int aligned = 0; aligned < 2; aligned++) {
+                            matmul_split(tables[k], yb, &w.t, x + starts[si] * n_in, n, aligned);
+                            for (int64_t t = 0; t < n; t++)
+                                bad += memcmp(yb + t * n_out, y + (starts[si] + t) * n_out, sizeof(float) * n_out) != 0;
+                        }
                 }
                 CHECK_MSG(bad == 0, "%s %s [%lld,%lld]: %ld tokens differ", tables[k]->name, q35_dtype_name(dts[d]),
                           (long long)n_out, (long long)n_in, bad);
@@ -308,7 +314,7 @@ static int exp_by_row(int p, int row, int u) {
 }
 
 static int exp_by_panel(int p, int row, int u) {
-    return p < 2 || p == 5 ? 100 + u % 41 : p == 2 ? u % 9 : p == 4 ? 240 + u % 16 : u;
+    return p < 4 || p == 7 || p == 8 ? 100 + u % 41 : p == 4 ? u % 9 : p == 6 ? 240 + u % 16 : u;
 }
 
 /* The decode path (whole runs of panels, up to 4 tokens: bfp_gemv_tile in
@@ -340,10 +346,12 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
     }
 }
 
-/* Small batches (2-8 tokens in one call: avx512.c's tokens side by side)
- * against each token alone, bit for bit, on raw panels: 0-1 and 5 typical
- * exponent bytes (100..140), 2 bytes 0..8 (products subnormal), 3 any byte, 4 bytes
- * 240..255 (products past the largest float with 2^100); x's blocks scaled
+/* Small batches (2-8 tokens in one call: avx512.c's tokens side by side,
+ * avx2.c's batch tile over whole groups) against each token alone, bit for
+ * bit, on raw panels: 0-3 (a whole group: the all-normal scale branch), 7
+ * and 8 typical exponent bytes (100..140), 4 bytes 0..8 (products
+ * subnormal), 5 and 9 any byte, 6 bytes 240..255 (products past the largest
+ * float with 2^100); x's blocks scaled
  * per token by 1, 2^100, 2^-60, 2^60, 1, 2^-100, about 1e-36 (a subnormal
  * int8 scale) and 0, and every window of 2-8 consecutive tokens (a tile
  * that made a block's scale product any other way than the multiply, an
@@ -352,7 +360,7 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
 TEST(kernels, bfp_small_batches_match_single_tokens) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
-    enum { n_out = 96, n_in = 272, max_tok = 8 };
+    enum { n_out = 160, n_in = 272, max_tok = 8 };
     const float scales[max_tok] = {1.0f, 0x1p100f, 0x1p-60f, 0x1p60f, 1.0f, 0x1p-100f, 1e-36f, 0.0f};
     float x[max_tok * n_in], y[max_tok * n_out], y1[max_tok * n_out];
     scaled_x(x, scales, max_tok, n_in);

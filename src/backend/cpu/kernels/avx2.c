@@ -18,10 +18,11 @@
  * few tokens, reading and decoding the weights once. Decode (one token)
  * and 2-token steps run a group's four panels block by block
  * (bfp_gemv_groups_tile; one token two groups side by side, two streams),
- * prefetched ahead, so that decoding overlaps DRAM reads; bfp4 calls of
- * 3-8 tokens (batched decode) too, in passes of up to four tokens
- * (bfp_batch_tile). Longer calls (prefill; bfp8 from 8 tokens) take a panel
- * in k-slices: each slice is decoded once into L1 scratch
+ * prefetched ahead, so that decoding overlaps DRAM reads; batched decode
+ * too (bfp4 calls of 3-8 tokens, bfp8 of 6-8), in passes of up to four
+ * tokens (bfp_batch_tile); bfp8 calls of 3-5 tokens take the panel tile.
+ * Longer calls (prefill, 9 tokens and more) take a panel in k-slices
+ * (bfp_wide_panel): each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it two at a time
  * (bfp_slice_tile). Every tile forms each block's exact integer dot and
  * ends the block with bfp_scale_fma, so a token's outputs are bitwise the
@@ -73,8 +74,9 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 /* Calls of BFP_BATCH_TOKENS_MIN(is4) to BFP_BATCH_TOKENS_MAX tokens take bfp_batch_tile (below). For
  * bfp8 ([12288, 4096] x 8 from DRAM, interleaved, medians of 9-11, cost against one token on one / two
  * threads) the panel tile was as fast at 4-5 tokens (4: 1.70 / 1.43-1.47 against 1.58-1.60 / 1.48-1.49;
- * 5: 2.18 / 1.85-1.88 against 2.26-2.34 / 1.99-2.03), the batch tile as fast or faster from 6 (6: 2.51 /
- * 2.12 -> 2.01 / 2.17; 7: 2.75 / 2.28 -> 2.28 / 2.39) and at 8, where the wide path took them, 4.44-4.69
+ * 5: 2.18 / 1.85-1.88 against 2.26-2.34 / 1.99-2.03), the batch tile from 6 (6: 2.51 /
+ * 2.12 -> 2.01 / 2.17; 7: 2.75 / 2.28 -> 2.28 / 2.39: faster on one thread, about as fast on two) and at
+ * 8, where the wide path took them, 4.44-4.69
  * / 3.18-3.57 -> 2.47-3.61 / 2.50-2.77. */
 #define BFP_BATCH_TOKENS_MIN(is4) ((is4) ? 3 : 6)
 
@@ -288,7 +290,8 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
 /* Two tokens (a speculative step's verify of k = 1, a batch of 2) take it too: [12288, 4096] x 24 from
  * DRAM, interleaved, medians of 7: 0.43 -> 0.63 of a plain read on one thread, 0.59 -> 0.88 on two
  * (before, the one-panel tile, a stride through the units); three tokens gain nothing (0.38 -> 0.41:
- * their sums no longer fit the 16 registers), so they keep the panel tile. */
+ * their sums no longer fit the 16 registers), so they take another tile (bfp4: bfp_batch_tile below;
+ * bfp8: the panel tile). */
 #define BFP_GEMV_TOKENS 2
 
 /* One token over two groups at once, unit by unit in turn: two sequential streams instead of
@@ -369,7 +372,7 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
 }
 
 /* ---- small batches: 3 to 8 tokens (bfp8: 6 to 8) over one group's four panels, block by block ----
- * Read as the decode tile reads them (one sequential stream of units, each asked for
+ * Read as the one-group decode tile reads them (one sequential stream of units, each asked for
  * BFP_GEMV_PREFETCH_BLOCKS ahead), in passes of at most BFP_BATCH_PASS tokens over the group
  * (5-8 tokens: two, the second from L2). Within a pass a panel's block is decoded group by
  * group once for all its tokens, whose int16 sums (8 registers for four) start at the offset
@@ -456,7 +459,7 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int nt, const bfp_panel p
         }
 }
 
-/* ---- calls of BFP_WIDE_MIN_TOKENS or more (prefill, batched decode and verify) ----
+/* ---- calls of BFP_WIDE_MIN_TOKENS or more that no tile above takes: prefill, 9 tokens and more ----
  * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks: a slice is decoded
  * once into L1 scratch (bfp_slice_predecode), then every token of the chunk
  * passes over it two at a time (bfp_slice_tile), its partial sums waiting

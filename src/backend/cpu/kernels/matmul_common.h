@@ -29,8 +29,9 @@ typedef struct act_q8 {
     int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block (avx2.c) */
     int32_t *o4;   /* as sum: -8 * sum and -128 * sum, the corrections of bfp4's and bfp8's offset codes, in */
     int32_t *o8;   /* their place in avx512.c */
-    /* ISA_BFP_WIDE only (NULL otherwise); the slice arrays hold one slice per panel of a wide tile,
-     * panel p at p * BFP_SLICE_BLOCKS blocks: */
+    /* Allocated for the calls an ISA marks with act_alloc's wide_tok (the wide path's; avx2.c: from
+     * 3 tokens, for its batch tile reads off too), NULL otherwise; the slice arrays hold one slice
+     * per panel of a wide tile, panel p at p * BFP_SLICE_BLOCKS blocks: */
     int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
     uint8_t *qu;   /* (n_tok, n_in): q + 128 as unsigned bytes (avx512.c) */
     uint8_t *xe;   /* (n_tok, 2): the least and greatest exponent field of a token's d (avx512.c) */
@@ -45,7 +46,7 @@ typedef struct act_q8 {
 
 /* Carves the arrays for n_blk activation blocks out of this thread's
  * scratch and, when wide_tok > 0 (the tokens of a call that takes the wide
- * path), those of the wide path too. */
+ * path, or on avx2 its batch tile), those of the wide path too. */
 static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
 #define ACT_ROUND(n) (((size_t)(n) + 63) & ~(size_t)63)
     const size_t q_bytes = ACT_ROUND(n_blk * 16), d_bytes = ACT_ROUND(n_blk * 4);
