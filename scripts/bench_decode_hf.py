@@ -13,17 +13,21 @@ DIR_OR_CONFIG_JSON: a checkpoint or weight-cache directory holding config.json (
 transformers' Qwen3_5ForCausalLM built from the config's text_config on the device, weights drawn by its
 own initializer (no checkpoint is read), in --dtype; the vision tower and the MTP layer are not built
 (transformers has no MTP head). Each measurement runs once as a warm-up first (allocations, kernel
-choices), then: the prompt's forward with an empty cache (TTFT), then --decode steps of one token each,
-the argmax of each step's logits fed back; tok/s = steps / their time, synchronised on the device.
-The Gated DeltaNet layers run on the flash-linear-attention kernels where that package is installed,
-else on transformers' torch fallback: the JSON says which ("gdn_path").
-Exit status 2, with a line saying why, where transformers has no Qwen3.5 model or the device is absent.
+choices), then: the prompt's forward with an empty cache and logits for its last position only (TTFT),
+then --decode steps of one token each, the argmax of each step's logits fed back. Each step is timed on
+its own, synchronised on the device (the argmax goes back to the host as in a serving loop);
+decode_tok_s = 1 / the median step, decode_mean_tok_s = steps / their total time.
+The Gated DeltaNet layers run on the flash-linear-attention kernels where that package imports and the
+device is CUDA, else on transformers' torch fallback: the JSON says which ("gdn_path").
+Exit status 2, with a line saying why, where torch or transformers is missing, transformers has no
+Qwen3.5 model, or the device is absent.
 """
 
 import argparse
-import importlib.util
+import inspect
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -31,6 +35,17 @@ import time
 def fail(msg):
     print(f"bench_decode_hf: {msg}", file=sys.stderr)
     sys.exit(2)
+
+
+def gdn_path(dev):
+    """Which Gated DeltaNet transformers runs: its fla kernels need the package and a CUDA device."""
+    if dev.type != "cuda":
+        return "torch fallback"
+    try:
+        import fla  # noqa: F401
+    except Exception:  # an installed fla that fails to import (e.g. no triton) is not used either
+        return "torch fallback"
+    return "fla"
 
 
 def main():
@@ -52,9 +67,11 @@ def main():
     except (OSError, ValueError) as e:
         fail(f"cannot read a config from {path}: {e}")
 
-    import torch
-    import transformers
-
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        fail(f"needs torch and transformers: {e}")
     try:
         from transformers import Qwen3_5TextConfig
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
@@ -79,36 +96,46 @@ def main():
     gen = torch.Generator(device="cpu").manual_seed(1)
     prompt = torch.randint(0, cfg.vocab_size, (1, a.prompt), generator=gen).to(dev)
 
+    # the cache's argument and output field: past_key_values, renamed cache in later 5.x releases
+    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
     def run(n_decode):
-        """TTFT of the prompt and the time of n_decode single-token steps after it."""
+        """TTFT of the prompt and the time of each of n_decode single-token steps after it."""
         with torch.no_grad():
             sync()
             t = time.perf_counter()
-            out = model(input_ids=prompt, use_cache=True)
+            out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
             tok = out.logits[:, -1:].argmax(-1)
-            sync()
+            tok.cpu()
             ttft = time.perf_counter() - t
-            cache = out.past_key_values
-            t = time.perf_counter()
+            cache = getattr(out, cache_name)
+            steps = []
             for _ in range(n_decode):
-                out = model(input_ids=tok, past_key_values=cache, use_cache=True)
-                cache = out.past_key_values
+                t = time.perf_counter()
+                out = model(input_ids=tok, use_cache=True, **{cache_name: cache})
+                cache = getattr(out, cache_name)
                 tok = out.logits[:, -1:].argmax(-1)
-            sync()
-            return ttft, time.perf_counter() - t
+                tok.cpu()
+                steps.append(time.perf_counter() - t)
+            # positions the cache holds: prompt + steps when every step read and extended it
+            held = int(cache.get_seq_length()) if hasattr(cache, "get_seq_length") else None
+            return ttft, steps, held
 
     run(min(a.decode, 4))  # warm-up
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    ttft, dec = run(a.decode)
+    ttft, steps, held = run(a.decode)
+    if held is not None and held != a.prompt + a.decode:
+        sys.exit(f"bench_decode_hf: the cache holds {held} positions after the run, not {a.prompt + a.decode}")
+    median = statistics.median(steps)
     peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
     res = dict(
         what="transformers decode", device=str(dev),
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         dtype=a.dtype, params=n_params, layers=cfg.num_hidden_layers, hidden=cfg.hidden_size,
         vocab=cfg.vocab_size, prompt_tokens=a.prompt, decode_steps=a.decode, ttft_s=ttft,
-        prompt_tok_s=a.prompt / ttft, decode_tok_s=a.decode / dec, build_s=build_s, peak_mib=peak,
-        gdn_path="fla" if importlib.util.find_spec("fla") else "torch fallback",
+        prompt_tok_s=a.prompt / ttft, decode_tok_s=1.0 / median, decode_mean_tok_s=a.decode / sum(steps),
+        cache_positions=held, build_s=build_s, peak_mib=peak, gdn_path=gdn_path(dev),
         attn=model.config._attn_implementation, torch=torch.__version__,
         transformers=transformers.__version__)
     print(f"transformers {a.dtype} on {res['device_name']}: {n_params / 1e9:.2f} G parameters, "
