@@ -320,12 +320,12 @@ ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int n
             for (int t = 0; t < nt; t++) acc[gi][p][t][0] = acc[gi][p][t][1] = _mm256_setzero_ps();
     #pragma GCC unroll 2
     for (int gi = 0; gi < ng; gi++)
-        for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(groups[gi], is4, b);
+        for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(groups[gi], is4, b, 0);
     for (int64_t b = 0; b < n_blk; b++) {
         #pragma GCC unroll 2
         for (int gi = 0; gi < ng; gi++) {
             const uint8_t *u = groups[gi] + b * unit;
-            bfp_prefetch_group_unit(groups[gi], is4, b + ahead);
+            bfp_prefetch_group_unit(groups[gi], is4, b + ahead, 0);
             /* the 64 exponent bytes nearly always all give normal scales (E >= 3 for bfp4, 7 for bfp8),
              * which take 2 vector ops a half instead of exp_scale8's 7 (bfp4 in L2: 28-30 -> 34 GB/s) */
             const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
@@ -405,10 +405,10 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int nt, const bfp_panel p
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
-    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(grp, is4, b);
+    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(grp, is4, b, 0);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *u = grp + b * unit;
-        bfp_prefetch_group_unit(grp, is4, b + ahead);
+        bfp_prefetch_group_unit(grp, is4, b + ahead, 0);
         const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
         #pragma GCC unroll 4
         for (int p = 0; p < np; p++) {

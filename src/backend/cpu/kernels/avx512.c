@@ -196,10 +196,10 @@ ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[
 #define BFP_TILE_PREFETCH_BLOCKS 64
 
 /* Block b of a panel read from memory: asks
- * for the block BFP_TILE_PREFETCH_BLOCKS ahead, decodes this one into w and
- * returns its row scales. */
-ALWAYS_INLINE __m512 bfp_block_read(const int is4, const bfp_panel pn, int64_t b, __m512i w[4]) {
-    bfp_prefetch_block_ahead(pn, is4, b, BFP_TILE_PREFETCH_BLOCKS);
+ * for the block BFP_TILE_PREFETCH_BLOCKS ahead (into L2 where l2), decodes
+ * this one into w and returns its row scales. */
+ALWAYS_INLINE __m512 bfp_block_read(const int is4, const bfp_panel pn, int64_t b, __m512i w[4], const int l2) {
+    bfp_prefetch_block_ahead(pn, is4, b, BFP_TILE_PREFETCH_BLOCKS, l2);
     bfp_block_decode(is4, pn.codes + b * BFP_UNIT(is4), w);
     return bfp_row_scales(is4, pn.exps + b * BFP_UNIT(is4));
 }
@@ -221,15 +221,16 @@ ALWAYS_INLINE void bfp_store(const int nt, const __m512 acc[], float *y, int64_t
 /* y rows [row0 + lo, row0 + hi) for tokens [t0, t0 + nt) from one panel;
  * is4, nt and il (the layout of a: nt or 0) are constants after inlining. */
 ALWAYS_INLINE void bfp_panel_loop(const int is4, const int nt, const int il, const bfp_panel pn, int64_t n_in,
-                                  const act_q8 *a, int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
+                                  const act_q8 *a, int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi,
+                                  const int l2) {
     const int64_t n_blk = n_in / 16;
     __m512 acc[8];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-    bfp_prefetch_panel_ahead(pn, is4, BFP_TILE_PREFETCH_BLOCKS);
+    bfp_prefetch_panel_ahead(pn, is4, BFP_TILE_PREFETCH_BLOCKS, l2);
     for (int64_t b = 0; b < n_blk; b++) {
         __m512i w[4];
-        __m512 ws = bfp_block_read(is4, pn, b, w);
+        __m512 ws = bfp_block_read(is4, pn, b, w, l2);
         #pragma GCC unroll 8
         for (int t = 0; t < nt; t++)
             acc[t] = bfp_block_fma(is4, nt, w, ACT_Q(a, il, t0 + t, b, n_in), (is4 ? a->o4 : a->o8) + ACT_I(il, t0 + t, b, n_blk),
@@ -240,8 +241,9 @@ ALWAYS_INLINE void bfp_panel_loop(const int is4, const int nt, const int il, con
 
 ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                   int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
-    if (nt > 1 && a->il == nt) bfp_panel_loop(is4, nt, nt, pn, n_in, a, 0, y, n_out, row0, lo, hi);
-    else bfp_panel_loop(is4, nt, 0, pn, n_in, a, t0, y, n_out, row0, lo, hi);
+    const int l2 = q35_kernels_bfp_prefetch_l2();
+    if (nt > 1 && a->il == nt) bfp_panel_loop(is4, nt, nt, pn, n_in, a, 0, y, n_out, row0, lo, hi, l2);
+    else bfp_panel_loop(is4, nt, 0, pn, n_in, a, t0, y, n_out, row0, lo, hi, l2);
 }
 
 /* Decode (up to BFP_GEMV_TOKENS tokens) over a group's four panels at once,
@@ -282,12 +284,22 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
     return _mm512_sub_ps(_mm512_castsi512_ps(v), _mm512_set1_ps(8388608.0f + (is4 ? 129 : 133)));
 }
 
-/* The GEMV's prefetch goes to L1 (bfp_prefetch_group_unit). With four streams 2 KiB ahead (before the
+/* The GEMV's prefetch goes to L1 (bfp_prefetch_group_unit), on Zen 4 to L2 (below). With four streams 2 KiB ahead (before the
  * units), prefetches into L1 waited for its few fill buffers and those into L2 measured better (decode
  * 3.40-3.82 against 2.61-3.11 tok/s on 1 thread); with one stream of units and the paired loads of
  * bfp4_pair_vbmi, L1 reads more: [12288, 4096] x 24 from DRAM on one thread, interleaved, medians of 11:
  * bfp4 0.94 -> 0.99 and 0.94 -> 0.99 of a plain read, bfp8 0.92 -> 0.98 and 0.85 -> 0.94; two threads
  * 1.00 either way. */
+
+/* Units ahead where the prefetches go to L2 (q35_kernels_bfp_prefetch_l2: Zen 4). On a Zen 4 core, one
+ * thread, [12288, 4096] x 16 from DRAM, interleaved, medians of 9-15 against a plain read of the same
+ * bytes: L1 prefetches read bfp4 0.86, bfp8 0.65-0.78, two bfp4 tokens 0.66; L2 prefetches at the L1
+ * distances (16 / 4 units) bfp4 0.94-1.02, bfp8 0.76-0.81, two tokens 0.92-0.94; then the distance
+ * (about 1.1 KiB best, 3-4.5 KiB worst): bfp4 2 units 1.06-1.08 (3: 0.77-0.81, 4: 0.60-0.65, 8:
+ * 0.85-0.91, 12: 1.01, 24: 0.99), bfp8 1 unit 1.05-1.08 (2: 0.96-1.03, 3: 0.71-0.74); at 2 and 4
+ * tokens bfp8 1 unit 0.86 -> 1.08 and 0.80 -> 0.90, bfp4 2 units 0.92 -> 0.91 and 0.61 -> 0.51 (so
+ * those keep 16). */
+#define BFP_GEMV_PREFETCH_BLOCKS_L2(is4, nt) ((is4) ? ((nt) == 1 ? 2 : 16) : 1)
 
 /* One block and token of the GEMV: bfp_block_fma's result bit for bit. One
  * vpdpbusd chain (the integer sum is exact in any order; the four panels
@@ -302,22 +314,22 @@ ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_
 }
 
 ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, const int vbmi, const uint8_t *group,
-                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out) {
+                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out, const int l2) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4);
-    const int ahead = BFP_GEMV_PREFETCH_BLOCKS(is4);
+    const int ahead = l2 ? BFP_GEMV_PREFETCH_BLOCKS_L2(is4, nt) : BFP_GEMV_PREFETCH_BLOCKS(is4);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
     __m512 acc[BFP_GEMV_PANELS][BFP_GEMV_TOKENS];
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t] = _mm512_setzero_ps();
-    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(group, is4, b);
+    for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(group, is4, b, l2);
     for (int64_t b = 0; b < n_blk; b++) {
         /* the group is one stream: the unit `ahead` blocks on (past the group's end, the next group's first) */
         const uint8_t *u = group + b * unit;
-        bfp_prefetch_group_unit(group, is4, b + ahead);
+        bfp_prefetch_group_unit(group, is4, b + ahead, l2);
         #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
             const uint8_t *cb = u + 64 + p * block_bytes;
@@ -348,11 +360,11 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
                                  float *y, int64_t n_out) {
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi");
     const uint8_t *group = pn.exps; /* its first panel: the group's start */
-    const int il = nt > 1 && a->il == nt;
-    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, group, n_in, a, y, n_out);
-    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, group, n_in, a, y, n_out);
-    else if (il) bfp_gemv_loop(is4, nt, nt, 0, group, n_in, a, y, n_out);
-    else bfp_gemv_loop(is4, nt, 0, 0, group, n_in, a, y, n_out);
+    const int il = nt > 1 && a->il == nt, l2 = q35_kernels_bfp_prefetch_l2();
+    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, group, n_in, a, y, n_out, l2);
+    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, group, n_in, a, y, n_out, l2);
+    else if (il) bfp_gemv_loop(is4, nt, nt, 0, group, n_in, a, y, n_out, l2);
+    else bfp_gemv_loop(is4, nt, 0, 0, group, n_in, a, y, n_out, l2);
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----

@@ -7,6 +7,7 @@
 #include <cpuid.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const q35_kernels *g_chosen;
@@ -66,7 +67,38 @@ q35_status q35_kernels_find(const char *name, const q35_kernels **out, q35_error
     return Q35_OK;
 }
 
+/* The CPU's family where its vendor is AMD (cpuid leaf 1: base family, plus the extended family when
+ * the base is 0xf), else 0. */
+static int amd_family(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth" */ || d != 0x69746e65u /* "enti" */ ||
+        c != 0x444d4163u /* "cAMD" */ || !__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const int base = (int)(a >> 8 & 0xf);
+    return base == 0xf ? base + (int)(a >> 20 & 0xff) : base;
+}
+
+int q35_kernels_bfp_prefetch_choice(const char *env, int amd_family) {
+    if (env && *env) return !strcmp(env, "l1") ? 0 : !strcmp(env, "l2") ? 1 : -1;
+    return amd_family == 0x19;
+}
+
+static int g_prefetch_l2 = -1; /* -1: not chosen yet */
+
+int q35_kernels_bfp_prefetch_l2(void) {
+    int v = __atomic_load_n(&g_prefetch_l2, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = q35_kernels_bfp_prefetch_choice(getenv("Q35_BFP_PREFETCH"), amd_family());
+        if (v < 0) v = q35_kernels_bfp_prefetch_choice(NULL, amd_family()); /* q35_kernels_init says why */
+        __atomic_store_n(&g_prefetch_l2, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 q35_status q35_kernels_init(const q35_kernels **out, q35_error *err) {
+    const char *pf = getenv("Q35_BFP_PREFETCH");
+    if (q35_kernels_bfp_prefetch_choice(pf, 0) < 0)
+        return q35_fail(err, Q35_ERR_ARG, "Q35_BFP_PREFETCH=%s: unknown (choose l1 or l2)", pf);
     const char *env = getenv("Q35_KERNELS");
     const q35_kernels *k;
     if (env && *env) {

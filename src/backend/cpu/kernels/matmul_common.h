@@ -121,44 +121,59 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
 #define BFP_PREFETCH_HINT _MM_HINT_T0
 #endif
 
+/* The helpers below take l2: 0 for BFP_PREFETCH_HINT's level, 1 for L2 (a tile passes
+ * q35_kernels_bfp_prefetch_l2(), a choice by CPU; a branch per block, not per line). */
+
 /* Block b's lines of panel pn: its exponents (the unit's first line, the
  * group's four panels') and its codes. */
-static inline __attribute__((always_inline)) void bfp_prefetch_unit(const bfp_panel pn, const int is4, int64_t b) {
+static inline __attribute__((always_inline)) void bfp_prefetch_unit(const bfp_panel pn, const int is4, int64_t b,
+                                                                    const int l2) {
     const int unit = BFP_UNIT(is4), cbytes = BFP_CODE_BYTES(is4);
     const char *e = (const char *)pn.exps + b * unit, *c = (const char *)pn.codes + b * unit;
-    _mm_prefetch(e, BFP_PREFETCH_HINT);
-    #pragma GCC unroll 4
-    for (int l = 0; l < cbytes; l += 64) _mm_prefetch(c + l, BFP_PREFETCH_HINT);
+    if (l2) {
+        _mm_prefetch(e, _MM_HINT_T1);
+        #pragma GCC unroll 4
+        for (int l = 0; l < cbytes; l += 64) _mm_prefetch(c + l, _MM_HINT_T1);
+    } else {
+        _mm_prefetch(e, BFP_PREFETCH_HINT);
+        #pragma GCC unroll 4
+        for (int l = 0; l < cbytes; l += 64) _mm_prefetch(c + l, BFP_PREFETCH_HINT);
+    }
 }
 
 /* All of a group's unit b, its four panels' exponents and codes: for the
  * GEMVs, which read whole units (group: the group's first panel's exps). */
 static inline __attribute__((always_inline)) void bfp_prefetch_group_unit(const uint8_t *group, const int is4,
-                                                                          int64_t b) {
+                                                                          int64_t b, const int l2) {
     const int unit = BFP_UNIT(is4);
     const char *u = (const char *)group + b * unit;
-    #pragma GCC unroll 17
-    for (int l = 0; l < unit; l += 64) _mm_prefetch(u + l, BFP_PREFETCH_HINT);
+    if (l2) {
+        #pragma GCC unroll 17
+        for (int l = 0; l < unit; l += 64) _mm_prefetch(u + l, _MM_HINT_T1);
+    } else {
+        #pragma GCC unroll 17
+        for (int l = 0; l < unit; l += 64) _mm_prefetch(u + l, BFP_PREFETCH_HINT);
+    }
 }
 
 /* The first `ahead` blocks of a panel (a literal after inlining). */
 static inline __attribute__((always_inline)) void bfp_prefetch_panel_ahead(const bfp_panel pn, const int is4,
-                                                                           int ahead) {
-    for (int b = 0; b < ahead; b++) bfp_prefetch_unit(pn, is4, b);
+                                                                           int ahead, const int l2) {
+    for (int b = 0; b < ahead; b++) bfp_prefetch_unit(pn, is4, b, l2);
 }
 
 /* Block b + ahead, as block b is read. */
 static inline __attribute__((always_inline)) void bfp_prefetch_block_ahead(const bfp_panel pn, const int is4,
-                                                                           int64_t b, int ahead) {
-    bfp_prefetch_unit(pn, is4, b + ahead);
+                                                                           int64_t b, int ahead, const int l2) {
+    bfp_prefetch_unit(pn, is4, b + ahead, l2);
 }
 
 static inline __attribute__((always_inline)) void bfp_prefetch_panel(const bfp_panel pn, const int is4) {
-    bfp_prefetch_panel_ahead(pn, is4, BFP_PREFETCH_BLOCKS);
+    bfp_prefetch_panel_ahead(pn, is4, BFP_PREFETCH_BLOCKS, 0);
 }
 
 static inline __attribute__((always_inline)) void bfp_prefetch_block(const bfp_panel pn, const int is4, int64_t b) {
-    bfp_prefetch_block_ahead(pn, is4, b, BFP_PREFETCH_BLOCKS);
+    bfp_prefetch_block_ahead(pn, is4, b, BFP_PREFETCH_BLOCKS, 0);
 }
 
 /* The wide path's predecode of block b asks for the same block of the next
