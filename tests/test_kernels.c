@@ -638,34 +638,34 @@ TEST(kernels, dispatch_by_cpu_and_env) {
 }
 
 /* The prefetch level of the avx512 bfp tiles: L2 on AMD family 19h (Zen 4), L1 elsewhere, either
- * forced by Q35_BFP_PREFETCH; any other value of it is refused by q35_kernels_init, naming it. */
-TEST(kernels, bfp_prefetch_level_by_cpu_and_env) {
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice(NULL, 0x19), 1);
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice("", 0x19), 1);
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice(NULL, 0x1a), 0); /* Zen 5 */
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice(NULL, 0), 0);    /* not AMD */
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice("l1", 0x19), 0);
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice("l2", 0), 1);
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice("L2", 0), -1);
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_choice("l3", 0x19), -1);
-    const int l2 = q35_kernels_bfp_prefetch_l2();
+ * forced by Q35_PREFETCH; any other value of it is refused by q35_kernels_init, naming it. */
+TEST(kernels, prefetch_level_by_cpu_and_env) {
+    CHECK_EQ_INT(q35_kernels_prefetch_choice(NULL, 0x19), 1);
+    CHECK_EQ_INT(q35_kernels_prefetch_choice("", 0x19), 1);
+    CHECK_EQ_INT(q35_kernels_prefetch_choice(NULL, 0x1a), 0); /* Zen 5 */
+    CHECK_EQ_INT(q35_kernels_prefetch_choice(NULL, 0), 0);    /* not AMD */
+    CHECK_EQ_INT(q35_kernels_prefetch_choice("l1", 0x19), 0);
+    CHECK_EQ_INT(q35_kernels_prefetch_choice("l2", 0), 1);
+    CHECK_EQ_INT(q35_kernels_prefetch_choice("L2", 0), -1);
+    CHECK_EQ_INT(q35_kernels_prefetch_choice("l3", 0x19), -1);
+    const int l2 = q35_kernels_prefetch_l2();
     CHECK(l2 == 0 || l2 == 1);
-    CHECK_EQ_INT(q35_kernels_bfp_prefetch_l2(), l2); /* chosen once */
+    CHECK_EQ_INT(q35_kernels_prefetch_l2(), l2); /* chosen once */
 
-    const char *old = getenv("Q35_BFP_PREFETCH");
+    const char *old = getenv("Q35_PREFETCH");
     char *saved = old ? strdup(old) : NULL;
     const q35_kernels *k = NULL;
     q35_error err = {0};
-    setenv("Q35_BFP_PREFETCH", "l9", 1);
+    setenv("Q35_PREFETCH", "l9", 1);
     CHECK(q35_kernels_init(&k, &err) == Q35_ERR_ARG);
-    CHECK(strstr(err.msg, "Q35_BFP_PREFETCH=l9") && strstr(err.msg, "l1 or l2"));
-    setenv("Q35_BFP_PREFETCH", "l1", 1);
+    CHECK(strstr(err.msg, "Q35_PREFETCH=l9") && strstr(err.msg, "l1 or l2"));
+    setenv("Q35_PREFETCH", "l1", 1);
     CHECK(q35_kernels_init(&k, &err) == Q35_OK);
     if (saved) {
-        setenv("Q35_BFP_PREFETCH", saved, 1);
+        setenv("Q35_PREFETCH", saved, 1);
         free(saved);
     } else {
-        unsetenv("Q35_BFP_PREFETCH");
+        unsetenv("Q35_PREFETCH");
     }
     q35_kernels_init(&k, NULL);
 }

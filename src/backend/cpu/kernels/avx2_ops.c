@@ -273,6 +273,7 @@ static inline void att_q8_tile_2x4(const att_q8_query *qq, const uint8_t *k, siz
 #define ATT_FN q35_attend_heads_avx2
 #define ATT_ROWS_FN q35_attend_rows_avx2
 #define ATT_ROWS_Q8_FN q35_attend_rows_q8_avx2
+#define ATT_PF_L2() 0 /* L1: Zen 3 measured with it; L2 not measured there */
 #include "attend_driver.inc"
 
 /* ---- Gated DeltaNet, chunked (prompts) ---- */

@@ -241,7 +241,7 @@ ALWAYS_INLINE void bfp_panel_loop(const int is4, const int nt, const int il, con
 
 ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                   int64_t t0, float *y, int64_t n_out, int64_t row0, int lo, int hi) {
-    const int l2 = q35_kernels_bfp_prefetch_l2();
+    const int l2 = q35_kernels_prefetch_l2();
     if (nt > 1 && a->il == nt) bfp_panel_loop(is4, nt, nt, pn, n_in, a, 0, y, n_out, row0, lo, hi, l2);
     else bfp_panel_loop(is4, nt, 0, pn, n_in, a, t0, y, n_out, row0, lo, hi, l2);
 }
@@ -291,7 +291,7 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
  * bfp4 0.94 -> 0.99 and 0.94 -> 0.99 of a plain read, bfp8 0.92 -> 0.98 and 0.85 -> 0.94; two threads
  * 1.00 either way. */
 
-/* Units ahead where the prefetches go to L2 (q35_kernels_bfp_prefetch_l2: Zen 4). On a Zen 4 core, one
+/* Units ahead where the prefetches go to L2 (q35_kernels_prefetch_l2: Zen 4). On a Zen 4 core, one
  * thread, [12288, 4096] x 16 from DRAM, interleaved, medians of 9-15 against a plain read of the same
  * bytes: L1 prefetches read bfp4 0.86, bfp8 0.65-0.78, two bfp4 tokens 0.66; L2 prefetches at the L1
  * distances (16 / 4 units) bfp4 0.94-1.02, bfp8 0.76-0.81, two tokens 0.92-0.94; then the distance
@@ -360,7 +360,7 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
                                  float *y, int64_t n_out) {
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi");
     const uint8_t *group = pn.exps; /* its first panel: the group's start */
-    const int il = nt > 1 && a->il == nt, l2 = q35_kernels_bfp_prefetch_l2();
+    const int il = nt > 1 && a->il == nt, l2 = q35_kernels_prefetch_l2();
     if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, group, n_in, a, y, n_out, l2);
     else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, group, n_in, a, y, n_out, l2);
     else if (il) bfp_gemv_loop(is4, nt, nt, 0, group, n_in, a, y, n_out, l2);
@@ -843,6 +843,7 @@ static inline void att_q8_scale_vecs(float *dst, const void *row, int32_t nb, co
 #define ATT_ROWS_FN attend_rows_isa
 #define ATT_ROWS_Q8_FN attend_rows_q8_isa
 #define ATT_LINKAGE static
+#define ATT_PF_L2() q35_kernels_prefetch_l2()
 #include "attend_driver.inc"
 
 /* Row fetches are one row per token (embeddings): the reference is fast enough. */

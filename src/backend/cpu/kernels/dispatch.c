@@ -78,27 +78,27 @@ static int amd_family(void) {
     return base == 0xf ? base + (int)(a >> 20 & 0xff) : base;
 }
 
-int q35_kernels_bfp_prefetch_choice(const char *env, int amd_family) {
+int q35_kernels_prefetch_choice(const char *env, int amd_family) {
     if (env && *env) return !strcmp(env, "l1") ? 0 : !strcmp(env, "l2") ? 1 : -1;
     return amd_family == 0x19;
 }
 
 static int g_prefetch_l2 = -1; /* -1: not chosen yet */
 
-int q35_kernels_bfp_prefetch_l2(void) {
+int q35_kernels_prefetch_l2(void) {
     int v = __atomic_load_n(&g_prefetch_l2, __ATOMIC_RELAXED);
     if (v < 0) {
-        v = q35_kernels_bfp_prefetch_choice(getenv("Q35_BFP_PREFETCH"), amd_family());
-        if (v < 0) v = q35_kernels_bfp_prefetch_choice(NULL, amd_family()); /* q35_kernels_init says why */
+        v = q35_kernels_prefetch_choice(getenv("Q35_PREFETCH"), amd_family());
+        if (v < 0) v = q35_kernels_prefetch_choice(NULL, amd_family()); /* q35_kernels_init says why */
         __atomic_store_n(&g_prefetch_l2, v, __ATOMIC_RELAXED);
     }
     return v;
 }
 
 q35_status q35_kernels_init(const q35_kernels **out, q35_error *err) {
-    const char *pf = getenv("Q35_BFP_PREFETCH");
-    if (q35_kernels_bfp_prefetch_choice(pf, 0) < 0)
-        return q35_fail(err, Q35_ERR_ARG, "Q35_BFP_PREFETCH=%s: unknown (choose l1 or l2)", pf);
+    const char *pf = getenv("Q35_PREFETCH");
+    if (q35_kernels_prefetch_choice(pf, 0) < 0)
+        return q35_fail(err, Q35_ERR_ARG, "Q35_PREFETCH=%s: unknown (choose l1 or l2)", pf);
     const char *env = getenv("Q35_KERNELS");
     const q35_kernels *k;
     if (env && *env) {

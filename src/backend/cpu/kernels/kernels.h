@@ -276,15 +276,16 @@ static inline void q35_kernels_matmul(const q35_kernels *k, float *y, const q35_
  * table and q35_kernels_get() returns it from then on. */
 q35_status q35_kernels_init(const q35_kernels **out, q35_error *err);
 
-/* Whether the avx512 table's bfp tiles (the GEMV and the panel tile) prefetch into L2 instead of L1:
- * chosen once, by Q35_BFP_PREFETCH (l1 or l2; q35_kernels_init refuses any other value), else by CPU:
+/* Whether the avx512 table's bfp tiles (the GEMV and the panel tile) and its attention prefetch into
+ * L2 instead of L1:
+ * chosen once, by Q35_PREFETCH (l1 or l2; q35_kernels_init refuses any other value), else by CPU:
  * L2 on AMD family 19h (Zen 4: one core's GEMV from DRAM read 0.86 of a plain read with L1
  * prefetches, 1.00 with L2; docs/performance.md), L1 elsewhere (Zen 5 measured better with L1). The
  * prefetch level changes no result. */
-int q35_kernels_bfp_prefetch_l2(void);
+int q35_kernels_prefetch_l2(void);
 /* The choice for an environment value (NULL or empty: none) and an AMD CPU family (0: not AMD):
  * 1 for L2, 0 for L1, -1 for a value that is neither l1 nor l2. */
-int q35_kernels_bfp_prefetch_choice(const char *env, int amd_family);
+int q35_kernels_prefetch_choice(const char *env, int amd_family);
 
 /* The table by name ("ref", "avx2", "avx512", "avx512bf16") if this CPU can run it. */
 q35_status q35_kernels_find(const char *name, const q35_kernels **out, q35_error *err);

@@ -122,7 +122,7 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
 #endif
 
 /* The helpers below take l2: 0 for BFP_PREFETCH_HINT's level, 1 for L2 (a tile passes
- * q35_kernels_bfp_prefetch_l2(), a choice by CPU; a branch per block, not per line). */
+ * q35_kernels_prefetch_l2(), a choice by CPU; a branch per block, not per line). */
 
 /* Block b's lines of panel pn: its exponents (the unit's first line, the
  * group's four panels') and its codes. */
