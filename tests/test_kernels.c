@@ -637,8 +637,9 @@ TEST(kernels, dispatch_by_cpu_and_env) {
     q35_kernels_init(&k, NULL);
 }
 
-/* The prefetch level of the avx512 bfp tiles: L2 on AMD family 19h (Zen 4), L1 elsewhere, either
- * forced by Q35_PREFETCH; any other value of it is refused by q35_kernels_init, naming it. */
+/* The prefetch level of the avx512 bfp tiles and attention: L2 on AMD family 19h (Zen 4), L1
+ * elsewhere, either forced by Q35_PREFETCH (q35_kernels_init sets it); any other value of it is
+ * refused by q35_kernels_init, naming it. */
 TEST(kernels, prefetch_level_by_cpu_and_env) {
     CHECK_EQ_INT(q35_kernels_prefetch_choice(NULL, 0x19), 1);
     CHECK_EQ_INT(q35_kernels_prefetch_choice("", 0x19), 1);
@@ -648,9 +649,9 @@ TEST(kernels, prefetch_level_by_cpu_and_env) {
     CHECK_EQ_INT(q35_kernels_prefetch_choice("l2", 0), 1);
     CHECK_EQ_INT(q35_kernels_prefetch_choice("L2", 0), -1);
     CHECK_EQ_INT(q35_kernels_prefetch_choice("l3", 0x19), -1);
-    const int l2 = q35_kernels_prefetch_l2();
-    CHECK(l2 == 0 || l2 == 1);
-    CHECK_EQ_INT(q35_kernels_prefetch_l2(), l2); /* chosen once */
+    CHECK_EQ_INT(q35_cpu_family_of(0x00A10F11u), 0x19); /* Zen 4 (family 0xf + 0xa, model 0x11) */
+    CHECK_EQ_INT(q35_cpu_family_of(0x00B40F40u), 0x1a); /* Zen 5 */
+    CHECK_EQ_INT(q35_cpu_family_of(0x000806F8u), 6);    /* an Intel Xeon: base family 6, no extension */
 
     const char *old = getenv("Q35_PREFETCH");
     char *saved = old ? strdup(old) : NULL;
@@ -661,6 +662,10 @@ TEST(kernels, prefetch_level_by_cpu_and_env) {
     CHECK(strstr(err.msg, "Q35_PREFETCH=l9") && strstr(err.msg, "l1 or l2"));
     setenv("Q35_PREFETCH", "l1", 1);
     CHECK(q35_kernels_init(&k, &err) == Q35_OK);
+    CHECK_EQ_INT(q35_kernels_prefetch_l2(), 0); /* what the tiles read from then on */
+    setenv("Q35_PREFETCH", "l2", 1);
+    CHECK(q35_kernels_init(&k, &err) == Q35_OK);
+    CHECK_EQ_INT(q35_kernels_prefetch_l2(), 1);
     if (saved) {
         setenv("Q35_PREFETCH", saved, 1);
         free(saved);

@@ -115,6 +115,23 @@ def test_kernel_override_by_environment():
     assert p.returncode == 1 and 'kernels "bogus": unknown' in p.stderr
 
 
+def test_prefetch_level_by_environment():
+    # Q35_PREFETCH=l1|l2 forces the avx512 tiles' prefetch level: the tokens are the same either way;
+    # any other value is refused at start, naming it
+    g = golden("tiny-a")
+    ids = ",".join(map(str, g["prompt_ids"]))
+    for level in ("l1", "l2"):
+        env = dict(os.environ, Q35_PREFETCH=level)
+        p = subprocess.run([BIN, "run", "-m", str(MODELS / "tiny-a"), "--prompt-ids", ids, "-n", "32"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr
+        assert [int(x) for x in p.stdout.strip().split(",")] == g["greedy_ids"]
+    env = dict(os.environ, Q35_PREFETCH="l9")
+    p = subprocess.run([BIN, "run", "-m", str(MODELS / "tiny-a"), "--prompt-ids", "1,2"], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert p.returncode == 1 and "Q35_PREFETCH=l9: unknown (choose l1 or l2)" in p.stderr, p.stderr
+
+
 DEMO = ROOT / "models" / "qwen35-demo"
 
 

@@ -67,15 +67,18 @@ q35_status q35_kernels_find(const char *name, const q35_kernels **out, q35_error
     return Q35_OK;
 }
 
-/* The CPU's family where its vendor is AMD (cpuid leaf 1: base family, plus the extended family when
- * the base is 0xf), else 0. */
+int q35_cpu_family_of(unsigned eax) {
+    const int base = (int)(eax >> 8 & 0xf);
+    return base == 0xf ? base + (int)(eax >> 20 & 0xff) : base;
+}
+
+/* The CPU's family where its vendor is AMD, else 0. */
 static int amd_family(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth" */ || d != 0x69746e65u /* "enti" */ ||
         c != 0x444d4163u /* "cAMD" */ || !__get_cpuid(1, &a, &b, &c, &d))
         return 0;
-    const int base = (int)(a >> 8 & 0xf);
-    return base == 0xf ? base + (int)(a >> 20 & 0xff) : base;
+    return q35_cpu_family_of(a);
 }
 
 int q35_kernels_prefetch_choice(const char *env, int amd_family) {
@@ -85,11 +88,14 @@ int q35_kernels_prefetch_choice(const char *env, int amd_family) {
 
 static int g_prefetch_l2 = -1; /* -1: not chosen yet */
 
+/* Before q35_kernels_init has run (a table used straight from q35_kernels_get or _find), the choice
+ * is made here the same way, except that a wrong Q35_PREFETCH gives the CPU's default (only
+ * q35_kernels_init can refuse it). Every thread computes the same value, so the race is benign. */
 int q35_kernels_prefetch_l2(void) {
     int v = __atomic_load_n(&g_prefetch_l2, __ATOMIC_RELAXED);
     if (v < 0) {
         v = q35_kernels_prefetch_choice(getenv("Q35_PREFETCH"), amd_family());
-        if (v < 0) v = q35_kernels_prefetch_choice(NULL, amd_family()); /* q35_kernels_init says why */
+        if (v < 0) v = q35_kernels_prefetch_choice(NULL, amd_family());
         __atomic_store_n(&g_prefetch_l2, v, __ATOMIC_RELAXED);
     }
     return v;
@@ -97,8 +103,9 @@ int q35_kernels_prefetch_l2(void) {
 
 q35_status q35_kernels_init(const q35_kernels **out, q35_error *err) {
     const char *pf = getenv("Q35_PREFETCH");
-    if (q35_kernels_prefetch_choice(pf, 0) < 0)
-        return q35_fail(err, Q35_ERR_ARG, "Q35_PREFETCH=%s: unknown (choose l1 or l2)", pf);
+    const int l2 = q35_kernels_prefetch_choice(pf, amd_family());
+    if (l2 < 0) return q35_fail(err, Q35_ERR_ARG, "Q35_PREFETCH=%s: unknown (choose l1 or l2)", pf);
+    __atomic_store_n(&g_prefetch_l2, l2, __ATOMIC_RELAXED);
     const char *env = getenv("Q35_KERNELS");
     const q35_kernels *k;
     if (env && *env) {

@@ -277,12 +277,14 @@ static inline void q35_kernels_matmul(const q35_kernels *k, float *y, const q35_
 q35_status q35_kernels_init(const q35_kernels **out, q35_error *err);
 
 /* Whether the avx512 table's bfp tiles (the GEMV and the panel tile) and its attention prefetch into
- * L2 instead of L1:
- * chosen once, by Q35_PREFETCH (l1 or l2; q35_kernels_init refuses any other value), else by CPU:
- * L2 on AMD family 19h (Zen 4: one core's GEMV from DRAM read 0.86 of a plain read with L1
- * prefetches, 1.00 with L2; docs/performance.md), L1 elsewhere (Zen 5 measured better with L1). The
- * prefetch level changes no result. */
+ * L2 instead of L1: chosen by q35_kernels_init (again at each call of it), from Q35_PREFETCH (l1 or l2;
+ * it refuses any other value), else by CPU: L2 on AMD family 19h (Zen 4, the family's only CPUs with
+ * AVX-512; Zen 3 runs the avx2 table, which does not ask: one core's GEMV from DRAM read 0.86 of a
+ * plain read with L1 prefetches, 1.06 with L2; docs/performance.md), L1 elsewhere (Zen 5 measured
+ * better with L1). The prefetch level changes no result. */
 int q35_kernels_prefetch_l2(void);
+/* The family in cpuid leaf 1's EAX: the base family, plus the extended family when the base is 0xf. */
+int q35_cpu_family_of(unsigned eax);
 /* The choice for an environment value (NULL or empty: none) and an AMD CPU family (0: not AMD):
  * 1 for L2, 0 for L1, -1 for a value that is neither l1 nor l2. */
 int q35_kernels_prefetch_choice(const char *env, int amd_family);

@@ -113,7 +113,8 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
  * of the same matrices; 5 tokens 0.42 against 0.54). */
 #define BFP_PREFETCH_BLOCKS 16
 /* Into L1 by default: avx512.c's GEMV once read more with L2 (when it read eight streams); with one
- * stream of units, L1 reads more there (avx512.c, bfp_gemv_loop). avx2.c sets L2 for all its bfp
+ * stream of units, L1 reads more there on Zen 5, L2 on Zen 4 (avx512.c passes the helpers below
+ * q35_kernels_prefetch_l2(), which chooses by CPU). avx2.c sets L2 for all its bfp
  * tiles: on a Zen 3 core (its one-token GEMV reading two groups as two streams) L2 read more (avx2.c
  * says how much); on Zen 5, with Q35_KERNELS=avx2 and the one-stream GEMV of then, L2 had decoded
  * 2.64-2.71 against 2.84-3.15 tok/s on 1 thread (9B shapes, interleaved), not re-measured since. */
@@ -121,8 +122,8 @@ static inline __attribute__((always_inline)) bfp_panel bfp_panel_at(const uint8_
 #define BFP_PREFETCH_HINT _MM_HINT_T0
 #endif
 
-/* The helpers below take l2: 0 for BFP_PREFETCH_HINT's level, 1 for L2 (a tile passes
- * q35_kernels_prefetch_l2(), a choice by CPU; a branch per block, not per line). */
+/* The helpers below take l2: 0 for BFP_PREFETCH_HINT's level, 1 for L2 (avx512.c's tiles pass
+ * q35_kernels_prefetch_l2(), a choice by CPU or Q35_PREFETCH; a branch per block, not per line). */
 
 /* Block b's lines of panel pn: its exponents (the unit's first line, the
  * group's four panels') and its codes. */
