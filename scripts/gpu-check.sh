@@ -10,7 +10,8 @@
 #              if it fails, again under compute-sanitizer (memcheck), same log;
 #              then again with CUDA graphs and tensor cores off
 #              (Q35_CUDA_GRAPHS=0 Q35_CUDA_TC=0)
-#   kernels    bench_kernels (the CPU kernels, e.g. AVX-512 on this machine)
+#   kernels    bench_kernels (the CPU kernels, e.g. AVX-512 on this machine);
+#              kernels_l2 again with Q35_PREFETCH=l2 (kernels.log)
 #   unit_cpu   the unit tests on the CPU backend (which kernel table cpuid picked)
 #   prepare    the synthetic Qwen3.5-9B cache (qwen35 prepare --synthetic)
 #   bench      bench_cuda: the matmul kernel alone at the 9B's shapes and the
@@ -25,7 +26,7 @@
 #              bfloat16, prompt 254 (TTFT) and 32 greedy decode steps
 #              (scripts/bench_decode_hf.py; hf_decode.json), and the ratios
 # Each step has a time cap (the first H200 run, without the speed and hf
-# steps, took about 3.5 minutes; 530 s at the caps); logs and the JSON go to
+# steps, took about 3.5 minutes; 555 s at the caps); logs and the JSON go to
 # $OUT: 8 files, the most that come back from the device tool, so a new
 # step appends to an existing log; a summary table is printed last.
 set -uo pipefail
@@ -95,6 +96,9 @@ if ! step cuda 60 "$B/test_runner" cuda cuda_layout; then
 fi
 Q35_CUDA_GRAPHS=0 Q35_CUDA_TC=0 LOG=cuda step cuda_plain 30 "$B/test_runner" cuda
 step kernels 30 "$B/bench_kernels" --quick
+# the same with the avx512 tiles' prefetches into L2 (Q35_PREFETCH; L1 is this CPU's default): which
+# level this Intel core reads better with
+Q35_PREFETCH=l2 LOG=kernels step kernels_l2 25 "$B/bench_kernels" --quick
 Q35_BACKEND=cpu step unit_cpu 40 "$B/test_runner"
 if [ -f "$CACHE/model.q35" ] || ls "$CACHE"/*.q35 >/dev/null 2>&1; then rows+=("prepare    ok       0s  (cache already in $CACHE)")
 else LOG=bench step prepare 100 "$B/qwen35" prepare --synthetic qwen3.5-9b --out "$CACHE"; fi
