@@ -346,6 +346,66 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
     }
 }
 
+/* The decode path's scale products by the integer add of the exponents
+ * (avx512.c's GEMV on VBMI cores) against the single-panel tiles'
+ * multiply, bit for bit, at the edges where the add stops being exact:
+ * group 0 typical exponent bytes, group 1 all 0 (row scale 2^-bias), group
+ * 2 all 255, group 3 typical but for one 0 byte in its last block (the
+ * add's check covers the whole group), and a last panel of any bytes. Every
+ * block scale d of token 1 is 2^(bias + 1 - 127) (with group 1 the product
+ * is the least normal float), of token 2 2^(bias - 127) (subnormal), of
+ * token 3 1.5 * 2^(bias - 128) (with group 2 the greatest binade), of
+ * token 4 twice that (past the largest float); token 5 has blocks of
+ * zeros, token 6 a subnormal d, token 0 is typical. Every window of 1-4
+ * tokens is one call. */
+TEST(kernels, bfp_gemv_exponent_add_matches_panel_tile) {
+    const q35_kernels *tables[MAX_FAST_TABLES];
+    int n_tables = fast_tables(tables);
+    enum { n_out = 272, n_in = 272, n_blk = n_in / 16, n_tok = 7, max_tok = 4 };
+    static float x[n_tok * n_in], y[max_tok * n_out], yp[max_tok * n_out];
+    const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
+    long bad = 0;
+    for (int d = 0; d < 2; d++) {
+        const int bias = dts[d] == Q35_DT_BFP4 ? 129 : 133;
+        for (int t = 0; t < n_tok; t++)
+            for (int b = 0; b < n_blk; b++) {
+                float *xb = x + t * n_in + 16 * b, amax = 0.0f, s = 1.0f;
+                if (t == 1 || t == 2) amax = 127.0f * ldexpf(1.0f, bias - 127 + (t == 1));
+                else if (t == 3 || t == 4) amax = 127.0f * ldexpf(1.5f, bias - 128 + (t == 4));
+                else if (t == 5) s = b % 3 == 0 ? 0.0f : 1.0f;
+                else if (t == 6) s = 1e-36f;
+                for (int j = 0; j < 16; j++) xb[j] = (float)rng_unit() * (amax > 0.0f ? amax * 0.99f : s);
+                if (amax > 0.0f) xb[b % 16] = b % 2 ? amax : -amax;
+            }
+        size_t nb = q35_bfp_tensor_bytes(dts[d], n_out, n_in), unit = q35_bfp_unit_bytes(dts[d]);
+        uint8_t *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        REQUIRE(w);
+        for (size_t i = 0; i < nb; i++) w[i] = (uint8_t)(rng_unit() * 128.0 + 128.0);
+        for (int p = 0; p < n_out / 16; p++)
+            for (int i = 0; i < n_in; i++) { /* block i / 16, row i % 16 of panel p */
+                int u = (int)(rng_unit() * 128.0 + 128.0), g = p / 4, e = 100 + u % 40;
+                if (g == 1 || (g == 3 && p == 14 && i == n_in - 7)) e = 0;
+                else if (g == 2) e = 255;
+                else if (g == 4) e = u;
+                w[q35_bfp_panel_exps(dts[d], n_in, 16 * p) + (size_t)(i / 16) * unit + (size_t)(i % 16)] = (uint8_t)e;
+            }
+        q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
+        for (int k = 0; k < n_tables; k++)
+            for (int n = 1; n <= max_tok; n++)
+                for (int t0 = 0; t0 + n <= n_tok; t0++) {
+                    const float *xt = x + t0 * n_in;
+                    q35_kernels_matmul(tables[k], y, &W, xt, n, 0, n_out);
+                    for (int o = 0; o < n_out; o += 16) q35_kernels_matmul(tables[k], yp, &W, xt, n, o, o + 16);
+                    long b = memcmp(y, yp, sizeof(float) * (size_t)(n * n_out)) != 0;
+                    CHECK_MSG(!b, "%s %s, tokens %d..%d: decode path differs", tables[k]->name, q35_dtype_name(dts[d]),
+                              t0, t0 + n - 1);
+                    bad += b;
+                }
+        free(w);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
 /* Small batches (2-8 tokens in one call: avx512.c's tokens side by side,
  * avx2.c's batch tile over whole groups) against each token alone, bit for
  * bit, on raw panels: 0-3 (a whole group: the all-normal scale branch), 7

@@ -54,6 +54,7 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
     /* a small batch's tokens side by side, block by block: the tiles then find every token's block at a
      * constant offset from one pointer, not at n_in apart (a register and an address computation each) */
     if (n_tok >= 2 && n_tok <= ISA_BFP_NT) a->il = (int)n_tok;
+    uint32_t x_lo = 255, x_hi = 0;
     for (int64_t t = 0; t < n_tok; t++) {
         uint32_t e_lo = 255, e_hi = 0;
         for (int64_t j = t * n_blk; j < (t + 1) * n_blk; j++) {
@@ -78,7 +79,10 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
             e_hi = bits > e_hi ? bits : e_hi;
         }
         if (a->xe) a->xe[2 * t] = (uint8_t)e_lo, a->xe[2 * t + 1] = (uint8_t)e_hi;
+        x_lo = e_lo < x_lo ? e_lo : x_lo;
+        x_hi = e_hi > x_hi ? e_hi : x_hi;
     }
+    a->xr = (int)(x_lo | x_hi << 8);
     return 1;
 }
 
@@ -268,6 +272,10 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
 #define BFP_GEMV_TOKENS 4
 #endif
 
+#ifndef BFP_GEMV_EADD
+#define BFP_GEMV_EADD 1 /* 0: the GEMV's scales always by vscalefps */
+#endif
+
 #ifndef BFP_GEMV_VBMI
 #define BFP_GEMV_VBMI 1 /* 0: never take bfp4_pair_vbmi */
 #endif
@@ -284,6 +292,29 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
     return _mm512_sub_ps(_mm512_castsi512_ps(v), _mm512_set1_ps(8388608.0f + (is4 ? 129 : 133)));
 }
 
+/* Whether the integer add of a row exponent (E - bias) << 23 to the bits of
+ * a token's d is the product d * 2^(E - bias), exactly: when d and that
+ * product are normal floats, for every d whose exponent field lies in xr
+ * (the least | the greatest << 8) and every exponent byte in erange (the
+ * same). A zero or subnormal d, or a product out of the normal range, is
+ * left to the multiply (vscalefps or ws * xd, which round it the same where
+ * both are exact). */
+static inline int bfp_exps_add_exact(const int is4, int xr, int erange) {
+    const int bias = is4 ? 129 : 133, x_lo = xr & 0xff, x_hi = xr >> 8;
+    const int e_lo = (erange & 0xff) - bias, e_hi = (erange >> 8) - bias;
+    return x_lo >= 1 && x_hi <= 254 && x_lo + e_lo >= 1 && x_hi + e_hi <= 254;
+}
+
+/* The least | the greatest << 8 of the 64 bytes in lo and hi's lanes. */
+static inline int bfp_bytes_range(__m512i lo, __m512i hi) {
+    uint8_t l8[64], h8[64];
+    _mm512_storeu_si512(l8, lo);
+    _mm512_storeu_si512(h8, hi);
+    int l = 255, h = 0;
+    for (int i = 0; i < 64; i++) l = l8[i] < l ? l8[i] : l, h = h8[i] > h ? h8[i] : h;
+    return l | h << 8;
+}
+
 /* The GEMV's prefetch goes to L1 (bfp_prefetch_group_unit), on Zen 4 to L2 (below). With four streams 2 KiB ahead (before the
  * units), prefetches into L1 waited for its few fill buffers and those into L2 measured better (decode
  * 3.40-3.82 against 2.61-3.11 tok/s on 1 thread); with one stream of units and the paired loads of
@@ -297,24 +328,48 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
  * distances (16 / 4 units) bfp4 0.94-1.02, bfp8 0.76-0.81, two tokens 0.92-0.94; then the distance
  * (about 1.1 KiB best, 3-4.5 KiB worst): bfp4 2 units 1.06-1.08 (3: 0.77-0.81, 4: 0.60-0.65, 8:
  * 0.85-0.91, 12: 1.01, 24: 0.99), bfp8 1 unit 1.05-1.08 (2: 0.96-1.03, 3: 0.71-0.74); at 2 and 4
- * tokens bfp8 1 unit 0.86 -> 1.08 and 0.80 -> 0.90, bfp4 2 units 0.92 -> 0.91 and 0.61 -> 0.51 (so
- * those keep 16). */
-#define BFP_GEMV_PREFETCH_BLOCKS_L2(is4, nt) ((is4) ? ((nt) == 1 ? 2 : 16) : 1)
+ * tokens bfp8 1 unit 0.86 -> 1.08 and 0.80 -> 0.90, bfp4 2 units 0.92 -> 0.91 and 0.61 -> 0.51.
+ * With the exponent add (bfp_gemv_fma) two bfp4 tokens are no longer at the core's compute, and
+ * their cost against one token's on two threads (rows halved, medians of 15-21 interleaved rounds)
+ * is 16 units 1.06-1.09, 14 and more 1.08-1.09, 12 1.04, 10 1.00, 2 1.01-1.03; on one thread 10
+ * units read 0.91-0.94 of a plain read, 16 0.96-1.01 (three and four tokens: the same either way).
+ * Two threads are what a verify step runs on: 10. */
+#define BFP_GEMV_PREFETCH_BLOCKS_L2(is4, nt) ((is4) ? ((nt) == 1 ? 2 : 10) : 1)
 
 /* One block and token of the GEMV: bfp_block_fma's result bit for bit. One
  * vpdpbusd chain (the integer sum is exact in any order; the four panels
- * are four independent chains), and xd * 2^e as one vscalefps: both it and
- * bfp_block_fma's ws * xd are xd * 2^e correctly rounded. */
-ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const __m512i w[4], const int8_t *xb, const int32_t *xo, float xd,
-                                  __m512 e, __m512 acc) {
+ * are four independent chains), and the scale xd * 2^e either as one
+ * vscalefps (e: the exponents as floats; both it and bfp_block_fma's
+ * ws * xd are xd * 2^e correctly rounded) or, with eadd, as one integer
+ * add of e (the exponents shifted to a float's, E << 23) to xd's bits less
+ * the bias (xdb), exact where bfp_exps_add_exact holds, which the caller
+ * checks over the group before it keeps the result. The add runs on any of
+ * a Zen 4 core's four vector pipes, vscalefps on the two that also carry
+ * the vpdpbusd and the FMA: with the weights in L2 one Zen 4 core's bfp4
+ * GEMV ran 1.11-1.13x as fast (one and two tokens), and two tokens from
+ * DRAM read 0.99-1.02 of a plain read, not 0.89-0.95 (interleaved, medians
+ * of 15; one token was at the read already). */
+ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const int eadd, const __m512i w[4], const int8_t *xb,
+                                  const int32_t *xo, const float *xd, __m512 e, __m512 acc) {
     __m512i d = _mm512_set1_epi32(*xo);
     #pragma GCC unroll 4
     for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g)); /* one broadcast for four panels */
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_scalef_ps(_mm512_set1_ps(xd), e), acc);
+    if (eadd) {
+        int32_t xb32;
+        memcpy(&xb32, xd, 4);
+        const __m512i xdb = _mm512_sub_epi32(_mm512_set1_epi32(xb32), _mm512_set1_epi32((is4 ? 129 : 133) << 23));
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(e), xdb)),
+                               acc);
+    }
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_scalef_ps(_mm512_set1_ps(*xd), e), acc);
 }
 
-ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, const int vbmi, const uint8_t *group,
-                                 int64_t n_in, const act_q8 *a, float *y, int64_t n_out, const int l2) {
+/* With eadd, returns 0 (and stores nothing) where the group's exponent
+ * bytes and the tokens' d do not keep the add exact: the caller then takes
+ * the loop again without. */
+ALWAYS_INLINE int bfp_gemv_loop(const int is4, const int nt, const int il, const int vbmi, const int eadd,
+                                const uint8_t *group, int64_t n_in, const act_q8 *a, float *y, int64_t n_out,
+                                const int l2) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4);
@@ -325,11 +380,17 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) acc[p][t] = _mm512_setzero_ps();
+    __m512i e_lo = _mm512_set1_epi8((char)0xff), e_hi = _mm512_setzero_si512(); /* eadd: the exponent bytes' range */
     for (int b = 0; b < ahead; b++) bfp_prefetch_group_unit(group, is4, b, l2);
     for (int64_t b = 0; b < n_blk; b++) {
         /* the group is one stream: the unit `ahead` blocks on (past the group's end, the next group's first) */
         const uint8_t *u = group + b * unit;
         bfp_prefetch_group_unit(group, is4, b + ahead, l2);
+        if (eadd) { /* the unit's 64 exponent bytes, the four panels' */
+            const __m512i e64 = _mm512_loadu_si512((const void *)u);
+            e_lo = _mm512_min_epu8(e_lo, e64);
+            e_hi = _mm512_max_epu8(e_hi, e64);
+        }
         #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
             const uint8_t *cb = u + 64 + p * block_bytes;
@@ -340,17 +401,22 @@ ALWAYS_INLINE void bfp_gemv_loop(const int is4, const int nt, const int il, cons
             } else {
                 bfp_block_decode(is4, cb, w);
             }
-            const __m512 e = bfp_row_exps_gemv(is4, u + 16 * p);
+            const __m512 e = eadd ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + 16 * p))), 23))
+                                  : bfp_row_exps_gemv(is4, u + 16 * p);
             #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
-                acc[p][t] = bfp_gemv_fma(is4, w, ACT_Q(a, il, t, b, n_in), (is4 ? a->o4 : a->o8) + ACT_I(il, t, b, n_blk),
-                                         a->d[ACT_I(il, t, b, n_blk)], e, acc[p][t]);
+                acc[p][t] = bfp_gemv_fma(is4, eadd, w, ACT_Q(a, il, t, b, n_in),
+                                         (is4 ? a->o4 : a->o8) + ACT_I(il, t, b, n_blk), a->d + ACT_I(il, t, b, n_blk),
+                                         e, acc[p][t]);
         }
     }
+    if (eadd && !bfp_exps_add_exact(is4, a->xr, bfp_bytes_range(e_lo, e_hi))) return 0;
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out + 16 * p, acc[p][t]);
+    return 1;
 }
 
 /* bfp4 takes vpermb (bfp4_pair_vbmi) where the CPU has AVX512_VBMI: 2.5
@@ -361,10 +427,14 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi");
     const uint8_t *group = pn.exps; /* its first panel: the group's start */
     const int il = nt > 1 && a->il == nt, l2 = q35_kernels_prefetch_l2();
-    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, group, n_in, a, y, n_out, l2);
-    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, group, n_in, a, y, n_out, l2);
-    else if (il) bfp_gemv_loop(is4, nt, nt, 0, group, n_in, a, y, n_out, l2);
-    else bfp_gemv_loop(is4, nt, 0, 0, group, n_in, a, y, n_out, l2);
+    /* the exponent add (measured on VBMI cores) where the tokens' d are normal (rarely not: a block of zeros) */
+    const int bias = is4 ? 129 : 133, eadd = BFP_GEMV_EADD && bfp_exps_add_exact(is4, a->xr, bias | bias << 8);
+    if (vbmi && il && eadd && bfp_gemv_loop(is4, nt, nt, 1, 1, group, n_in, a, y, n_out, l2)) return;
+    if (vbmi && !il && eadd && bfp_gemv_loop(is4, nt, 0, 1, 1, group, n_in, a, y, n_out, l2)) return;
+    if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, 0, group, n_in, a, y, n_out, l2);
+    else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, 0, group, n_in, a, y, n_out, l2);
+    else if (il) bfp_gemv_loop(is4, nt, nt, 0, 0, group, n_in, a, y, n_out, l2);
+    else bfp_gemv_loop(is4, nt, 0, 0, 0, group, n_in, a, y, n_out, l2);
 }
 
 /* ---- calls of more than 8 tokens (prefill, batched verify): k-slices decoded once ----
@@ -530,8 +600,7 @@ static inline int bfp_scales_add(const int is4, const act_q8 *a, int64_t t, int 
         x_lo = a->xe[2 * (t + j)] < x_lo ? a->xe[2 * (t + j)] : x_lo;
         x_hi = a->xe[2 * (t + j) + 1] > x_hi ? a->xe[2 * (t + j) + 1] : x_hi;
     }
-    const int bias = is4 ? 129 : 133, e_lo = (erange & 0xff) - bias, e_hi = (erange >> 8) - bias;
-    return x_lo >= 1 && x_hi <= 254 && x_lo + e_lo >= 1 && x_hi + e_hi <= 254;
+    return bfp_exps_add_exact(is4, x_lo | x_hi << 8, erange);
 }
 
 /* Tokens [t0, t1) over one slice of np panels (matmul_driver.inc's
