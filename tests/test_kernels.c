@@ -347,7 +347,7 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
 }
 
 /* The decode path's scale products by the integer add of the exponents
- * (avx512.c's GEMV on VBMI cores) against the single-panel tiles'
+ * (avx512.c's bfp4 GEMV on VBMI cores; bfp8 as a control) against the single-panel tiles'
  * multiply, bit for bit, at the edges where the add stops being exact:
  * group 0 typical exponent bytes, group 1 all 0 (row scale 2^-bias), group
  * 2 all 255, group 3 typical but for one 0 byte in its last block (the

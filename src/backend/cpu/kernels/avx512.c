@@ -297,8 +297,8 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
  * product are normal floats, for every d whose exponent field lies in xr
  * (the least | the greatest << 8) and every exponent byte in erange (the
  * same). A zero or subnormal d, or a product out of the normal range, is
- * left to the multiply (vscalefps or ws * xd, which round it the same where
- * both are exact). */
+ * left to the multiply (vscalefps or ws * xd: both the correctly rounded
+ * d * 2^(E - bias) for every E). */
 static inline int bfp_exps_add_exact(const int is4, int xr, int erange) {
     const int bias = is4 ? 129 : 133, x_lo = xr & 0xff, x_hi = xr >> 8;
     const int e_lo = (erange & 0xff) - bias, e_hi = (erange >> 8) - bias;
@@ -427,7 +427,9 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi");
     const uint8_t *group = pn.exps; /* its first panel: the group's start */
     const int il = nt > 1 && a->il == nt, l2 = q35_kernels_prefetch_l2();
-    /* the exponent add (measured on VBMI cores) where the tokens' d are normal (rarely not: a block of zeros) */
+    /* the exponent add where the tokens' d are normal (rarely not: a block of zeros), bfp4 on VBMI cores
+     * (where it was measured; bfp8 keeps vscalefps). A group with an all-zero weight block (exponent
+     * byte 0) fails the check unless every d is 2^3 or more and is done twice: rare in real weights. */
     const int bias = is4 ? 129 : 133, eadd = BFP_GEMV_EADD && bfp_exps_add_exact(is4, a->xr, bias | bias << 8);
     if (vbmi && il && eadd && bfp_gemv_loop(is4, nt, nt, 1, 1, group, n_in, a, y, n_out, l2)) return;
     if (vbmi && !il && eadd && bfp_gemv_loop(is4, nt, 0, 1, 1, group, n_in, a, y, n_out, l2)) return;
