@@ -1,5 +1,5 @@
 /* tests/emu/avx512_emu.h: plain-C stand-ins for the AVX-512 intrinsics that
- * src/kernels/avx512.c uses, so that its logic (lane layouts, masks, offsets,
+ * src/backend/cpu/kernels/avx512.c uses, so that its logic (lane layouts, masks, offsets,
  * exponent scaling) can be tested against the reference on a machine without
  * AVX-512. scripts/test-avx512-emu.sh force-includes this header when it
  * compiles avx512.c with AVX2 flags only: each _mm512_* name becomes a
@@ -26,7 +26,8 @@ static inline emu_v E_loadu_ps(const float *p) { emu_v r; memcpy(r.f, p, 64); re
 static inline emu_v E_loadu_si512(const void *p) { emu_v r; memcpy(r.ub, p, 64); return r; }
 static inline float E_reduce_max_ps(emu_v a) { float m = a.f[0]; for (int i = 1; i < 16; i++) m = a.f[i] > m ? a.f[i] : m; return m; }
 static inline emu_v E_abs_ps(emu_v a) { for (int i = 0; i < 16; i++) a.f[i] = fabsf(a.f[i]); return a; }
-static inline emu_v E_cvtps_epi32(emu_v a) { emu_v r; for (int i = 0; i < 16; i++) r.i[i] = (int32_t)nearbyintf(a.f[i]); return r; }
+/* rounded as MXCSR says (nearest even); NaN or out of range gives the integer indefinite, INT32_MIN */
+static inline emu_v E_cvtps_epi32(emu_v a) { emu_v r; for (int i = 0; i < 16; i++) { float f = nearbyintf(a.f[i]); r.i[i] = f >= -2147483648.0f && f < 2147483648.0f ? (int32_t)f : INT32_MIN; } return r; }
 static inline emu_v E_mul_ps(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.f[i] *= b.f[i]; return a; }
 static inline emu_v E_add_ps(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.f[i] += b.f[i]; return a; }
 static inline emu_v E_set1_ps(float f) { emu_v r; for (int i = 0; i < 16; i++) r.f[i] = f; return r; }
@@ -34,8 +35,9 @@ static inline emu_v E_set1_epi32(int32_t v) { emu_v r; for (int i = 0; i < 16; i
 static inline emu_v E_set1_epi8(char v) { emu_v r; memset(r.b, v, 64); return r; }
 static inline emu_v E_setzero(void) { emu_v r; memset(&r, 0, 64); return r; }
 static inline __m128i E_cvtepi32_epi8(emu_v a) { int8_t b[16]; for (int i = 0; i < 16; i++) b[i] = (int8_t)a.i[i]; __m128i r; memcpy(&r, b, 16); return r; }
-static inline int32_t E_reduce_add_epi32(emu_v a) { int32_t s = 0; for (int i = 0; i < 16; i++) s += a.i[i]; return s; }
-static inline float E_reduce_add_ps(emu_v a) { float s = 0; for (int i = 0; i < 16; i++) s += a.f[i]; return s; }
+static inline int32_t E_reduce_add_epi32(emu_v a) { uint32_t s = 0; for (int i = 0; i < 16; i++) s += a.u[i]; return (int32_t)s; }
+/* Intel's order: the upper half added to the lower, halving down to one lane (not left to right) */
+static inline float E_reduce_add_ps(emu_v a) { for (int n = 8; n >= 1; n /= 2) for (int i = 0; i < n; i++) a.f[i] += a.f[i + n]; return a.f[0]; }
 static inline emu_v E_shuffle_epi8(emu_v t, emu_v idx) { emu_v r; for (int i = 0; i < 64; i++) { int lane = i / 16 * 16; r.b[i] = idx.b[i] < 0 ? 0 : t.b[lane + (idx.ub[i] & 15)]; } return r; }
 static inline emu_v E_castsi256_si512(__m256i a) { emu_v r; memset(&r, 0x5a, 64); memcpy(r.ub, &a, 32); return r; }
 static inline emu_v E_inserti64x4(emu_v a, __m256i b, int k) { memcpy(a.ub + 32 * k, &b, 32); return a; }
@@ -45,11 +47,11 @@ static inline emu_v E_mask_sub_epi8(emu_v src, emu_mask64 k, emu_v a, emu_v b) {
 static inline emu_mask64 E_movepi8_mask(emu_v a) { emu_mask64 m = 0; for (int i = 0; i < 64; i++) if (a.b[i] < 0) m |= 1ull << i; return m; }
 static inline emu_v E_broadcast_i32x4(__m128i a) { emu_v r; for (int i = 0; i < 4; i++) memcpy(r.ub + 16 * i, &a, 16); return r; }
 static inline emu_v E_cvtepi32_ps(emu_v a) { for (int i = 0; i < 16; i++) a.f[i] = (float)a.i[i]; return a; }
-static inline emu_v E_sub_epi32(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.i[i] -= b.i[i]; return a; }
-static inline emu_v E_add_epi32(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.i[i] += b.i[i]; return a; }
+static inline emu_v E_sub_epi32(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.u[i] -= b.u[i]; return a; }
+static inline emu_v E_add_epi32(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.u[i] += b.u[i]; return a; }
 static inline emu_v E_cvtepu8_epi32(__m128i a) { uint8_t b[16]; memcpy(b, &a, 16); emu_v r; for (int i = 0; i < 16; i++) r.i[i] = b[i]; return r; }
 static inline emu_v E_cvtepu16_epi32(__m256i a) { uint16_t b[16]; memcpy(b, &a, 32); emu_v r; for (int i = 0; i < 16; i++) r.i[i] = b[i]; return r; }
-static inline emu_v E_dpbusd(emu_v src, emu_v a, emu_v b) { for (int i = 0; i < 16; i++) for (int j = 0; j < 4; j++) src.i[i] += (int32_t)a.ub[4 * i + j] * (int32_t)b.b[4 * i + j]; return src; }
+static inline emu_v E_dpbusd(emu_v src, emu_v a, emu_v b) { for (int i = 0; i < 16; i++) for (int j = 0; j < 4; j++) src.u[i] += (uint32_t)((int32_t)a.ub[4 * i + j] * (int32_t)b.b[4 * i + j]); return src; }
 static inline emu_v E_scalef_ps(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.f[i] = ldexpf(a.f[i], (int)floorf(b.f[i])); return a; }
 static inline emu_v E_fmadd_ps(emu_v a, emu_v b, emu_v c) { for (int i = 0; i < 16; i++) a.f[i] = fmaf(a.f[i], b.f[i], c.f[i]); return a; }
 static inline void E_mask_storeu_ps(float *p, emu_mask16 k, emu_v a) { for (int i = 0; i < 16; i++) if (k >> i & 1) p[i] = a.f[i]; }
@@ -130,6 +132,109 @@ static inline emu_v E_maskz_loadu_epi16_512(emu_mask32 k, const void *p) { emu_v
 #define _mm512_storeu_si512 E_storeu_si512
 #define _mm512_storeu_ps E_storeu_ps
 #define _mm512_maskz_loadu_epi16 E_maskz_loadu_epi16_512
+
+/* Immediates as in Intel's pseudo-code: only the bits an instruction reads.
+ * A cast to a wider vector leaves the upper bits undefined: 0x5a bytes here,
+ * so that code relying on them fails. Aligned loads and stores abort where
+ * the hardware would fault. */
+static inline void E_check_aligned(const void *p) { if ((uintptr_t)p & 63) abort(); }
+static inline emu_v E_load_si512(const void *p) { E_check_aligned(p); return E_loadu_si512(p); }
+static inline void E_store_ps(float *p, emu_v a) { E_check_aligned(p); E_storeu_ps(p, a); }
+static inline emu_v E_maskz_loadu_epi8(emu_mask64 k, const void *p) { emu_v r = E_setzero(); for (int i = 0; i < 64; i++) if (k >> i & 1) r.ub[i] = ((const uint8_t *)p)[i]; return r; }
+static inline emu_v E_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5, int e6, int e7, int e8, int e9,
+                                 int e10, int e11, int e12, int e13, int e14, int e15) {
+    const int32_t v[16] = {e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15};
+    emu_v r;
+    memcpy(r.i, v, 64);
+    return r;
+}
+static inline emu_v E_castps256_ps512(__m256 a) { emu_v r; memset(&r, 0x5a, 64); memcpy(r.f, &a, 32); return r; }
+static inline __m128 E_castps512_ps128(emu_v a) { __m128 r; memcpy(&r, a.f, 16); return r; }
+static inline __m256i E_castsi512_si256(emu_v a) { __m256i r; memcpy(&r, a.ub, 32); return r; }
+static inline emu_v E_castps_si512(emu_v a) { return a; }
+static inline emu_v E_broadcast_f32x8(__m256 a) { emu_v r; memcpy(r.f, &a, 32); memcpy(r.f + 8, &a, 32); return r; }
+static inline emu_v E_insertf32x8(emu_v a, __m256 b, int imm) { memcpy(a.f + 8 * (imm & 1), &b, 32); return a; }
+static inline __m128 E_extractf32x4_ps(emu_v a, int imm) { __m128 r; memcpy(&r, a.f + 4 * (imm & 3), 16); return r; }
+static inline __m256i E_extracti64x4_epi64(emu_v a, int imm) { __m256i r; memcpy(&r, a.ub + 32 * (imm & 1), 32); return r; }
+static inline emu_v E_cvtepi8_epi32(__m128i a) { int8_t b[16]; memcpy(b, &a, 16); emu_v r; for (int i = 0; i < 16; i++) r.i[i] = b[i]; return r; }
+static inline emu_v E_xor_si512(emu_v a, emu_v b) { for (int i = 0; i < 16; i++) a.u[i] ^= b.u[i]; return a; }
+static inline emu_v E_sub_epi8(emu_v a, emu_v b) { for (int i = 0; i < 64; i++) a.ub[i] = (uint8_t)(a.ub[i] - b.ub[i]); return a; }
+static inline emu_v E_min_epu8(emu_v a, emu_v b) { for (int i = 0; i < 64; i++) a.ub[i] = a.ub[i] < b.ub[i] ? a.ub[i] : b.ub[i]; return a; }
+static inline emu_v E_max_epu8(emu_v a, emu_v b) { for (int i = 0; i < 64; i++) a.ub[i] = a.ub[i] > b.ub[i] ? a.ub[i] : b.ub[i]; return a; }
+/* a count above 15 clears the element */
+static inline emu_v E_srli_epi16(emu_v a, unsigned n) { for (int i = 0; i < 32; i++) a.h[i] = n > 15 ? 0 : (uint16_t)(a.h[i] >> n); return a; }
+/* vpshufb within each 128-bit lane; bytes outside k keep src's */
+static inline emu_v E_mask_shuffle_epi8(emu_v src, emu_mask64 k, emu_v t, emu_v idx) {
+    emu_v r = E_shuffle_epi8(t, idx);
+    for (int i = 0; i < 64; i++) if (k >> i & 1) src.b[i] = r.b[i];
+    return src;
+}
+/* vshufps: in each 128-bit lane two of a's elements, then two of b's */
+static inline emu_v E_shuffle_ps(emu_v a, emu_v b, int imm) {
+    emu_v r;
+    for (int l = 0; l < 16; l += 4) {
+        r.f[l] = a.f[l + (imm & 3)], r.f[l + 1] = a.f[l + (imm >> 2 & 3)];
+        r.f[l + 2] = b.f[l + (imm >> 4 & 3)], r.f[l + 3] = b.f[l + (imm >> 6 & 3)];
+    }
+    return r;
+}
+/* vshuff32x4 / vshufi32x4 / vshufi64x2 (the same bits moved): lanes 0-1 from a, 2-3 from b, 128 bits each */
+static inline emu_v E_shuffle_x128(emu_v a, emu_v b, int imm) {
+    emu_v r;
+    for (int l = 0; l < 4; l++) memcpy(r.ub + 16 * l, (l < 2 ? a.ub : b.ub) + 16 * (imm >> 2 * l & 3), 16);
+    return r;
+}
+/* vpermps: element i is a's element idx[i] mod 16 */
+static inline emu_v E_permutexvar_ps(emu_v idx, emu_v a) { emu_v r; for (int i = 0; i < 16; i++) r.f[i] = a.f[idx.u[i] & 15]; return r; }
+/* vpermb (AVX512_VBMI): byte i is a's byte idx[i] mod 64, across lanes */
+static inline emu_v E_permutexvar_epi8(emu_v idx, emu_v a) { emu_v r; for (int i = 0; i < 64; i++) r.ub[i] = a.ub[idx.ub[i] & 63]; return r; }
+#undef _mm512_setr_epi32
+#undef _mm512_insertf32x8
+#undef _mm512_extractf32x4_ps
+#undef _mm512_extracti64x4_epi64
+#undef _mm512_srli_epi16
+#undef _mm512_shuffle_ps
+#undef _mm512_shuffle_f32x4
+#undef _mm512_shuffle_i32x4
+#undef _mm512_shuffle_i64x2
+#define _mm512_load_si512 E_load_si512
+#define _mm512_store_ps E_store_ps
+#define _mm512_maskz_loadu_epi8 E_maskz_loadu_epi8
+#define _mm512_setr_epi32 E_setr_epi32
+#define _mm512_castps256_ps512 E_castps256_ps512
+#define _mm512_castps512_ps128 E_castps512_ps128
+#define _mm512_castsi512_si256 E_castsi512_si256
+#define _mm512_castps_si512 E_castps_si512
+#define _mm512_broadcast_f32x8 E_broadcast_f32x8
+#define _mm512_insertf32x8 E_insertf32x8
+#define _mm512_extractf32x4_ps E_extractf32x4_ps
+#define _mm512_extracti64x4_epi64 E_extracti64x4_epi64
+#define _mm512_cvtepi8_epi32 E_cvtepi8_epi32
+#define _mm512_xor_si512 E_xor_si512
+#define _mm512_sub_epi8 E_sub_epi8
+#define _mm512_min_epu8 E_min_epu8
+#define _mm512_max_epu8 E_max_epu8
+#define _mm512_srli_epi16 E_srli_epi16
+#define _mm512_mask_shuffle_epi8 E_mask_shuffle_epi8
+#define _mm512_shuffle_ps E_shuffle_ps
+#define _mm512_shuffle_f32x4 E_shuffle_x128
+#define _mm512_shuffle_i32x4 E_shuffle_x128
+#define _mm512_shuffle_i64x2 E_shuffle_x128
+#define _mm512_permutexvar_ps E_permutexvar_ps
+#define _mm512_permutexvar_epi8 E_permutexvar_epi8
+
+/* avx512.c's inline assembly has intrinsic forms under Q35_AVX512_EMU. The
+ * emulator has vpermb, so the CPU check for AVX512_VBMI answers yes (the
+ * path the GEMV takes on such CPUs), or no where Q35_EMU_NO_VBMI is set (the
+ * path without); avx512.c asks about nothing else. */
+#define Q35_AVX512_EMU 1
+static inline int E_cpu_supports(const char *feature) {
+    if (strcmp(feature, "avx512vbmi")) abort();
+    static int vbmi = -1;
+    if (vbmi < 0) vbmi = getenv("Q35_EMU_NO_VBMI") == NULL;
+    return vbmi;
+}
+#define __builtin_cpu_supports E_cpu_supports
 
 /* AVX512_BF16, after Intel's pseudo-code for VCVTNE2PS2BF16 and VDPBF16PS:
  * rounding to nearest even, denormal inputs read as (signed) zero, denormal

@@ -128,7 +128,11 @@ ALWAYS_INLINE __m512i bcast_x4(const int8_t *xb, int g) {
  * read on one thread, 0.61 -> 0.65 on two). The GEMV keeps the intrinsic:
  * there one broadcast serves four panels. */
 ALWAYS_INLINE __m512i dpbusd_x4(__m512i d, __m512i w, const int8_t *xb, int g) {
+#ifdef Q35_AVX512_EMU /* tests/emu/avx512_emu.h: the same sum, with the intrinsic */
+    d = _mm512_dpbusd_epi32(d, w, bcast_x4(xb, g));
+#else
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(d) : "v"(w), "m"(*(const int32_t *)(xb + 4 * g)));
+#endif
     return d;
 }
 
@@ -176,8 +180,13 @@ ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const int nt, const __m512i w[
 ALWAYS_INLINE void bfp4_pair_vbmi(const uint8_t *p, __m512i lut, __m512i *w0, __m512i *w1) {
     const __m512i v = _mm512_loadu_si512((const void *)p);
     __m512i lo, hi;
+#ifdef Q35_AVX512_EMU /* tests/emu/avx512_emu.h: vpermb's intrinsic (v the indices, lut the table) */
+    lo = _mm512_permutexvar_epi8(v, lut);
+    hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
+#else
     __asm__("vpermb %2, %1, %0" : "=v"(lo) : "v"(v), "v"(lut));
     __asm__("vpermb %2, %1, %0" : "=v"(hi) : "v"(_mm512_srli_epi16(v, 4)), "v"(lut));
+#endif
     *w0 = _mm512_shuffle_i64x2(lo, hi, 0x44); /* lo's and hi's lanes 0-1: the first group */
     *w1 = _mm512_shuffle_i64x2(lo, hi, 0xee); /* lanes 2-3: the second */
 }
@@ -806,7 +815,11 @@ static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const flo
  * attention at 8k keys 45.7-46.4 -> 42.7-42.8, at 32k 46.6-46.7 -> 43.4-44.0 ns per key and KV head, interleaved,
  * medians of 9) */
 ALWAYS_INLINE __m512 av_fmadd_bcast_(const float *p, __m512 b, __m512 c) {
+#ifdef Q35_AVX512_EMU /* tests/emu/avx512_emu.h: c + b * (*p), with the intrinsics */
+    c = _mm512_fmadd_ps(b, _mm512_set1_ps(*p), c);
+#else
     __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(c) : "v"(b), "m"(*p));
+#endif
     return c;
 }
 #define av_fmadd_bcast(p, b, c) av_fmadd_bcast_((p), (b), (c))
