@@ -42,6 +42,14 @@ if [ -x "$NVCC" ] || command -v nvcc >/dev/null 2>&1; then
     else failed=$((failed+1)); r=FAIL; cat "$out"; fi
     echo "$r   cuda.build ($(( $(date +%s) - t )) s)"
 fi
+# The AVX-512 kernels' tests against tables built with plain-C stand-ins for
+# the intrinsics (scripts/test-avx512-emu.sh), so that a machine without
+# AVX-512 tests their logic too and the stand-ins keep up; one test.
+echo "== AVX-512 kernels under the emulator"
+t=$(date +%s)
+if scripts/test-avx512-emu.sh "$BUILD" >"$out" 2>&1; then passed=$((passed+1)); r=ok
+else failed=$((failed+1)); r=FAIL; cat "$out"; fi
+echo "$r   avx512_emu ($(( $(date +%s) - t )) s)"
 # The libFuzzer targets build (make fuzz, clang), so an API change cannot
 # leave one behind; one test, pass or fail. Running them is make fuzz's job.
 if command -v clang >/dev/null 2>&1; then

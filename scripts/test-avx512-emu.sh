@@ -33,15 +33,22 @@ sed -e 's/q35_kernels_find(names\[i\]/emu_find(names[i]/' \
     tests/test_ops.c > "$OUT/test_ops_emu.c"
 cc $CFLAGS "$OUT/test_ops_emu.c" tests/emu/emu_find.c tests/test_main.c "$OUT/avx512_emu.o" \
     "$OUT/avx512bf16_emu.o" "$BUILD/libqwen35.a" -lm -lpthread -o "$OUT/test_ops_emu"
-"$OUT/test_ops_emu" ops.attend_heads_match_ref ops.attend_rows_equal_rows_alone ops.kv_q8_rows_and_attention_over_them \
+# runs the named tests of a runner; each name must be a test that ran and passed
+run_named() {
+    local bin=$1; shift
+    local log; log=$("$bin" "$@" 2>&1) || { echo "$log"; return 1; }
+    echo "$log"
+    grep -qx "$# passed, 0 failed" <<<"$log" || { echo "test-avx512-emu: expected $# tests to pass" >&2; return 1; }
+}
+run_named "$OUT/test_ops_emu" ops.attend_heads_match_ref ops.attend_rows_equal_rows_alone ops.kv_q8_rows_and_attention_over_them \
     ops.gemm_f32_matches_ref_and_rows_do_not_depend_on_their_neighbours
 KERNEL_TESTS="kernels.f32_matches_ref kernels.f16_matches_ref kernels.bf16_matches_ref kernels.bfp8_matches_ref
     kernels.bfp4_matches_ref kernels.extreme_values_match_ref kernels.bfp_typical_error kernels.get_row_matches_ref
     kernels.batch_and_split_invariant kernels.bfp_gemv_matches_panel_tile kernels.bfp_gemv_exponent_add_matches_panel_tile
     kernels.bfp_small_batches_match_single_tokens kernels.bfp_wide_matches_single_tokens kernels.bf16_x_rounding_is_exact
     kernels.matmul_n_equals_separate_calls kernels.read_stream_reads_everything"
-"$OUT/test_kernels_emu" $KERNEL_TESTS
+run_named "$OUT/test_kernels_emu" $KERNEL_TESTS
 # the emulator answers yes to AVX512_VBMI (tests/emu/avx512_emu.h); the bfp4 GEMV without it too
-Q35_EMU_NO_VBMI=1 "$OUT/test_kernels_emu" kernels.bfp4_matches_ref kernels.extreme_values_match_ref \
+Q35_EMU_NO_VBMI=1 run_named "$OUT/test_kernels_emu" kernels.bfp4_matches_ref kernels.extreme_values_match_ref \
     kernels.bfp_gemv_matches_panel_tile kernels.bfp_gemv_exponent_add_matches_panel_tile \
     kernels.bfp_small_batches_match_single_tokens
