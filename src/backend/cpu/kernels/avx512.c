@@ -314,14 +314,22 @@ static inline int bfp_exps_add_exact(const int is4, int xr, int erange) {
     return x_lo >= 1 && x_hi <= 254 && x_lo + e_lo >= 1 && x_hi + e_hi <= 254;
 }
 
-/* The least | the greatest << 8 of the 64 bytes in lo and hi's lanes. */
-static inline int bfp_bytes_range(__m512i lo, __m512i hi) {
-    uint8_t l8[64], h8[64];
-    _mm512_storeu_si512(l8, lo);
-    _mm512_storeu_si512(h8, hi);
+/* The least byte of lo | the greatest of hi << 8 (running minima and maxima of exponent bytes). */
+static inline int bfp_bytes_range(__m128i lo, __m128i hi) {
+    uint8_t l8[16], h8[16];
+    _mm_storeu_si128((__m128i *)l8, lo);
+    _mm_storeu_si128((__m128i *)h8, hi);
     int l = 255, h = 0;
-    for (int i = 0; i < 64; i++) l = l8[i] < l ? l8[i] : l, h = h8[i] > h ? h8[i] : h;
+    for (int i = 0; i < 16; i++) l = l8[i] < l ? l8[i] : l, h = h8[i] > h ? h8[i] : h;
     return l | h << 8;
+}
+
+/* bfp_bytes_range over the four 128-bit lanes of 64-byte minima and maxima */
+static inline int bfp_bytes_range64(__m512i lo, __m512i hi) {
+    const __m256i l = _mm256_min_epu8(_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1));
+    const __m256i h = _mm256_max_epu8(_mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1));
+    return bfp_bytes_range(_mm_min_epu8(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1)),
+                           _mm_max_epu8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
 
 /* The GEMV's prefetch goes to L1 (bfp_prefetch_group_unit), on Zen 4 to L2 (below). With four streams 2 KiB ahead (before the
@@ -420,7 +428,7 @@ ALWAYS_INLINE int bfp_gemv_loop(const int is4, const int nt, const int il, const
                                          e, acc[p][t]);
         }
     }
-    if (eadd && !bfp_exps_add_exact(is4, a->xr, bfp_bytes_range(e_lo, e_hi))) return 0;
+    if (eadd && !bfp_exps_add_exact(is4, a->xr, bfp_bytes_range64(e_lo, e_hi))) return 0;
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++)
         #pragma GCC unroll 4
@@ -440,8 +448,9 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
      * (where it was measured; bfp8 keeps vscalefps). A group with an all-zero weight block (exponent
      * byte 0) fails the check unless every d is 2^3 or more and is done twice: rare in real weights. */
     const int bias = is4 ? 129 : 133, eadd = BFP_GEMV_EADD && bfp_exps_add_exact(is4, a->xr, bias | bias << 8);
-    if (vbmi && il && eadd && bfp_gemv_loop(is4, nt, nt, 1, 1, group, n_in, a, y, n_out, l2)) return;
-    if (vbmi && !il && eadd && bfp_gemv_loop(is4, nt, 0, 1, 1, group, n_in, a, y, n_out, l2)) return;
+    if (vbmi && eadd && (il ? bfp_gemv_loop(is4, nt, nt, 1, 1, group, n_in, a, y, n_out, l2)
+                            : bfp_gemv_loop(is4, nt, 0, 1, 1, group, n_in, a, y, n_out, l2)))
+        return;
     if (vbmi && il) bfp_gemv_loop(is4, nt, nt, 1, 0, group, n_in, a, y, n_out, l2);
     else if (vbmi) bfp_gemv_loop(is4, nt, 0, 1, 0, group, n_in, a, y, n_out, l2);
     else if (il) bfp_gemv_loop(is4, nt, nt, 0, 0, group, n_in, a, y, n_out, l2);
@@ -518,12 +527,7 @@ ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const bfp_pan
                                 _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
         }
     }
-    uint8_t lo[16], hi[16];
-    _mm_storeu_si128((__m128i *)lo, e_lo);
-    _mm_storeu_si128((__m128i *)hi, e_hi);
-    int l = 255, h = 0;
-    for (int r = 0; r < 16; r++) l = lo[r] < l ? lo[r] : l, h = hi[r] > h ? hi[r] : h;
-    return l | h << 8;
+    return bfp_bytes_range(e_lo, e_hi);
 }
 
 /* Tokens [t, t + nt) over the slice [b0, b0 + nb) of np panels that
