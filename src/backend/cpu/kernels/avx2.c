@@ -17,7 +17,7 @@
  * every exponent byte works (bfp_scale_fma). The panel tile serves a
  * few tokens, reading and decoding the weights once. Decode (one token)
  * and 2-token steps run a group's four panels block by block
- * (bfp_gemv_groups_tile; one token two groups side by side, two streams),
+ * (bfp_gemv_groups_tile; two groups side by side, two streams),
  * prefetched ahead, so that decoding overlaps DRAM reads; batched decode
  * too (bfp4 calls of 3-8 tokens, bfp8 of 6-8), in passes of up to four
  * tokens (bfp_batch_tile); bfp8 calls of 3-5 tokens take the panel tile.
@@ -299,8 +299,15 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
  * the decode cost (0.78-0.80 with the arithmetic removed), the hint (T0, T1, T2, NTA) or the
  * distance (4-32 units); two streams read 0.93-0.96 ([12288, 4096] x 16 from DRAM, interleaved,
  * medians of 9-11; plain loads of one line each showed the same, 0.74 for one stream). Each
- * group's sums and FMAs are the one-group pass's, in block order: the same bits. */
+ * group's sums and FMAs are the one-group pass's, in block order: the same bits.
+ * Two tokens too, since x's block is opaque to the compiler per panel (below): before, GCC kept
+ * both tokens' broadcast groups live across the eight panels of a block and spilled the sums
+ * (in L2 29 -> 40 us for [256, 4096] x 2), so two tokens took one group. On a Zen 4 core with
+ * these kernels, [12288, 4096] x 16 from DRAM, interleaved, medians of 15: two tokens on one
+ * thread 0.57 -> 0.73 of a plain read (bfp8 0.78 -> 0.96), on two threads (rows halved) 1.75 ->
+ * 1.40 times a plain read (bfp8 1.21 -> 0.99); one token and the cost in L2 unchanged. */
 #define BFP_GEMV_GROUPS 2
+#define BFP_GEMV_GROUPS_TOKENS 2
 
 ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int nt, const bfp_panel pn, int64_t n_in,
                                         const act_q8 *a, float *y, int64_t n_out) {
@@ -332,14 +339,17 @@ ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int n
             #pragma GCC unroll 4
             for (int p = 0; p < np; p++) {
                 const uint8_t *cb = u + 64 + p * block_bytes;
+                /* two tokens: x's block opaque per panel, loaded again (one token keeps its four
+                 * broadcast groups in registers for the block's panels, which measured faster) */
+                const int8_t *xb = a->q + 16 * b;
+                if (nt > 1) __asm__("" : "+r"(xb));
                 __m256i sum[BFP_GEMV_TOKENS][2];
                 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++) {
                     __m256i w[2];
                     bfp_group_decode(is4, cb, g, w);
                     #pragma GCC unroll 4
-                    for (int t = 0; t < nt; t++)
-                        bfp_group_dot(is4, cb, g, w, bcast_x4(a->q + t * n_in + 16 * b, g), sum[t]);
+                    for (int t = 0; t < nt; t++) bfp_group_dot(is4, cb, g, w, bcast_x4(xb + t * n_in, g), sum[t]);
                 }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
