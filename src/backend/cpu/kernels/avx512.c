@@ -301,29 +301,6 @@ ALWAYS_INLINE __m512 bfp_row_exps_gemv(const int is4, const uint8_t *e16) {
     return _mm512_sub_ps(_mm512_castsi512_ps(v), _mm512_set1_ps(8388608.0f + (is4 ? 129 : 133)));
 }
 
-/* Whether the integer add of a row exponent (E - bias) << 23 to the bits of
- * a token's d is the product d * 2^(E - bias), exactly: when d and that
- * product are normal floats, for every d whose exponent field lies in xr
- * (the least | the greatest << 8) and every exponent byte in erange (the
- * same). A zero or subnormal d, or a product out of the normal range, is
- * left to the multiply (vscalefps or ws * xd: both the correctly rounded
- * d * 2^(E - bias) for every E). */
-static inline int bfp_exps_add_exact(const int is4, int xr, int erange) {
-    const int bias = is4 ? 129 : 133, x_lo = xr & 0xff, x_hi = xr >> 8;
-    const int e_lo = (erange & 0xff) - bias, e_hi = (erange >> 8) - bias;
-    return x_lo >= 1 && x_hi <= 254 && x_lo + e_lo >= 1 && x_hi + e_hi <= 254;
-}
-
-/* The least byte of lo | the greatest of hi << 8 (running minima and maxima of exponent bytes). */
-static inline int bfp_bytes_range(__m128i lo, __m128i hi) {
-    uint8_t l8[16], h8[16];
-    _mm_storeu_si128((__m128i *)l8, lo);
-    _mm_storeu_si128((__m128i *)h8, hi);
-    int l = 255, h = 0;
-    for (int i = 0; i < 16; i++) l = l8[i] < l ? l8[i] : l, h = h8[i] > h ? h8[i] : h;
-    return l | h << 8;
-}
-
 /* bfp_bytes_range over the four 128-bit lanes of 64-byte minima and maxima */
 static inline int bfp_bytes_range64(__m512i lo, __m512i hi) {
     const __m256i l = _mm256_min_epu8(_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1));
@@ -604,18 +581,6 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int np, const int nt, con
         for (int p = 0; p < np; p++)
             bfp_store(nt, acc[p], y + t * n_out + row0 + 16 * p, n_out, np == 1 ? BFP_ROWS_MASK(lo, hi) : 0xffff);
     }
-}
-
-/* Whether tokens [t, t + nt) may add the exponents of a slice whose
- * exponent bytes span erange (bfp_slice_predecode): every d of theirs and
- * every product with the rows' 2^(E - bias) a normal float. */
-static inline int bfp_scales_add(const int is4, const act_q8 *a, int64_t t, int nt, int erange) {
-    int x_lo = 255, x_hi = 0;
-    for (int j = 0; j < nt; j++) {
-        x_lo = a->xe[2 * (t + j)] < x_lo ? a->xe[2 * (t + j)] : x_lo;
-        x_hi = a->xe[2 * (t + j) + 1] > x_hi ? a->xe[2 * (t + j) + 1] : x_hi;
-    }
-    return bfp_exps_add_exact(is4, x_lo | x_hi << 8, erange);
 }
 
 /* Tokens [t0, t1) over one slice of np panels (matmul_driver.inc's

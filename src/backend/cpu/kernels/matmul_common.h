@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Blocks per k-slice of a panel in the wide path: a slice's decoded weights
  * and row scales (320 bytes per block) stay in L1 while every token of a
@@ -34,13 +35,13 @@ typedef struct act_q8 {
      * per panel of a wide tile, panel p at p * BFP_SLICE_BLOCKS blocks: */
     int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
     uint8_t *qu;   /* (n_tok, n_in): q + 128 as unsigned bytes (avx512.c) */
-    uint8_t *xe;   /* (n_tok, 2): the least and greatest exponent field of a token's d (avx512.c) */
+    uint8_t *xe;   /* (n_tok, 2): the least and greatest exponent field of a token's d */
     uint8_t *dec;  /* (panels, BFP_SLICE_BLOCKS, 256): one k-slice of a panel, decoded */
     float *ws;     /* (panels, BFP_SLICE_BLOCKS, 16): that slice's row scales */
     int32_t *wc;   /* (panels, BFP_SLICE_BLOCKS, 16): -128 * each row's sum of the block's weights (avx512.c) */
-    int32_t *wsb;  /* (panels, BFP_SLICE_BLOCKS, 16): the row scales' exponents, shifted to a float's (avx512.c) */
+    int32_t *wsb;  /* (panels, BFP_SLICE_BLOCKS, 16): the row scales' exponents less the bias, shifted to a float's */
     float *acc;    /* (n_tok, panels, 16): the panels' partial sums between slices */
-    int xr;        /* the least exponent field of every token's d | the greatest << 8 (avx512.c's GEMV) */
+    int xr;        /* the least exponent field of every token's d | the greatest << 8 (avx512.c's GEMV; avx2.c where xe) */
     int il;        /* 0: q, d and sum token by token as above; else the call's n_tok (avx512.c, 2 to 8 tokens):
                     * block by block, the tokens' blocks side by side (block b of token t at b * il + t) */
 } act_q8;
@@ -73,6 +74,48 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     a->acc = wide_tok ? (float *)(s + acc) : NULL;
     a->il = 0;
     return 1;
+}
+
+/* Whether the integer add of a row exponent (E - bias) << 23 to the bits of
+ * a token's d is the product d * 2^(E - bias), exactly: when d and that
+ * product are normal floats, for every d whose exponent field lies in xr
+ * (the least | the greatest << 8) and every exponent byte in erange (the
+ * same). A zero or subnormal d, or a product out of the normal range, is
+ * left to the multiply (vscalefps or ws * xd: both the correctly rounded
+ * d * 2^(E - bias) for every E). */
+static inline int bfp_exps_add_exact(const int is4, int xr, int erange) {
+    const int bias = is4 ? 129 : 133, x_lo = xr & 0xff, x_hi = xr >> 8;
+    const int e_lo = (erange & 0xff) - bias, e_hi = (erange >> 8) - bias;
+    return x_lo >= 1 && x_hi <= 254 && x_lo + e_lo >= 1 && x_hi + e_hi <= 254;
+}
+
+/* The least byte of lo | the greatest of hi << 8 (running minima and maxima of exponent bytes). */
+static inline int bfp_bytes_range(__m128i lo, __m128i hi) {
+    uint8_t l8[16], h8[16];
+    _mm_storeu_si128((__m128i *)l8, lo);
+    _mm_storeu_si128((__m128i *)h8, hi);
+    int l = 255, h = 0;
+    for (int i = 0; i < 16; i++) l = l8[i] < l ? l8[i] : l, h = h8[i] > h ? h8[i] : h;
+    return l | h << 8;
+}
+
+/* The exponent field of a block scale d (what act_quantize's a->xe and a->xr range over). */
+static inline uint32_t act_exp_field(float d) {
+    uint32_t bits;
+    memcpy(&bits, &d, 4);
+    return bits >> 23 & 0xff;
+}
+
+/* Whether tokens [t, t + nt) may add the exponents of a slice whose
+ * exponent bytes span erange (bfp_slice_predecode): every d of theirs and
+ * every product with the rows' 2^(E - bias) a normal float. */
+static inline int bfp_scales_add(const int is4, const act_q8 *a, int64_t t, int nt, int erange) {
+    int x_lo = 255, x_hi = 0;
+    for (int j = 0; j < nt; j++) {
+        x_lo = a->xe[2 * (t + j)] < x_lo ? a->xe[2 * (t + j)] : x_lo;
+        x_hi = a->xe[2 * (t + j) + 1] > x_hi ? a->xe[2 * (t + j) + 1] : x_hi;
+    }
+    return bfp_exps_add_exact(is4, x_lo | x_hi << 8, erange);
 }
 
 /* bfp.h's layout as the tiles read it: a group of four 16-row panels is one
