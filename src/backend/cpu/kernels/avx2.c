@@ -298,9 +298,15 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
  * are bfp_panel_tile's for nt = 1, bit for bit (the same integer sums and
  * bfp_block_fma, block by block in order). Prefetches go 4 bfp4 units
  * (2.3 KiB) or 1 bfp8 unit ahead into L2 (BFP_PREFETCH_HINT above); on
- * Zen 5, T0 16 / 4 units ahead measured best (the numbers before). */
+ * Zen 5, T0 16 / 4 units ahead measured best (the numbers before). One
+ * bfp4 token asks 2 units (1.1 KiB, as far as a bfp8 unit) ahead: on a Zen 4
+ * VM with these kernels ([12288, 4096] x 16 from DRAM, interleaved, medians
+ * of 9-15) one thread read 0.82-0.83 of a plain read at 4 units and
+ * 0.94-0.97 at 2, two threads (rows halved) took 1.03-1.06 and 0.98 times
+ * a plain read; two tokens read less at 2 (0.69 -> 0.66), batches the same. */
 #define BFP_GEMV_PANELS 4
 #define BFP_GEMV_PREFETCH_BLOCKS(is4) ((is4) ? 4 : 1)
+#define BFP_GEMV_PREFETCH_BLOCKS_NT(is4, nt) ((is4) && (nt) == 1 ? 2 : BFP_GEMV_PREFETCH_BLOCKS(is4))
 
 /* Two tokens (a speculative step's verify of k = 1, a batch of 2) take it too: [12288, 4096] x 24 from
  * DRAM, interleaved, medians of 7: 0.43 -> 0.63 of a plain read on one thread, 0.59 -> 0.88 on two
@@ -328,7 +334,7 @@ ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int n
                                         const act_q8 *a, float *y, int64_t n_out) {
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
-    const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4);
+    const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS_NT(is4, nt);
     const uint8_t *groups[BFP_GEMV_GROUPS]; /* each group's first panel: its start */
     #pragma GCC unroll 2
     for (int gi = 0; gi < ng; gi++) groups[gi] = pn.exps + gi * n_blk * unit;
