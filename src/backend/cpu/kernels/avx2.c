@@ -452,49 +452,51 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
     memset(accs, 0, sizeof accs); /* in L1 between blocks anyway */
     const uint8_t *groups[BFP_BATCH_GROUPS];
     bfp_groups_begin(is4, ng, pn, n_blk, ahead, groups);
-    for (int64_t b = 0; b < n_blk; b++)
-      #pragma GCC unroll 2
-      for (int gi = 0; gi < ng; gi++) {
-        __m256 (*acc)[BFP_BATCH_PASS][2] = accs[gi];
-        const uint8_t *u = groups[gi] + b * unit;
-        bfp_prefetch_group_unit(groups[gi], is4, b + ahead, 0);
-        const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
-        #pragma GCC unroll 4
-        for (int p = 0; p < np; p++) {
-            const uint8_t *cb = u + 64 + p * BFP_CODE_BYTES(is4);
-            /* x's block, opaque to the compiler per panel: else it keeps the tokens' broadcast
-             * groups live across the four panels, and they spill */
-            const int8_t *xb = xq + 16 * b;
-            const int32_t *ob = xo + b;
-            __asm__("" : "+r"(xb), "+r"(ob));
-            __m256i sum[BFP_BATCH_PASS][2];
+    for (int64_t b = 0; b < n_blk; b++) {
+        #pragma GCC unroll 2
+        for (int gi = 0; gi < ng; gi++) {
+            __m256 (*acc)[BFP_BATCH_PASS][2] = accs[gi];
+            const uint8_t *u = groups[gi] + b * unit;
+            bfp_prefetch_group_unit(groups[gi], is4, b + ahead, 0);
+            const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
             #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m256i w[2];
-                bfp_group_decode(is4, cb, g, w);
+            for (int p = 0; p < np; p++) {
+                const uint8_t *cb = u + 64 + p * BFP_CODE_BYTES(is4);
+                /* x's block, opaque to the compiler per panel: else it keeps the tokens' broadcast
+                 * groups live across the panels, and they spill */
+                const int8_t *xb = xq + 16 * b;
+                const int32_t *ob = xo + b;
+                __asm__("" : "+r"(xb), "+r"(ob));
+                __m256i sum[BFP_BATCH_PASS][2];
                 #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) {
-                    const __m256i xg = bcast_x4(xb + t * n_in, g);
-                    if (is4) {
-                        #pragma GCC unroll 2
-                        for (int h = 0; h < 2; h++) {
-                            const __m256i pr = _mm256_maddubs_epi16(w[h], xg);
-                            sum[t][h] = in_register(
-                                _mm256_add_epi16(g ? sum[t][h] : bcast_x4((const int8_t *)(ob + t * n_blk), 0), pr));
+                for (int g = 0; g < 4; g++) {
+                    __m256i w[2];
+                    bfp_group_decode(is4, cb, g, w);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < nt; t++) {
+                        const __m256i xg = bcast_x4(xb + t * n_in, g);
+                        if (is4) {
+                            #pragma GCC unroll 2
+                            for (int h = 0; h < 2; h++) {
+                                const __m256i pr = _mm256_maddubs_epi16(w[h], xg);
+                                sum[t][h] = in_register(
+                                    _mm256_add_epi16(g ? sum[t][h] : bcast_x4((const int8_t *)(ob + t * n_blk), 0),
+                                                     pr));
+                            }
+                        } else {
+                            bfp_group_dot(0, cb, g, w, xg, sum[t]);
                         }
-                    } else {
-                        bfp_group_dot(0, cb, g, w, xg, sum[t]);
                     }
                 }
-            }
-            #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *e8 = u + 16 * p + 8 * h;
-                const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
-                #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++)
-                    acc[p][t][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[t][h], ones) : sum[t][h], xd[t * n_blk + b],
-                                                 ws, acc[p][t][h]);
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *e8 = u + 16 * p + 8 * h;
+                    const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
+                    #pragma GCC unroll 4
+                    for (int t = 0; t < nt; t++)
+                        acc[p][t][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[t][h], ones) : sum[t][h],
+                                                     xd[t * n_blk + b], ws, acc[p][t][h]);
+                }
             }
         }
     }
@@ -534,8 +536,9 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
  * to value + 8, bfp8's to their magnitude (256 bytes per block, group g and
  * half h at 64 g + 32 h, as bfp8's codes are laid out), every block's 16
  * row scales' exponents (E - bias) << 23 in a->wsb and, unless every token
- * of the call adds them, the scales 2^(E - bias) in a->ws. Returns the least and greatest exponent byte of the slice, as lo
- * | hi << 8 (bfp_slice_tokens' check for the exponent add). */
+ * of the call adds them, the scales 2^(E - bias) in a->ws. Returns the
+ * least and greatest exponent byte of the slice, as lo | hi << 8
+ * (bfp_slice_tokens' check for the exponent add). */
 ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const bfp_panel pn, int64_t n_in, int64_t b0,
                                       int nb, const act_q8 *a) {
     (void)np, (void)n_in; /* np = 1: this ISA's wide tiles take one panel */
@@ -667,12 +670,16 @@ ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, con
     (void)np;
     int64_t t = t0;
     for (; t + 2 <= t1; t += 2) {
-        if (bfp_scales_add(is4, a, t, 2, erange)) bfp_slice_tile(is4, 2, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
-        else bfp_slice_tile(is4, 2, 0, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+        if (bfp_scales_add(is4, a, t, 2, erange))
+            bfp_slice_tile(is4, 2, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+        else
+            bfp_slice_tile(is4, 2, 0, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
     }
     if (t < t1) {
-        if (bfp_scales_add(is4, a, t, 1, erange)) bfp_slice_tile(is4, 1, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
-        else bfp_slice_tile(is4, 1, 0, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+        if (bfp_scales_add(is4, a, t, 1, erange))
+            bfp_slice_tile(is4, 1, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+        else
+            bfp_slice_tile(is4, 1, 0, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
     }
 }
 

@@ -41,7 +41,8 @@ typedef struct act_q8 {
     int32_t *wc;   /* (panels, BFP_SLICE_BLOCKS, 16): -128 * each row's sum of the block's weights (avx512.c) */
     int32_t *wsb;  /* (panels, BFP_SLICE_BLOCKS, 16): the row scales' exponents less the bias, shifted to a float's */
     float *acc;    /* (n_tok, panels, 16): the panels' partial sums between slices */
-    int xr;        /* the least exponent field of every token's d | the greatest << 8 (avx512.c's GEMV; avx2.c where xe) */
+    int xr;        /* the least exponent field of every token's d | the greatest << 8 (avx512.c's GEMV; avx2.c's
+                    * wide path, where xe) */
     int il;        /* 0: q, d and sum token by token as above; else the call's n_tok (avx512.c, 2 to 8 tokens):
                     * block by block, the tokens' blocks side by side (block b of token t at b * il + t) */
 } act_q8;
