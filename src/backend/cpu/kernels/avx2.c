@@ -139,6 +139,13 @@ ALWAYS_INLINE __m256 exp_scale8_normal(const uint8_t *e8, int bias) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127 - bias)), 23));
 }
 
+/* Panel p's rows 8h..8h+7 of the unit at u (a group's block: its four panels' exponents first):
+ * their 2^(E - bias), by exp_scale8_normal where the caller found the unit's bytes normal. */
+ALWAYS_INLINE __m256 unit_row_scales(const uint8_t *u, int p, int h, int normal, int bias) {
+    const uint8_t *e8 = u + 16 * p + 8 * h;
+    return normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
+}
+
 /* Whether the 32 exponent bytes at e32 are all >= lo (exp_scale8_normal serves them). */
 ALWAYS_INLINE int exps_at_least(const uint8_t *e32, int lo) {
     const __m256i e = _mm256_loadu_si256((const __m256i *)e32);
@@ -380,8 +387,7 @@ ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int n
                 }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
-                    const uint8_t *e8 = u + 16 * p + 8 * h;
-                    const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
+                    const __m256 ws = unit_row_scales(u, p, h, normal, bias);
                     #pragma GCC unroll 4
                     for (int t = 0; t < nt; t++)
                         acc[gi][p][t][h] = bfp_block_fma(is4, sum[t][h], a->sum + t * n_blk + b, a->d[t * n_blk + b],
@@ -490,8 +496,7 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
                 }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
-                    const uint8_t *e8 = u + 16 * p + 8 * h;
-                    const __m256 ws = normal ? exp_scale8_normal(e8, bias) : exp_scale8(e8, bias);
+                    const __m256 ws = unit_row_scales(u, p, h, normal, bias);
                     #pragma GCC unroll 4
                     for (int t = 0; t < nt; t++)
                         acc[p][t][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[t][h], ones) : sum[t][h],
