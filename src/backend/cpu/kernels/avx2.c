@@ -104,21 +104,7 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
         if (off) off[i] = (int32_t)((uint32_t)(uint16_t)(-4 * sum[i]) * 0x10001u);
         d[i] = amax / 127.0f;
     }
-    if (a->xe) { /* each token's range of d's exponent fields, and all of them: the wide path's exponent add */
-        uint32_t x_lo = 255, x_hi = 0;
-        for (int64_t t = 0; t < n_tok; t++) {
-            uint32_t e_lo = 255, e_hi = 0;
-            for (size_t i = (size_t)(t * n_in / 16); i < (size_t)((t + 1) * n_in / 16); i++) {
-                const uint32_t e = act_exp_field(d[i]);
-                e_lo = e < e_lo ? e : e_lo;
-                e_hi = e > e_hi ? e : e_hi;
-            }
-            a->xe[2 * t] = (uint8_t)e_lo, a->xe[2 * t + 1] = (uint8_t)e_hi;
-            x_lo = e_lo < x_lo ? e_lo : x_lo;
-            x_hi = e_hi > x_hi ? e_hi : x_hi;
-        }
-        a->xr = (int)(x_lo | x_hi << 8);
-    }
+    if (a->xe) act_exp_ranges(a, n_tok, n_in / 16); /* the wide path's exponent add (decode needs none) */
     return 1;
 }
 
@@ -179,6 +165,17 @@ ALWAYS_INLINE void bfp4_unpack(const uint8_t *p, __m256i w[2]) {
  * it). */
 ALWAYS_INLINE __m256 bfp_scale_fma(__m256i dot, float xd, __m256 ws, __m256 acc) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xd)), acc);
+}
+
+/* bfp_scale_fma with the scale product made either way: add_scales, w holds the rows' exponents (E -
+ * bias) << 23 and ws * xd is their integer add to xd's bits (where exact: the caller's check); else w
+ * holds ws, multiplied. The same float either way, so the same FMA and bits. */
+ALWAYS_INLINE __m256 bfp_scale_fma_by(const int add_scales, __m256i dot, float xd, __m256i w, __m256 acc) {
+    if (!add_scales) return bfp_scale_fma(dot, xd, _mm256_castsi256_ps(w), acc);
+    int32_t xbits;
+    memcpy(&xbits, &xd, 4);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_castsi256_ps(_mm256_add_epi32(w, _mm256_set1_epi32(xbits))),
+                           acc);
 }
 
 /* bfp_scale_fma for the panel tile's sums: bfp4's int16 pairs (weights as
@@ -638,23 +635,13 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const int add_sca
         }
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            if (add_scales) {
-                const __m256i wsb = _mm256_load_si256((const __m256i *)(a->wsb + 16 * i + 8 * h));
-                #pragma GCC unroll 2
-                for (int j = 0; j < nt; j++) {
-                    int32_t xbits;
-                    memcpy(&xbits, xd + j * n_blk + b, 4);
-                    const __m256 s = _mm256_castsi256_ps(_mm256_add_epi32(wsb, _mm256_set1_epi32(xbits)));
-                    acc[j][h] = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(is4 ? _mm256_madd_epi16(sum[j][h], ones) : sum[j][h]), s, acc[j][h]);
-                }
-            } else {
-                const __m256 ws = _mm256_load_ps(a->ws + 16 * i + 8 * h);
-                #pragma GCC unroll 2
-                for (int j = 0; j < nt; j++)
-                    acc[j][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[j][h], ones) : sum[j][h], xd[j * n_blk + b],
-                                              ws, acc[j][h]);
-            }
+            /* the rows' exponents (add_scales) or their scales 2^(E - bias) */
+            const __m256i wsb = add_scales ? _mm256_load_si256((const __m256i *)(a->wsb + 16 * i + 8 * h))
+                                           : _mm256_castps_si256(_mm256_load_ps(a->ws + 16 * i + 8 * h));
+            #pragma GCC unroll 2
+            for (int j = 0; j < nt; j++)
+                acc[j][h] = bfp_scale_fma_by(add_scales, is4 ? _mm256_madd_epi16(sum[j][h], ones) : sum[j][h],
+                                             xd[j * n_blk + b], wsb, acc[j][h]);
         }
     }
     if (b0 + nb < n_blk) {

@@ -54,9 +54,7 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
     /* a small batch's tokens side by side, block by block: the tiles then find every token's block at a
      * constant offset from one pointer, not at n_in apart (a register and an address computation each) */
     if (n_tok >= 2 && n_tok <= ISA_BFP_NT) a->il = (int)n_tok;
-    uint32_t x_lo = 255, x_hi = 0;
     for (int64_t t = 0; t < n_tok; t++) {
-        uint32_t e_lo = 255, e_hi = 0;
         for (int64_t j = t * n_blk; j < (t + 1) * n_blk; j++) {
             const int64_t i = a->il ? (j - t * n_blk) * n_tok + t : j; /* where block j goes */
             __m512 v = _mm512_loadu_ps(x + 16 * j);
@@ -72,17 +70,9 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
             const __m128i sad = _mm_sad_epu8(qu, _mm_setzero_si128());
             const int32_t sum = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
             a->o4[i] = -8 * sum, a->o8[i] = -128 * sum; /* the tiles' starts (bfp_block_fma) */
-            uint32_t bits;
-            memcpy(&bits, &a->d[i], 4);
-            bits = bits >> 23 & 0xff;
-            e_lo = bits < e_lo ? bits : e_lo;
-            e_hi = bits > e_hi ? bits : e_hi;
         }
-        if (a->xe) a->xe[2 * t] = (uint8_t)e_lo, a->xe[2 * t + 1] = (uint8_t)e_hi;
-        x_lo = e_lo < x_lo ? e_lo : x_lo;
-        x_hi = e_hi > x_hi ? e_hi : x_hi;
     }
-    a->xr = (int)(x_lo | x_hi << 8);
+    act_exp_ranges(a, n_tok, n_blk); /* the GEMV's and the wide path's exponent add */
     return 1;
 }
 

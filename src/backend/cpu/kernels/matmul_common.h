@@ -100,11 +100,27 @@ static inline int bfp_bytes_range(__m128i lo, __m128i hi) {
     return l | h << 8;
 }
 
-/* The exponent field of a block scale d (what act_quantize's a->xe and a->xr range over). */
-static inline uint32_t act_exp_field(float d) {
-    uint32_t bits;
-    memcpy(&bits, &d, 4);
-    return bits >> 23 & 0xff;
+/* After quantization: each token's least and greatest exponent field of its block scales d into a->xe
+ * (where allocated), all tokens' into a->xr (as lo | hi << 8), what the exponent add's checks take.
+ * Token t's block b is at d[il ? b * il + t : t * n_blk + b] (act_q8.il). */
+static inline void act_exp_ranges(act_q8 *a, int64_t n_tok, int64_t n_blk) {
+    uint32_t x_lo = 255, x_hi = 0;
+    const int64_t stride = a->il ? a->il : 1;
+    for (int64_t t = 0; t < n_tok; t++) {
+        const float *dt = a->d + (a->il ? t : t * n_blk);
+        uint32_t e_lo = 255, e_hi = 0;
+        for (int64_t b = 0; b < n_blk; b++) {
+            uint32_t bits;
+            memcpy(&bits, &dt[b * stride], 4);
+            bits = bits >> 23 & 0xff;
+            e_lo = bits < e_lo ? bits : e_lo;
+            e_hi = bits > e_hi ? bits : e_hi;
+        }
+        if (a->xe) a->xe[2 * t] = (uint8_t)e_lo, a->xe[2 * t + 1] = (uint8_t)e_hi;
+        x_lo = e_lo < x_lo ? e_lo : x_lo;
+        x_hi = e_hi > x_hi ? e_hi : x_hi;
+    }
+    a->xr = (int)(x_lo | x_hi << 8);
 }
 
 /* Whether tokens [t, t + nt) may add the exponents of a slice whose
