@@ -14,10 +14,12 @@
 # Usage: scripts/bench-peer.sh [BUILD_DIR] [--dry-run]
 #   --dry-run: check the arguments and the environment, print the plan; download, build, run nothing.
 # Environment: Q35_PEER_THREADS (default "1,2"), Q35_PEER_ROUNDS (2), Q35_PEER_PROMPT (512),
-#   Q35_PEER_DECODE (32), Q35_PEER_FORMATS ("Q4_0,Q4_K_M"), Q35_PEER_OUT (bench-data/peer.json).
+#   Q35_PEER_DECODE (32), Q35_PEER_FORMATS ("Q4_0,Q4_K_M"), Q35_PEER_OUT (bench-data/peer.json),
+#   Q35_PEER_ISA (native: each engine's best for this CPU; avx2: llama.cpp built for AVX2 + FMA + F16C only
+#   and qwen35's avx2 kernels, as on a CPU without AVX-512; default output bench-data/peer-avx2.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NAME=bench-peer; HELP_LINES=2,19p
+NAME=bench-peer; HELP_LINES=2,21p
 # shellcheck source=peer-args.sh
 . scripts/peer-args.sh
 THREADS=${Q35_PEER_THREADS:-1,2}
@@ -25,7 +27,14 @@ ROUNDS=${Q35_PEER_ROUNDS:-2}
 PROMPT=${Q35_PEER_PROMPT:-512}
 DECODE=${Q35_PEER_DECODE:-32}
 FORMATS=${Q35_PEER_FORMATS:-Q4_0,Q4_K_M}
-OUTJ=${Q35_PEER_OUT:-bench-data/peer.json}
+ISA=${Q35_PEER_ISA:-native}
+case "$ISA" in
+    native) OUTJ=${Q35_PEER_OUT:-bench-data/peer.json}; Q35_ISA_ENV=() ;;
+    avx2) OUTJ=${Q35_PEER_OUT:-bench-data/peer-avx2.json}; Q35_ISA_ENV=(Q35_KERNELS=avx2)
+          grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo || die "Q35_PEER_ISA=avx2: this CPU has no AVX2 + FMA" ;;
+    *) die "Q35_PEER_ISA='$ISA': native or avx2" ;;
+esac
+export PEER_ISA=$ISA
 [[ "$THREADS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "Q35_PEER_THREADS='$THREADS': a list like 1,2"
 [[ "$ROUNDS" =~ ^[0-9]+$ ]] && [ "$ROUNDS" -ge 2 ] || die "Q35_PEER_ROUNDS='$ROUNDS': at least 2"
 [[ "$PROMPT" =~ ^[0-9]+$ ]] && [ "$PROMPT" -ge 1 ] || die "Q35_PEER_PROMPT='$PROMPT': a positive integer"
@@ -41,7 +50,7 @@ GG=bench-data/peer/gguf
 RAW=$GG/qwen35-9b-random-q4_0-raw.gguf
 
 if [ "$DRY" = 1 ]; then
-    echo "bench-peer (dry run): threads ${TLIST[*]}, $ROUNDS rounds, prompt $PROMPT, decode $DECODE, formats ${FMTS[*]}"
+    echo "bench-peer (dry run): threads ${TLIST[*]}, $ROUNDS rounds, prompt $PROMPT, decode $DECODE, formats ${FMTS[*]}, instruction sets $ISA"
     [ -x "$BIN" ] && echo "qwen35: $BIN" || echo "qwen35: $BIN missing (make builds it)"
     [ -f "$CACHE/manifest.json" ] && echo "cache: $CACHE (present)" || echo "cache: $CACHE (would be built, ~5 GB)"
     scripts/peer-llama.sh --check
@@ -89,9 +98,9 @@ for f in "${FMTS[@]}"; do
 done
 rm -f "$RAW"   # only the mixes are measured
 
-RUNS=bench-data/peer/runs/$(date -u +%Y%m%dT%H%M%SZ)
+RUNS=bench-data/peer/runs/$(date -u +%Y%m%dT%H%M%SZ)$([ "$ISA" = native ] || echo "-$ISA")
 mkdir -p "$RUNS"
-echo "bench-peer: $ROUNDS rounds, threads ${TLIST[*]}, prompt $PROMPT, decode $DECODE; runs in $RUNS"
+echo "bench-peer: $ROUNDS rounds, threads ${TLIST[*]}, prompt $PROMPT, decode $DECODE, instruction sets $ISA; runs in $RUNS"
 run_llama() {   # format threads round
     local g=$GG/qwen35-9b-random-$1.gguf out=$RUNS/llama-$1-t$2-r$3.json
     echo "  round $3, $2 thread(s): llama.cpp $1"
@@ -103,7 +112,7 @@ run_q35() {     # threads round
     local out=$RUNS/qwen35-t$1-r$2.json
     echo "  round $2, $1 thread(s): qwen35"
     cut -d' ' -f1 /proc/loadavg > "$out.load"
-    "$BIN" speed -m "$CACHE" -t "$1" --prompt "$PROMPT" --decode "$DECODE" --spec-k 0 --draft-rows 0 \
+    env "${Q35_ISA_ENV[@]}" "$BIN" speed -m "$CACHE" -t "$1" --prompt "$PROMPT" --decode "$DECODE" --spec-k 0 --draft-rows 0 \
         --json "$out" > "$out.log" 2>&1 || { tail -15 "$out.log" >&2; die "qwen35 speed failed (log: $out.log)"; }
 }
 t_start=$(date +%s)
@@ -121,4 +130,4 @@ done
 secs=$(( $(date +%s) - t_start ))
 "$PEER_PY" scripts/peer_report.py bench --runs "$RUNS" --gguf-dir "$GG" --formats "$FORMATS" --threads "$THREADS" \
     --rounds "$ROUNDS" --prompt "$PROMPT" --decode "$DECODE" --seconds "$secs" --version "$PEER_VERSION" \
-    --sha256 "$PEER_SHA256" --out "$OUTJ" || die "writing $OUTJ failed"
+    --sha256 "$PEER_SHA256" --isa "$ISA" --out "$OUTJ" || die "writing $OUTJ failed"

@@ -6,6 +6,8 @@
 #   scripts/peer-llama.sh            set up (reusing what is there), print the paths as shell variables
 #   scripts/peer-llama.sh --check    say what is there and what would be done; download and build nothing
 # Layout: bench-data/peer/{sdist/,llama_cpp_python-VERSION/,build/,venv/}; PEER_DIR overrides the folder.
+# PEER_ISA=avx2 builds in build-avx2/ for AVX2 + FMA + F16C only (GGML_NATIVE off, no AVX-512), so that on
+# a CPU with AVX-512 both engines can also be compared as an AVX2-only machine runs them; default native.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +16,15 @@ LCP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 PEER=${PEER_DIR:-bench-data/peer}
 SDIST=$PEER/sdist/llama_cpp_python-$LCP_VERSION.tar.gz
 SRC=$PEER/llama_cpp_python-$LCP_VERSION/vendor/llama.cpp
-BLD=$PEER/build
+ISA=${PEER_ISA:-native}
+case "$ISA" in
+    native) BLD=$PEER/build; ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+    avx2) BLD=$PEER/build-avx2
+          ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                     -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+                     -DGGML_AVX512_BF16=OFF) ;;
+    *) echo "peer-llama: PEER_ISA='$ISA': native or avx2" >&2; exit 1 ;;
+esac
 VENV=$PEER/venv
 TARGETS=(llama-bench llama-quantize llama-perplexity llama-tokenize)
 
@@ -23,7 +33,7 @@ die() { echo "peer-llama: $*" >&2; exit 1; }
 built() { for t in "${TARGETS[@]}"; do [ -x "$BLD/bin/$t" ] || return 1; done; }
 
 if [ "${1:-}" = "--check" ]; then
-    echo "llama-cpp-python $LCP_VERSION, sha256 $LCP_SHA256"
+    echo "llama-cpp-python $LCP_VERSION, sha256 $LCP_SHA256; instruction sets: $ISA"
     [ -f "$SDIST" ] && echo "sdist: $SDIST (present)" || echo "sdist: $SDIST (would download with pip from PyPI)"
     [ -d "$SRC" ] && echo "source: $SRC (present)" || echo "source: $SRC (would unpack)"
     built && echo "build: $BLD/bin (present: ${TARGETS[*]})" || echo "build: $BLD/bin (would build ${TARGETS[*]})"
@@ -70,12 +80,13 @@ fi
 
 # 3. the CPU tools, once (about 10 minutes on 2 cores)
 if ! built; then
-    echo "peer-llama: building llama.cpp (${TARGETS[*]}) in $BLD; log in $PEER/build.log" >&2
-    { cmake -S "$SRC" -B "$BLD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+    LOG=$PEER/$(basename "$BLD").log
+    echo "peer-llama: building llama.cpp (${TARGETS[*]}; $ISA) in $BLD; log in $LOG" >&2
+    { cmake -S "$SRC" -B "$BLD" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" -DBUILD_SHARED_LIBS=OFF \
           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
           -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-      && cmake --build "$BLD" -j "$(nproc)" --target "${TARGETS[@]}"; } > "$PEER/build.log" 2>&1 \
-        || { tail -20 "$PEER/build.log" >&2; die "building llama.cpp failed (log: $PEER/build.log)"; }
+      && cmake --build "$BLD" -j "$(nproc)" --target "${TARGETS[@]}"; } > "$LOG" 2>&1 \
+        || { tail -20 "$LOG" >&2; die "building llama.cpp failed (log: $LOG)"; }
     built || die "the build finished without ${TARGETS[*]} in $BLD/bin"
 fi
 
@@ -90,3 +101,4 @@ echo "PEER_BIN=$BLD/bin"
 echo "PEER_PY=$VENV/bin/python"
 echo "PEER_VERSION=llama-cpp-python-$LCP_VERSION"
 echo "PEER_SHA256=$LCP_SHA256"
+echo "PEER_ISA=$ISA"

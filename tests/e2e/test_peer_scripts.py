@@ -27,12 +27,21 @@ def test_bench_peer_arguments(tmp_path):
     rc, out, err = run("bench-peer.sh", "--bogus", env=peer)
     assert rc == 2 and "unknown option '--bogus'" in err
     for var, val, msg in (("Q35_PEER_ROUNDS", "1", "at least 2"), ("Q35_PEER_THREADS", "1,x", "a list like 1,2"),
-                          ("Q35_PEER_PROMPT", "0", "positive integer"), ("Q35_PEER_FORMATS", "Q3_K", "not handled")):
+                          ("Q35_PEER_PROMPT", "0", "positive integer"), ("Q35_PEER_FORMATS", "Q3_K", "not handled"),
+                          ("Q35_PEER_ISA", "sse4", "native or avx2")):
         rc, out, err = run("bench-peer.sh", BUILD, "--dry-run", env={**peer, var: val})
         assert rc == 1 and msg in err, (var, err)
     rc, out, err = run("bench-peer.sh", BUILD, "--dry-run", env=peer)
     assert rc == 0, err
     assert "would download with pip from PyPI" in out and "qwen35-9b-random-Q4_K_M.gguf" in out
+    assert "instruction sets native" in out and "output: bench-data/peer.json" in out
+    assert "/peer/build/bin (would build" in out
+    if "avx2" in pathlib.Path("/proc/cpuinfo").read_text().split():
+        # llama.cpp built for AVX2 only, in its own folder, and its own output file
+        rc, out, err = run("bench-peer.sh", BUILD, "--dry-run", env={**peer, "Q35_PEER_ISA": "avx2"})
+        assert rc == 0, err
+        assert "instruction sets avx2" in out and "output: bench-data/peer-avx2.json" in out
+        assert "/peer/build-avx2/bin (would build" in out
     assert not (tmp_path / "peer").exists()          # a dry run makes nothing
 
 
