@@ -72,7 +72,7 @@ def bench(a):
            "settings": {"threads": threads, "rounds": a.rounds, "prompt": a.prompt, "decode": a.decode,
                         "seconds": a.seconds, "isa": a.isa},
            "llama_cpp": {"source": a.version + " (PyPI sdist, vendored llama.cpp)", "sha256": a.sha256,
-                         "build": "GGML_NATIVE" if a.isa == "native" else "AVX2, FMA, F16C, BMI2 (GGML_NATIVE off)"},
+                         "cmake_flags": a.llama_flags},
            "files": {}, "runs": [], "summary": {}, "ratios": {}}
     q_cache = None
     for f in fmts:
@@ -136,7 +136,7 @@ def bench(a):
     print(f"\nbench-peer: {res['date']}, {m['cpu']}, {m['cores']} cores ({' '.join(m['flags'])}); "
           f"llama.cpp {res['llama_cpp'].get('build_commit')} from {a.version}; "
           f"{a.rounds} rounds, prompt {a.prompt}, decode {a.decode}; {a.seconds} s; instruction sets {a.isa} "
-          f"(llama.cpp {res['llama_cpp']['build']}, qwen35 {res['qwen35']['kernels']} kernels)")
+          f"(llama.cpp {a.llama_flags}, qwen35 {res['qwen35']['kernels']} kernels)")
     hdr = "| | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in threads) + " |"
     print(hdr)
     print("|---" * (len(threads) + 1) + "|")
@@ -275,6 +275,7 @@ def main():
     for k in ("rounds", "prompt", "decode", "seconds"):
         b.add_argument("--" + k, type=int, required=True)
     b.add_argument("--isa", choices=("native", "avx2"), default="native")
+    b.add_argument("--llama-flags", default="")
     q = sub.add_parser("quality")
     for k in ("work", "formats", "policies", "text", "version", "out"):
         q.add_argument("--" + k, required=True)
