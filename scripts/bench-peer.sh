@@ -130,4 +130,4 @@ done
 secs=$(( $(date +%s) - t_start ))
 "$PEER_PY" scripts/peer_report.py bench --runs "$RUNS" --gguf-dir "$GG" --formats "$FORMATS" --threads "$THREADS" \
     --rounds "$ROUNDS" --prompt "$PROMPT" --decode "$DECODE" --seconds "$secs" --version "$PEER_VERSION" \
-    --sha256 "$PEER_SHA256" --isa "$ISA" --llama-flags "$PEER_CMAKE_FLAGS" --out "$OUTJ" || die "writing $OUTJ failed"
+    --sha256 "$PEER_SHA256" --isa "$ISA" --llama-flags="$PEER_CMAKE_FLAGS" --out "$OUTJ" || die "writing $OUTJ failed"
