@@ -275,8 +275,8 @@ static inline void att_q8_tile_2x4(const att_q8_query *qq, const uint8_t *k, siz
 #define ATT_ROWS_Q8_FN q35_attend_rows_q8_avx2
 /* L2 where the CPU's choice is (q35_kernels_prefetch_l2: AMD family 19h, Zen 3 and 4), else L1. On a Zen 4
  * VM with these kernels (one thread, one decode token's attention at the 9B shapes, 8k keys from DRAM,
- * interleaved, medians of 11) fp32 188 -> 107 ns per key and KV head, q8 68 -> 64; Zen 3 had measured the
- * q8 tiles with L1 only. */
+ * interleaved, medians of 11) fp32 188 -> 107 ns per key and KV head, q8 68 -> 64; on a Zen 3 VM (8k and
+ * 32k keys, 13 interleaved pairs) either level gave one thread the same 64-67 (q8) and 128-135 ns (fp32). */
 #define ATT_PF_L2() q35_kernels_prefetch_l2()
 #include "attend_driver.inc"
 
