@@ -177,15 +177,15 @@ void *q35_kernels_scratch(size_t bytes) {
     return s->p;
 }
 
-/* Half of one core's L2 (sysconf), within [128 KiB, 1 MiB]; 256 KiB where the
- * system does not say. Read once. */
+/* Four times one core's L2 (sysconf), within [256 KiB, 2 MiB]; 2 MiB where
+ * the system does not say. Read once. */
 static size_t g_chunk_bytes;
 static pthread_once_t g_chunk_once = PTHREAD_ONCE_INIT;
 
 static void chunk_init(void) {
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    size_t b = l2 > 0 ? (size_t)l2 / 2 : (size_t)256 << 10;
-    g_chunk_bytes = b < ((size_t)128 << 10) ? (size_t)128 << 10 : b > ((size_t)1 << 20) ? (size_t)1 << 20 : b;
+    size_t b = l2 > 0 ? (size_t)l2 * 4 : (size_t)2 << 20;
+    g_chunk_bytes = b < ((size_t)256 << 10) ? (size_t)256 << 10 : b > ((size_t)2 << 20) ? (size_t)2 << 20 : b;
 }
 
 size_t q35_kernels_chunk_bytes(void) {
