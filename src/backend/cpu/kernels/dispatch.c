@@ -8,7 +8,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const q35_kernels *g_chosen;
 static const char *g_note;
@@ -177,18 +176,4 @@ void *q35_kernels_scratch(size_t bytes) {
     return s->p;
 }
 
-/* Four times one core's L2 (sysconf), within [256 KiB, 2 MiB]; 2 MiB where
- * the system does not say. Read once. */
-static size_t g_chunk_bytes;
-static pthread_once_t g_chunk_once = PTHREAD_ONCE_INIT;
-
-static void chunk_init(void) {
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    size_t b = l2 > 0 ? (size_t)l2 * 4 : (size_t)2 << 20;
-    g_chunk_bytes = b < ((size_t)256 << 10) ? (size_t)256 << 10 : b > ((size_t)2 << 20) ? (size_t)2 << 20 : b;
-}
-
-size_t q35_kernels_chunk_bytes(void) {
-    pthread_once(&g_chunk_once, chunk_init);
-    return g_chunk_bytes;
-}
+size_t q35_kernels_chunk_bytes(void) { return (size_t)2 << 20; }

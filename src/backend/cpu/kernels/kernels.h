@@ -314,14 +314,14 @@ void *q35_kernels_scratch(size_t bytes);
 extern __thread uint64_t q35_kernels_x_epoch;
 
 /* Bytes of int8 activations a prompt's matmul takes per chunk of tokens (each
- * panel is read and predecoded once per chunk): four times a core's L2, at most
- * 2 MiB, so that a pass of 128 rows is one chunk at the 9B's widths (down_proj's
- * 12288 inputs included). The activations come from L2 and beyond as a stream,
- * slice by slice, which costs less than reading and predecoding the panels
- * again: on a Zen 3 VM (512 KiB L2, avx2 table, prompts of 512 on two threads,
- * interleaved) half the L2 (then the size) gave down_proj 0.58 of gate + up's
- * time for half its weights, 1 and 2 MiB 0.51-0.53, the prompt 3% faster. Before
- * that, on Zen 5's 1 MiB L2, 512 KiB against 256 KiB: 29.6-30.1 against
+ * panel is read and predecoded once per chunk): 2 MiB, so that a pass of 128
+ * rows is one chunk at the 9B's widths (down_proj's 12288 inputs included).
+ * The activations come from L2 and beyond as a stream, slice by slice, which
+ * costs less than reading and predecoding the panels again: on a Zen 3 VM
+ * (512 KiB L2, avx2 table, prompts of 512 on two threads, interleaved) chunks
+ * of half the L2 (then the size, from sysconf) gave down_proj 0.58 of gate +
+ * up's time for half its weights, 1 and 2 MiB 0.51-0.53, the prompt 3% faster.
+ * Before that, on Zen 5's 1 MiB L2, 512 KiB against 256 KiB: 29.6-30.1 against
  * 28.5-29.0 tok/s on one thread. */
 size_t q35_kernels_chunk_bytes(void);
 
