@@ -406,6 +406,23 @@ TEST(kernels, bfp_gemv_exponent_add_matches_panel_tile) {
     CHECK_EQ_INT(bad, 0);
 }
 
+/* Every window of 2..max_tok consecutive tokens of x in one call against each token alone (y1, which
+ * this fills), bit for bit; the windows that differ. */
+static long windows_match_alone(const q35_kernels *k, const q35_tensor *W, const float *x, int max_tok, int n_in,
+                                int n_out, float *y, float *y1) {
+    long bad = 0;
+    for (int t = 0; t < max_tok; t++) q35_kernels_matmul(k, y1 + t * n_out, W, x + t * n_in, 1, 0, n_out);
+    for (int n = 2; n <= max_tok; n++)
+        for (int t0 = 0; t0 + n <= max_tok; t0++) {
+            q35_kernels_matmul(k, y, W, x + t0 * n_in, n, 0, n_out);
+            long b = memcmp(y, y1 + t0 * n_out, sizeof(float) * (size_t)(n * n_out)) != 0;
+            CHECK_MSG(!b, "%s %s, tokens %d..%d: differ from each token alone", k->name, q35_dtype_name(W->dtype),
+                      t0, t0 + n - 1);
+            bad += b;
+        }
+    return bad;
+}
+
 /* Small batches (2-8 tokens in one call: avx512.c's tokens side by side,
  * avx2.c's batch tile over whole groups) against each token alone, bit for
  * bit, on raw panels: 0-3 (a whole group: the all-normal scale branch), 7
@@ -430,16 +447,61 @@ TEST(kernels, bfp_small_batches_match_single_tokens) {
         q35_tensor W;
         uint8_t *w = raw_bfp(dts[d], n_out, n_in, exp_by_panel, &W);
         REQUIRE(w);
+        for (int k = 0; k < n_tables; k++) bad += windows_match_alone(tables[k], &W, x, max_tok, n_in, n_out, y, y1);
+        free(w);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* The exponent add's edges in small batches (2-8 tokens in one call), against each token alone, bit
+ * for bit: token 0's block scales d are all 2^(X - 127) (exponent field X), token 1's 1.5 * 2^(Y - 127)
+ * (field Y > X), token 2's subnormal (at most 1e-36 / 127: an add would make it normal), the others
+ * typical. Group 0's exponent bytes lie in [bias + 1 - X, bias + 11 - X], so
+ * that token 0's products reach the least normal float; group 1 is the same but for one byte bias - X
+ * in every block (a subnormal product: a tile must multiply there). Group 2's lie in [244 + bias - Y,
+ * 254 + bias - Y] (token 1's products reach the greatest binade), group 3 likewise but for one byte
+ * 255 + bias - Y (a product past the largest float: infinity, not an add's NaN). */
+enum { EDGE_X = 100, EDGE_Y = 150 };
+static int g_edge_bias;
+static int exp_at_edges(int p, int row, int u) {
+    const int g = p / 4, lo = g_edge_bias + 1 - EDGE_X, hi = 254 + g_edge_bias - EDGE_Y, r = row % 16;
+    if (g == 1 && p % 4 == 1 && r == 5) return lo - 1;
+    if (g == 3 && p % 4 == 2 && r == 9) return hi + 1;
+    if (p % 4 == 0 && r == 0) return g < 2 ? lo : hi;
+    return g < 2 ? lo + u % 11 : hi - u % 11;
+}
+
+TEST(kernels, bfp_small_batches_exponent_add_edges) {
+    const q35_kernels *tables[MAX_FAST_TABLES];
+    int n_tables = fast_tables(tables);
+    enum { n_out = 256, n_in = 64, n_blk = n_in / 16, max_tok = 8 };
+    static float x[max_tok * n_in], y[max_tok * n_out], y1[max_tok * n_out];
+    const float ones[max_tok] = {1, 1, 1, 1, 1, 1, 1, 1};
+    scaled_x(x, ones, max_tok, n_in);
+    for (int t = 0; t < 3; t++)
+        for (int b = 0; b < n_blk; b++) {
+            const float amax = t == 2 ? 1e-36f : 127.0f * (t ? ldexpf(1.5f, EDGE_Y - 127) : ldexpf(1.0f, EDGE_X - 127));
+            float *xb = x + t * n_in + 16 * b;
+            for (int j = 0; j < 16; j++) xb[j] = amax * 0.99f * (float)rng_unit();
+            xb[(5 * b) % 16] = b % 2 ? amax : -amax;
+        }
+    const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
+    long bad = 0;
+    for (int d = 0; d < 2; d++) {
+        g_edge_bias = dts[d] == Q35_DT_BFP4 ? 129 : 133;
+        q35_tensor W;
+        uint8_t *w = raw_bfp(dts[d], n_out, n_in, exp_at_edges, &W);
+        REQUIRE(w);
         for (int k = 0; k < n_tables; k++) {
-            for (int t = 0; t < max_tok; t++) q35_kernels_matmul(tables[k], y1 + t * n_out, &W, x + t * n_in, 1, 0, n_out);
-            for (int n = 2; n <= max_tok; n++)
-                for (int t0 = 0; t0 + n <= max_tok; t0++) {
-                    q35_kernels_matmul(tables[k], y, &W, x + t0 * n_in, n, 0, n_out);
-                    long b = memcmp(y, y1 + t0 * n_out, sizeof(float) * (size_t)(n * n_out)) != 0;
-                    CHECK_MSG(!b, "%s %s, tokens %d..%d: differ from each token alone", tables[k]->name,
-                              q35_dtype_name(dts[d]), t0, t0 + n - 1);
-                    bad += b;
-                }
+            bad += windows_match_alone(tables[k], &W, x, max_tok, n_in, n_out, y, y1);
+            /* the edges are there: token 0 meets a subnormal product in group 1, token 1 an infinite one in 3 */
+            long inf = 0, tiny = 0;
+            for (int o = 0; o < n_out; o++) {
+                inf += isinf(y1[n_out + o]) && o >= 192;
+                tiny += y1[o] != 0.0f && fabsf(y1[o]) < 0x1p-100f && o >= 64 && o < 128;
+            }
+            CHECK_MSG(inf > 0 && tiny > 0, "%s %s: %ld infinite, %ld tiny outputs", tables[k]->name,
+                      q35_dtype_name(dts[d]), inf, tiny);
         }
         free(w);
     }
