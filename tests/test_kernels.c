@@ -494,7 +494,7 @@ TEST(kernels, bfp_small_batches_exponent_add_edges) {
         REQUIRE(w);
         for (int k = 0; k < n_tables; k++) {
             bad += windows_match_alone(tables[k], &W, x, max_tok, n_in, n_out, y, y1);
-            /* the edges are there: token 0 meets a subnormal product in group 1, token 1 an infinite one in 3 */
+            /* the data reach the edges: token 0's outputs in group 1 tiny but not zero, token 1's in group 3 infinite */
             long inf = 0, tiny = 0;
             for (int o = 0; o < n_out; o++) {
                 inf += isinf(y1[n_out + o]) && o >= 192;
