@@ -89,15 +89,15 @@ static int bfp4_matrix(q35_tensor *t, int64_t n_out, int64_t n_in, uint32_t seed
     return ok;
 }
 
-/* Matmuls of up to 8 tokens are claimed in shrinking ranges by whichever
- * worker is free (compute.c), so which worker computes which rows changes
- * from call to call; the results must not. Two matrices in one handoff (a
- * range may span both) and the SwiGLU MLP, on pools of 2 and 3 workers, 30
- * times each with x and -x in turn in one buffer (a worker quantizes x once
- * per job, never across jobs), bit for bit against one thread; 9 tokens
- * (fixed ranges) too. */
+/* Matmuls are claimed in shrinking ranges by whichever worker is free
+ * (compute.c), so which worker computes which rows changes from call to
+ * call; the results must not. Two matrices in one handoff (a range may span
+ * both) and the SwiGLU MLP, on pools of 2 and 3 workers, 30 times each with
+ * x and -x in turn in one buffer (a worker quantizes x once per job, never
+ * across jobs), bit for bit against one thread: decode, a verify step, a
+ * batch, and 9 and 37 tokens (prompts: the wide path). */
 TEST(pool, matmuls_claimed_by_free_workers_match_one_thread) {
-    enum { N_IN = 512, A = 400, B = 208, I = 704, H = 512, MAX_TOK = 9 };
+    enum { N_IN = 512, A = 400, B = 208, I = 704, H = 512, MAX_TOK = 37 };
     q35_tensor Wa, Wb, Wg, Wu, Wd;
     REQUIRE(bfp4_matrix(&Wa, A, N_IN, 1) && bfp4_matrix(&Wb, B, N_IN, 2) && bfp4_matrix(&Wg, I, N_IN, 3) &&
             bfp4_matrix(&Wu, I, N_IN, 4) && bfp4_matrix(&Wd, H, I, 5));
@@ -106,14 +106,14 @@ TEST(pool, matmuls_claimed_by_free_workers_match_one_thread) {
     for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     const q35_host one = {.k = q35_kernels_get()};
     const q35_tensor *Ws[2] = {&Wa, &Wb};
-    const int toks[4] = {1, 2, 8, 9};
+    const int toks[5] = {1, 2, 8, 9, 37};
     long bad = 0;
     for (int n = 2; n <= 3; n++) {
         q35_pool *pool;
         q35_error err;
         REQUIRE(q35_pool_new(n, &pool, &err) == Q35_OK);
         const q35_host many = {.k = q35_kernels_get(), .pool = pool};
-        for (int ti = 0; ti < 4; ti++) {
+        for (int ti = 0; ti < 5; ti++) {
             const int nt = toks[ti];
             float *ys[2] = {ya, yb};
             for (int sign = 0; sign < 2; sign++) { /* x, then -x in the same buffer */
