@@ -60,6 +60,7 @@ typedef struct {
     const float *qg;
     float *o, *scores;
     size_t scores_stride;
+    _Atomic int64_t next; /* the first unit no worker has claimed */
 } attn_job;
 
 /* Rows [r, r + R) of sequence sg (consecutive positions) and KV head kvh:
@@ -95,14 +96,15 @@ static int64_t attn_units(const attn_job *j) {
     return n * j->c->n_head_kv;
 }
 
+/* Units claimed one at a time by whichever worker is free (in increasing
+ * order, so the walk over segments only moves forward). */
 static void attn_worker(void *p, int ith, int nth) {
-    const attn_job *j = p;
-    const int64_t NKV = j->c->n_head_kv;
-    int64_t lo, hi;
-    q35_split(attn_units(j), 1, ith, nth, &lo, &hi);
+    attn_job *j = p;
+    (void)nth;
+    const int64_t NKV = j->c->n_head_kv, n = attn_units(j);
     int32_t si = 0;
     int64_t seg_first = 0; /* the first block of segment si */
-    for (int64_t i = lo; i < hi; i++) {
+    for (int64_t i; (i = q35_claim_one(&j->next, n)) >= 0;) {
         int64_t blk = i / NKV;
         int32_t kvh = (int32_t)(i % NKV);
         for (;;) {
@@ -162,7 +164,7 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
             }
         }
     }
-    attn_job j = {c, hc->k, segs, n_segs, T, qg, o, scores, (size_t)ATTN_ROWS * (NH / NKV) * n_ctx};
+    attn_job j = {c, hc->k, segs, n_segs, T, qg, o, scores, (size_t)ATTN_ROWS * (NH / NKV) * n_ctx, 0};
     double work = 0; /* multiply-adds, to keep tiny jobs off the pool */
     for (int32_t si = 0; si < n_segs; si++) work += (double)segs[si].n_rows * (segs[si].pos0 + segs[si].n_rows) * NH * HD;
     if (work < 1e5) attn_worker(&j, 0, 1);

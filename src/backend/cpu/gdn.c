@@ -57,6 +57,7 @@ typedef struct {
     const float *raw, *z, *bb, *aa;
     float *y, *core, *head_scratch;
     size_t head_stride;
+    _Atomic int64_t next; /* the first item no worker has claimed */
 } heads_job;
 
 /* Causal depthwise conv + SiLU of channels [ch0, ch0 + n) over one
@@ -139,14 +140,21 @@ static void run_k_head(const heads_job *j, int32_t seg_i, int32_t kh, float *scr
         run_head(j, sg, h, scr, h + 1 < (kh + 1) * rep ? sg->ssm_state + (size_t)(h + 1) * DK * DV : S_next);
 }
 
+/* Items (sequence, K head) claimed one at a time by whichever worker is
+ * free: a fixed share per worker left the step to the slower core wherever
+ * another tenant took one. The next item's first state is prefetched by
+ * its V head's delta rule, on the guess that this worker claims it too. */
 static void heads_worker(void *p, int ith, int nth) {
-    const heads_job *j = p;
-    int64_t lo, hi, HK = j->c->lin_n_head_k;
-    q35_split((int64_t)j->n_segs * HK, 1, ith, nth, &lo, &hi);
+    heads_job *j = p;
+    (void)nth;
+    const int64_t HK = j->c->lin_n_head_k, n = (int64_t)j->n_segs * HK;
     const int64_t rep = j->c->lin_n_head_v / HK, DKV = (int64_t)j->c->lin_head_k_dim * j->c->lin_head_v_dim;
-    for (int64_t i = lo; i < hi; i++) /* the next item's first state: the last V head's prefetch */
+    for (int64_t i = q35_claim_one(&j->next, n); i >= 0;) {
+        const int64_t guess = atomic_load_explicit(&j->next, memory_order_relaxed);
         run_k_head(j, (int32_t)(i / HK), (int32_t)(i % HK), j->head_scratch + (size_t)ith * j->head_stride,
-                   i + 1 < hi ? j->segs[(i + 1) / HK].ssm_state + (size_t)((i + 1) % HK * rep * DKV) : NULL);
+                   guess < n ? j->segs[guess / HK].ssm_state + (size_t)(guess % HK * rep * DKV) : NULL);
+        i = q35_claim_one(&j->next, n);
+    }
 }
 
 void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs,
@@ -164,7 +172,7 @@ void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_we
     const double t0 = hc->prof ? q35_now_seconds() : 0;
     int32_t max_rows = 0;
     for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
-    heads_job j = {hc->k, c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows)};
+    heads_job j = {hc->k, c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows), 0};
     /* a handoff costs microseconds: tiny models run their heads inline */
     if ((double)T * HV * DK * DV < 1e5) heads_worker(&j, 0, 1);
     else q35_pool_run(hc->pool, heads_worker, &j);

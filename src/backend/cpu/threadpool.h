@@ -3,14 +3,17 @@
  * q35_pool_run(pool, fn, ctx) calls fn(ctx, i, n) once for every i in
  * 0..n-1 (the calling thread is worker 0) and returns when all are done.
  * Results must not depend on scheduling: work is split by worker index,
- * or (compute.c's matmuls of up to 8 tokens) claimed by whichever worker
- * is free, where which worker computes an item does not change its value. Threads are created once, at pool creation: the
+ * or claimed by whichever worker is free (compute.c's matmuls, the Gated
+ * DeltaNet's heads, attention's units), where which worker computes an item
+ * does not change its value. Threads are created once, at pool creation: the
  * token loop creates none. Workers spin briefly between jobs (decode runs
  * hundreds of jobs per token) and then sleep on a futex. */
 #ifndef Q35_THREADPOOL_H
 #define Q35_THREADPOOL_H
 
 #include "qwen35.h"
+
+#include <stdatomic.h>
 
 typedef struct q35_pool q35_pool;
 typedef void (*q35_pool_fn)(void *ctx, int ith, int nth);
@@ -24,5 +27,14 @@ void q35_pool_run(q35_pool *pool, q35_pool_fn fn, void *ctx);
 /* [lo, hi) of n items for worker ith of nth, in multiples of `align`
  * (except the end), so that every worker gets a contiguous, fixed range. */
 void q35_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi);
+
+/* The next of a job's n items for whichever worker asks, one at a time and
+ * in order from *next (0 when the job starts), so a worker's items come in
+ * increasing order and a core slowed by something else takes fewer of them;
+ * -1 when none is left. */
+static inline int64_t q35_claim_one(_Atomic int64_t *next, int64_t n) {
+    const int64_t i = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+    return i < n ? i : -1;
+}
 
 #endif
