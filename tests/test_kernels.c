@@ -520,12 +520,17 @@ TEST(kernels, bfp_small_batches_exponent_add_edges) {
  * product is in the greatest binade; tokens 24-29 twice that: it overflows.
  * Tokens 30-35 have blocks of zeros or a subnormal d, and token 36 (alone in
  * its group of tokens) is as tokens 6-11 but for an infinity in one block.
- * n_in = 1040 spans three k-slices, the last one block long. */
+ * n_in = 1040 spans three k-slices, the last one block long. Calls of all 37
+ * tokens and of windows of 9-11 (below). */
 TEST(kernels, bfp_wide_matches_single_tokens) {
     const q35_kernels *tables[MAX_FAST_TABLES];
     int n_tables = fast_tables(tables);
     enum { n_out = 136, n_in = 1040, n_blk = n_in / 16, n_tok = 37 };
-    static float x[n_tok * n_in], y[n_tok * n_out], y1[n_out];
+    static float x[n_tok * n_in], y[n_tok * n_out], y1[n_tok * n_out];
+    /* calls of tokens [t0, t0 + n): all of them, and some whose last group of tokens (four at a time in
+     * avx2.c, two in avx512.c) is short: 1, 2 or 3 tokens, of typical and edge tokens */
+    const int windows[][2] = {{0, n_tok}, {0, 9}, {0, 10}, {0, 11}, {1, 9}, {2, 11}, {6, 10}, {6, 11}, {18, 11},
+                              {20, 10}, {20, 11}, {26, 11}};
     const q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
     for (int d = 0; d < 2; d++) {
         const int bias = dts[d] == Q35_DT_BFP4 ? 129 : 133;
@@ -553,13 +558,14 @@ TEST(kernels, bfp_wide_matches_single_tokens) {
             }
         q35_tensor W = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {n_out, n_in}, .data = w, .nbytes = nb};
         for (int k = 0; k < n_tables; k++) {
-            q35_kernels_matmul(tables[k], y, &W, x, n_tok, 0, n_out);
+            for (int t = 0; t < n_tok; t++) q35_kernels_matmul(tables[k], y1 + t * n_out, &W, x + t * n_in, 1, 0, n_out);
             long bad = 0;
-            for (int t = 0; t < n_tok; t++) {
-                q35_kernels_matmul(tables[k], y1, &W, x + t * n_in, 1, 0, n_out);
-                for (int o = 0; o < n_out; o++) bad += memcmp(&y1[o], &y[t * n_out + o], sizeof(float)) != 0;
+            for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+                const int t0 = windows[wi][0], n = windows[wi][1];
+                q35_kernels_matmul(tables[k], y, &W, x + t0 * n_in, n, 0, n_out);
+                bad += memcmp(y, y1 + t0 * n_out, sizeof(float) * (size_t)(n * n_out)) != 0;
             }
-            CHECK_MSG(bad == 0, "%s %s: %ld outputs of the wide path differ from single tokens", tables[k]->name,
+            CHECK_MSG(bad == 0, "%s %s: %ld calls of the wide path differ from single tokens", tables[k]->name,
                       q35_dtype_name(dts[d]), bad);
         }
         free(w);

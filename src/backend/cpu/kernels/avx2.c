@@ -23,7 +23,7 @@
  * tokens (bfp_batch_tile); bfp8 calls of 3-5 tokens take the panel tile.
  * Longer calls (prefill, 9 tokens and more) take a panel in k-slices
  * (bfp_wide_panel): each slice is decoded once into L1 scratch
- * (bfp_slice_predecode) and every token passes over it two at a time
+ * (bfp_slice_predecode) and every token passes over it four at a time
  * (bfp_slice_tile). Every tile forms each block's exact integer dot and
  * ends the block with bfp_scale_fma, so a token's outputs are bitwise the
  * same in any batch.
@@ -517,7 +517,7 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
 /* ---- calls of BFP_WIDE_MIN_TOKENS or more that no tile above takes: prefill, 9 tokens and more ----
  * A panel is done in k-slices of BFP_SLICE_BLOCKS blocks: a slice is decoded
  * once into L1 scratch (bfp_slice_predecode), then every token of the chunk
- * passes over it two at a time (bfp_slice_tile), its partial sums waiting
+ * passes over it four at a time (bfp_slice_tile), its partial sums waiting
  * in a->acc between slices. The integer dot products are the panel tile's
  * (weights as value + 8 for bfp4, magnitude with the sign moved onto x for
  * bfp8, the sign read from the codes in place), and each block and token
@@ -533,6 +533,14 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
  * < 32767, so the int16 sums are exact and the int32 dot is too. */
 
 #define ISA_BFP_WIDE 1
+/* Tokens per pass over a decoded slice (bfp_slice_tile). Four tokens' sums and accumulators fill the 16
+ * registers and a few spill, but each weight vector serves four tokens, and the Zen 3 core is bound by its
+ * vector instructions and loads rather than by the spills: [512, 4096] bfp4 x 64 hot in L2, one thread,
+ * interleaved medians of 41 calls, 26.7-27.7 us per token with two tokens, 25.5-26.2 with three (no
+ * spills), 24.6-26.1 with four; bfp8 the same within the noise (37-42 us); prompts of 256 at the 9B shapes
+ * on two threads, three interleaved rounds, 20.2-21.4 / 20.9-21.5 / 21.8-22.1 tok/s. Each half's sums then
+ * their FMAs (four live sums instead of eight, x broadcast twice) ran at 31-33. */
+#define BFP_SLICE_TOKENS 4
 
 /* Decodes blocks [b0, b0 + nb) of a panel: codes to bytes in a->dec, bfp4's
  * to value + 8, bfp8's to their magnitude (256 bytes per block, group g and
@@ -583,10 +591,10 @@ ALWAYS_INLINE int bfp_slice_predecode(const int is4, const int np, const bfp_pan
     return erange;
 }
 
-/* Tokens [t, t + nt) (nt = 1, 2) over the slice [b0, b0 + nb) that
+/* Tokens [t, t + nt) (nt = 1 .. BFP_SLICE_TOKENS) over the slice [b0, b0 + nb) that
  * bfp_slice_predecode left in a->dec / a->ws / a->wsb. Group by group, each
- * weight vector is loaded once for both tokens; each token's two block sums
- * and two accumulators are live, 8 registers for two tokens. With
+ * weight vector is loaded once for all nt tokens; each token's two block sums
+ * and two accumulators are live, 4 registers a token. With
  * add_scales the scale product ws * xd is the integer add of the rows'
  * exponents (a->wsb) to xd's bits, exact where bfp_scales_add holds: the
  * same bits, and the multiply leaves the FP pipes, which the convert and the
@@ -604,21 +612,21 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const int add_sca
     const float *xd = a->d + t * n_blk;
     const int32_t *xo = a->off + t * n_blk;
     float *pacc = a->acc + 16 * (t - t0);
-    __m256 acc[2][2];
-    #pragma GCC unroll 2
+    __m256 acc[BFP_SLICE_TOKENS][2];
+    #pragma GCC unroll 4
     for (int j = 0; j < nt; j++)
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) acc[j][h] = b0 ? _mm256_load_ps(pacc + 16 * j + 8 * h) : _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const int64_t b = b0 + i;
         const uint8_t *wb = a->dec + 256 * i, *cb = pn.codes + b * BFP_UNIT(is4); /* cb: bfp8's signs */
-        __m256i sum[2][2];
+        __m256i sum[BFP_SLICE_TOKENS][2];
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m256i wv = in_register(_mm256_load_si256((const __m256i *)(wb + 64 * g + 32 * h)));
-                #pragma GCC unroll 2
+                #pragma GCC unroll 4
                 for (int j = 0; j < nt; j++) {
                     __m256i xg = bcast_x4(xq + j * n_in + 16 * b, g);
                     if (is4) {
@@ -638,14 +646,14 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const int add_sca
             /* the rows' exponents (add_scales) or their scales 2^(E - bias) */
             const __m256i wsb = add_scales ? _mm256_load_si256((const __m256i *)(a->wsb + 16 * i + 8 * h))
                                            : _mm256_castps_si256(_mm256_load_ps(a->ws + 16 * i + 8 * h));
-            #pragma GCC unroll 2
+            #pragma GCC unroll 4
             for (int j = 0; j < nt; j++)
                 acc[j][h] = bfp_scale_fma_by(add_scales, is4 ? _mm256_madd_epi16(sum[j][h], ones) : sum[j][h],
                                              xd[j * n_blk + b], wsb, acc[j][h]);
         }
     }
     if (b0 + nb < n_blk) {
-        #pragma GCC unroll 2
+        #pragma GCC unroll 4
         for (int j = 0; j < nt; j++)
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) _mm256_store_ps(pacc + 16 * j + 8 * h, acc[j][h]);
@@ -654,24 +662,31 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const int add_sca
     }
 }
 
-/* Tokens [t0, t1) over one slice, two at a time (matmul_driver.inc's
- * bfp_wide_panel walks the slices). */
+/* One bfp_slice_tile call for tokens [t, t + nt), with the exponent add where it is exact for them. */
+ALWAYS_INLINE void bfp_slice_step(const int is4, const int nt, int erange, const bfp_panel pn, int64_t n_in,
+                                  const act_q8 *a, int64_t t0, int64_t t, int64_t b0, int nb, float *y, int64_t n_out,
+                                  int64_t row0, int lo, int hi) {
+    if (bfp_scales_add(is4, a, t, nt, erange))
+        bfp_slice_tile(is4, nt, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    else
+        bfp_slice_tile(is4, nt, 0, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+}
+
+/* Tokens [t0, t1) over one slice, BFP_SLICE_TOKENS at a time and the rest
+ * in one call (matmul_driver.inc's bfp_wide_panel walks the slices). */
 ALWAYS_INLINE void bfp_slice_tokens(const int is4, const int np, int erange, const bfp_panel pn, int64_t n_in,
                                     const act_q8 *a, int64_t t0, int64_t t1, int64_t b0, int nb, float *y,
                                     int64_t n_out, int64_t row0, int lo, int hi) {
     (void)np;
     int64_t t = t0;
-    for (; t + 2 <= t1; t += 2) {
-        if (bfp_scales_add(is4, a, t, 2, erange))
-            bfp_slice_tile(is4, 2, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
-        else
-            bfp_slice_tile(is4, 2, 0, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
-    }
-    if (t < t1) {
-        if (bfp_scales_add(is4, a, t, 1, erange))
-            bfp_slice_tile(is4, 1, 1, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
-        else
-            bfp_slice_tile(is4, 1, 0, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    for (; t + BFP_SLICE_TOKENS <= t1; t += BFP_SLICE_TOKENS)
+        bfp_slice_step(is4, BFP_SLICE_TOKENS, erange, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi);
+    _Static_assert(BFP_SLICE_TOKENS == 4, "the rest below takes 1 to 3 tokens");
+    switch (t1 - t) {
+    case 3: bfp_slice_step(is4, 3, erange, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi); break;
+    case 2: bfp_slice_step(is4, 2, erange, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi); break;
+    case 1: bfp_slice_step(is4, 1, erange, pn, n_in, a, t0, t, b0, nb, y, n_out, row0, lo, hi); break;
+    default: break;
     }
 }
 
