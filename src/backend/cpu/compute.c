@@ -25,10 +25,11 @@ static _Atomic uint64_t g_epoch;
 
 /* Claims a worker's next range [*lo, *hi) of n items: a quarter of what
  * is left for two workers (1 / (2 nth) of it), at least one, so that the
- * claims shrink towards the end (guided scheduling) and a worker slowed by something else on its core leaves its
- * share to the others instead of holding them at the job's end. Which
- * worker computes a row does not change its value (the kernels' rule), so
- * neither does the order of claims. Returns 0 when nothing is left. */
+ * claims shrink towards the end (guided scheduling) and a worker slowed by
+ * something else on its core leaves its share to the others instead of
+ * holding them at the job's end. Which worker computes a row does not
+ * change its value (the kernels' rule), so neither does the order of
+ * claims. Returns 0 when nothing is left. */
 static int claim(matmul_job *j, int64_t n, int nth, int64_t *lo, int64_t *hi) {
     int64_t cur = atomic_load_explicit(&j->next, memory_order_relaxed);
     for (;;) {

@@ -535,11 +535,11 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
 #define ISA_BFP_WIDE 1
 /* Tokens per pass over a decoded slice (bfp_slice_tile). Four tokens' sums and accumulators fill the 16
  * registers and a few spill, but each weight vector serves four tokens, and the Zen 3 core is bound by its
- * vector instructions and loads rather than by the spills: [512, 4096] bfp4 x 64 hot in L2, one thread,
- * interleaved medians of 41 calls, 26.7-27.7 us per token with two tokens, 25.5-26.2 with three (no
- * spills), 24.6-26.1 with four; bfp8 the same within the noise (37-42 us); prompts of 256 at the 9B shapes
- * on two threads, three interleaved rounds, 20.2-21.4 / 20.9-21.5 / 21.8-22.1 tok/s. Each half's sums then
- * their FMAs (four live sums instead of eight, x broadcast twice) ran at 31-33. */
+ * vector instructions and loads rather than by the spills: [512, 4096] bfp4 x 64 hot in cache (1.2 MB,
+ * L3), one thread, interleaved medians of 41 calls, 26.7-27.7 us per token with two tokens, 25.5-26.2 with
+ * three (no spills), 24.6-26.1 with four; bfp8 the same within the noise (37-42 us); prompts of 256 at the
+ * 9B shapes on two threads, three interleaved rounds, 20.2-21.4 / 20.9-21.5 / 21.8-22.1 tok/s. Each half's
+ * sums then their FMAs (four live sums instead of eight, x broadcast twice) ran at 31-33. */
 #define BFP_SLICE_TOKENS 4
 
 /* Decodes blocks [b0, b0 + nb) of a panel: codes to bytes in a->dec, bfp4's
