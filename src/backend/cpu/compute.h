@@ -3,8 +3,8 @@
  * and RMSNorm.
  *
  * The matmuls split their output rows across the pool's workers in aligned
- * ranges (fixed ones for more than 8 tokens; below that, claimed in
- * shrinking ranges by whichever worker is free): each output row is computed
+ * ranges, claimed in shrinking ranges by whichever worker is free (any
+ * number of tokens): each output row is computed
  * by exactly one worker, and its value does not depend on which, so results
  * do not depend on the thread count or the timing. */
 #ifndef Q35_COMPUTE_H

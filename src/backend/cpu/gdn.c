@@ -142,18 +142,17 @@ static void run_k_head(const heads_job *j, int32_t seg_i, int32_t kh, float *scr
 
 /* Items (sequence, K head) claimed one at a time by whichever worker is
  * free: a fixed share per worker left the step to the slower core wherever
- * another tenant took one. The next item's first state is prefetched by
- * its V head's delta rule, on the guess that this worker claims it too. */
+ * another tenant took one. The last V head's delta rule prefetches the
+ * first state of item i + nth, the one this worker claims next when the
+ * workers keep pace (a hint only: any guess gives the same results). */
 static void heads_worker(void *p, int ith, int nth) {
     heads_job *j = p;
-    (void)nth;
     const int64_t HK = j->c->lin_n_head_k, n = (int64_t)j->n_segs * HK;
     const int64_t rep = j->c->lin_n_head_v / HK, DKV = (int64_t)j->c->lin_head_k_dim * j->c->lin_head_v_dim;
-    for (int64_t i = q35_claim_one(&j->next, n); i >= 0;) {
-        const int64_t guess = atomic_load_explicit(&j->next, memory_order_relaxed);
+    for (int64_t i; (i = q35_claim_one(&j->next, n)) >= 0;) {
+        const int64_t guess = i + nth;
         run_k_head(j, (int32_t)(i / HK), (int32_t)(i % HK), j->head_scratch + (size_t)ith * j->head_stride,
                    guess < n ? j->segs[guess / HK].ssm_state + (size_t)(guess % HK * rep * DKV) : NULL);
-        i = q35_claim_one(&j->next, n);
     }
 }
 
