@@ -23,27 +23,6 @@ typedef struct {
 
 static _Atomic uint64_t g_epoch;
 
-/* Claims a worker's next range [*lo, *hi) of n items: a quarter of what
- * is left for two workers (1 / (2 nth) of it), at least one, so that the
- * claims shrink towards the end (guided scheduling) and a worker slowed by
- * something else on its core leaves its share to the others instead of
- * holding them at the job's end. Which worker computes a row does not
- * change its value (the kernels' rule), so neither does the order of
- * claims. Returns 0 when nothing is left. */
-static int claim(matmul_job *j, int64_t n, int nth, int64_t *lo, int64_t *hi) {
-    int64_t cur = atomic_load_explicit(&j->next, memory_order_relaxed);
-    for (;;) {
-        if (cur >= n) return 0;
-        int64_t c = nth > 1 ? (n - cur) / (2 * nth) : n - cur;
-        if (c < 1) c = 1;
-        if (atomic_compare_exchange_weak_explicit(&j->next, &cur, cur + c, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
-            *lo = cur, *hi = cur + c;
-            return 1;
-        }
-    }
-}
-
 static int64_t piece_blocks(const q35_tensor *W) { return (W->shape[0] + ROW_ALIGN - 1) / ROW_ALIGN; }
 
 /* Blocks [lo, hi) of the pieces' rows (below) in one kernel call, so x is
@@ -62,19 +41,18 @@ static void matmul_range(const matmul_job *j, int64_t lo, int64_t hi) {
     if (lo < hi) j->k->matmul_n(j->n, j->ys, j->Ws, j->x, j->n_tok, o0, o1);
 }
 
-/* Worker ith's share of the job's n blocks, each range to range(j, lo,
- * hi): the ranges it claims, x quantized once for all of them
- * (q35_kernels_x_epoch), prompts as decode. A fixed half per worker, as
- * prompts once took, leaves the job to the slower core wherever the other
- * tenant of a VM takes one for a while: prompts of 256 and 512 at the 9B
- * shapes on two Zen 3 threads, 7 interleaved pairs, 18.6-21.2 -> 19.8-21.2
- * tok/s, faster in every pair (by 0.2-12%). */
-static void run_ranges(matmul_job *j, int64_t n, int ith, int nth,
-                       void (*range)(const matmul_job *, int64_t, int64_t)) {
+/* The job's n blocks, in the ranges this worker claims (q35_claim; which
+ * worker computes a row does not change its value, the kernels' rule, so
+ * neither does the order of claims), each to range(j, lo, hi), x quantized
+ * once for all of them (q35_kernels_x_epoch), prompts as decode. A fixed
+ * half per worker, as prompts once took, leaves the job to the slower core
+ * wherever the other tenant of a VM takes one for a while: prompts of 256
+ * and 512 at the 9B shapes on two Zen 3 threads, 7 interleaved pairs,
+ * 18.6-21.2 -> 19.8-21.2 tok/s, faster in every pair (by 0.2-12%). */
+static void run_ranges(matmul_job *j, int64_t n, int nth, void (*range)(const matmul_job *, int64_t, int64_t)) {
     int64_t lo, hi;
-    (void)ith;
     q35_kernels_x_epoch = j->epoch;
-    while (claim(j, n, nth, &lo, &hi)) range(j, lo, hi);
+    while (q35_claim(&j->next, n, nth, &lo, &hi)) range(j, lo, hi);
     q35_kernels_x_epoch = 0;
 }
 
@@ -83,7 +61,7 @@ static void run_ranges(matmul_job *j, int64_t n, int ith, int nth,
  * range goes to the kernels in one call, whatever pieces it spans. */
 static void matmul_worker(void *p, int ith, int nth) {
     matmul_job *j = p;
-    run_ranges(j, j->n_blocks, ith, nth, matmul_range);
+    run_ranges(j, j->n_blocks, nth, matmul_range);
 }
 
 static double job_work(const matmul_job *j) {
@@ -156,7 +134,7 @@ static void swiglu_range(const matmul_job *j, int64_t b0, int64_t b1) {
 
 static void swiglu_worker(void *p, int ith, int nth) {
     matmul_job *j = p;
-    run_ranges(j, piece_blocks(j->Ws[0]), ith, nth, swiglu_range);
+    run_ranges(j, piece_blocks(j->Ws[0]), nth, swiglu_range);
 }
 
 void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_tensor *W_gate, const q35_tensor *W_up,

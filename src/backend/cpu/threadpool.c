@@ -163,3 +163,16 @@ void q35_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t 
     *lo = b0 * align < n ? b0 * align : n;
     *hi = b1 * align < n ? b1 * align : n;
 }
+
+int q35_claim(_Atomic int64_t *next, int64_t n, int nth, int64_t *lo, int64_t *hi) {
+    int64_t cur = atomic_load_explicit(next, memory_order_relaxed);
+    for (;;) {
+        if (cur >= n) return 0;
+        int64_t c = nth > 1 ? (n - cur) / (2 * nth) : n - cur;
+        if (c < 1) c = 1;
+        if (atomic_compare_exchange_weak_explicit(next, &cur, cur + c, memory_order_relaxed, memory_order_relaxed)) {
+            *lo = cur, *hi = cur + c;
+            return 1;
+        }
+    }
+}
