@@ -64,6 +64,10 @@ fi
 
 [ -x "$BIN" ] || die "$BIN not found: run make first"
 eval "$(scripts/peer-llama.sh)" || die "setting up llama.cpp failed"
+if [ -f "$CACHE/manifest.json" ] && ! "$BIN" info "$CACHE" >/dev/null 2>&1; then
+    echo "bench-peer: $CACHE is not a cache this qwen35 reads (an older format): building it again"
+    rm -rf "$CACHE"
+fi
 if [ ! -f "$CACHE/manifest.json" ]; then
     echo "bench-peer: building the synthetic Qwen3.5-9B cache in $CACHE (once)"
     mkdir -p bench-data

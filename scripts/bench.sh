@@ -32,6 +32,10 @@ BIN="$BUILD/qwen35"
 POLICY=${Q35_BENCH_POLICY:-default}
 CACHE=bench-data/qwen3.5-9b-synthetic-$POLICY
 
+if [ -f "$CACHE/manifest.json" ] && ! "$BIN" info "$CACHE" >/dev/null 2>&1; then
+    echo "bench: $CACHE is not a cache this qwen35 reads (an older format): building it again"
+    rm -rf "$CACHE"
+fi
 if [ ! -f "$CACHE/manifest.json" ]; then
     echo "bench: building the synthetic Qwen3.5-9B cache in $CACHE (once)"
     mkdir -p bench-data

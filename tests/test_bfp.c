@@ -235,9 +235,10 @@ TEST(bfp, panel_layout_positions) {
             CHECK_EQ_INT(q35_bfp_panel_exps(dt, n_in, at[i].r), at[i].group + 16 * at[i].p);
             CHECK_EQ_INT(q35_bfp_panel_codes(dt, n_in, at[i].r), at[i].group + 64 + at[i].p * C);
             size_t codes_at = unit + 64 + at[i].p * C;
-            if (dt == Q35_DT_BFP4)
+            if (dt == Q35_DT_BFP4) /* stored as value + 8 */
                 CHECK_EQ_INT(rr >= 8 ? buf[codes_at + 32 + 4 * (rr - 8) + 1] >> 4
-                                     : buf[codes_at + 32 + 4 * rr + 1] & 15, codes[5]);
+                                     : buf[codes_at + 32 + 4 * rr + 1] & 15,
+                             (codes[5] & 8 ? -(codes[5] & 7) : codes[5]) + 8);
             else
                 CHECK_EQ_INT(buf[codes_at + 64 + 4 * rr + 1], codes[5]);
         }
@@ -259,7 +260,8 @@ TEST(bfp, panel_layout_positions) {
             }
         }
         CHECK_EQ_INT(bad, 0);
-        /* Padding rows 83..127 read as zero. */
+        /* Padding rows 83..127 read as zero, and bfp4 stores their zero codes as 8. */
+        if (dt == Q35_DT_BFP4) CHECK_EQ_INT(buf[3 * U + 64 + 3 * C + 127], 0x88);
         q35_bfp_get_row(dt, buf, n_in, 127, row);
         for (int i = 0; i < n_in; i++) bad += row[i] != 0.0f;
         CHECK_EQ_INT(bad, 0);
@@ -284,4 +286,48 @@ TEST(bfp, panel_layout_positions) {
         free(b2);
         free(buf);
     }
+}
+
+/* bfp4's stored form: every code's value + 8 and back, the value the same
+ * through put_block / get_row, code 8 (-0) stored as zero, and the stored
+ * 0 (no code's) read as -8 steps by get_row and get and as code 8 by
+ * get_block; a copy through get_stored / put_stored keeps every byte. */
+TEST(bfp, bfp4_codes_are_stored_as_value_plus_8) {
+    for (int c = 0; c < 16; c++) {
+        const int v = c & 8 ? -(c & 7) : c & 7;
+        CHECK_EQ_INT(q35_bfp4_stored((uint8_t)c), v + 8);
+        CHECK_EQ_INT(q35_bfp4_code(q35_bfp4_stored((uint8_t)c)), c == 8 ? 0 : c);
+    }
+    CHECK_EQ_INT(q35_bfp4_code(0), 8);
+    enum { n_in = 32 };
+    const size_t nb = q35_bfp_tensor_bytes(Q35_DT_BFP4, 1, n_in);
+    uint8_t *buf = malloc(nb), *cp = malloc(nb);
+    REQUIRE(buf && cp);
+    q35_bfp_clear(Q35_DT_BFP4, buf, 1, n_in);
+    uint8_t codes[16], got[16];
+    for (int i = 0; i < 16; i++) codes[i] = (uint8_t)i;
+    q35_bfp_put_block(Q35_DT_BFP4, buf, n_in, 0, 0, 130, codes); /* a step of 2 */
+    float row[n_in];
+    q35_bfp_get_row(Q35_DT_BFP4, buf, n_in, 0, row);
+    for (int i = 0; i < 16; i++) {
+        CHECK(row[i] == q35_bfp_decode(Q35_DT_BFP4, 130, (uint8_t)i));
+        CHECK(row[16 + i] == 0.0f); /* block 1: cleared */
+    }
+    CHECK_EQ_INT(q35_bfp_get_block(Q35_DT_BFP4, buf, n_in, 0, 0, got), 130);
+    for (int i = 0; i < 16; i++) CHECK_EQ_INT(got[i], i == 8 ? 0 : i);
+    uint8_t stored[16];
+    for (int i = 0; i < 16; i++) stored[i] = (uint8_t)i;
+    q35_bfp_put_stored(Q35_DT_BFP4, buf, n_in, 0, 1, 130, stored);
+    CHECK(q35_bfp_get(Q35_DT_BFP4, buf, n_in, 0, 16) == -16.0f);
+    CHECK(q35_bfp_get(Q35_DT_BFP4, buf, n_in, 0, 31) == 14.0f);
+    CHECK_EQ_INT(q35_bfp_get_block(Q35_DT_BFP4, buf, n_in, 0, 1, got), 130);
+    CHECK_EQ_INT(got[0], 8);
+    q35_bfp_clear(Q35_DT_BFP4, cp, 1, n_in);
+    for (int b = 0; b < 2; b++) {
+        uint8_t e = q35_bfp_get_stored(Q35_DT_BFP4, buf, n_in, 0, b, stored);
+        q35_bfp_put_stored(Q35_DT_BFP4, cp, n_in, 0, b, e, stored);
+    }
+    CHECK(memcmp(buf, cp, nb) == 0);
+    free(buf);
+    free(cp);
 }

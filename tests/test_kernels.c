@@ -40,7 +40,8 @@ typedef struct weights {
 } weights;
 
 /* Random [n_out, n_in] weights in dtype dt. `extreme` scales rows and
- * 16-wide blocks by powers of two over 2^-60 .. 2^60 and zeroes some blocks. */
+ * 16-wide blocks by powers of two over 2^-60 .. 2^60 and zeroes some blocks
+ * (and puts bfp4's stored 0 in every block). */
 static int make_weights(weights *w, q35_dtype dt, int64_t n_out, int64_t n_in, int extreme) {
     float *f = malloc(sizeof(float) * (size_t)(n_out * n_in));
     if (!f) return 0;
@@ -63,6 +64,15 @@ static int make_weights(weights *w, q35_dtype dt, int64_t n_out, int64_t n_in, i
             free(w->data);
             w->data = NULL;
         }
+        /* bfp4's stored 0, -8 steps, which no code is stored as (bfp.h): every reader takes it so */
+        for (int64_t r = 0; extreme && w->data && dt == Q35_DT_BFP4 && r < n_out; r++)
+            for (int64_t b = 0; b < n_in / 16; b++) {
+                uint8_t st[16];
+                const uint8_t e = q35_bfp_get_stored(dt, w->data, n_in, r, b, st);
+                st[(r + 5 * b) % 16] = 0;
+                if (rng_unit() < -0.5) st[(r + 5 * b + 7) % 16] = 0;
+                q35_bfp_put_stored(dt, w->data, n_in, r, b, e, st);
+            }
     } else {
         size_t es = dt == Q35_DT_F32 ? 4 : 2;
         nb = es * (size_t)(n_out * n_in);

@@ -119,6 +119,21 @@ static size_t code_byte(q35_dtype dt, int rr, int kk, int *high) {
 
 void q35_bfp_put_block(q35_dtype dt, void *data, int64_t n_in, int64_t r, int64_t b, uint8_t exp,
                        const uint8_t codes[Q35_BFP_BLOCK]) {
+    uint8_t s[Q35_BFP_BLOCK];
+    for (int i = 0; i < Q35_BFP_BLOCK; i++) s[i] = dt == Q35_DT_BFP4 ? q35_bfp4_stored(codes[i]) : codes[i];
+    q35_bfp_put_stored(dt, data, n_in, r, b, exp, s);
+}
+
+uint8_t q35_bfp_get_block(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t b,
+                          uint8_t codes[Q35_BFP_BLOCK]) {
+    uint8_t exp = q35_bfp_get_stored(dt, data, n_in, r, b, codes);
+    if (dt == Q35_DT_BFP4)
+        for (int i = 0; i < Q35_BFP_BLOCK; i++) codes[i] = q35_bfp4_code(codes[i]);
+    return exp;
+}
+
+void q35_bfp_put_stored(q35_dtype dt, void *data, int64_t n_in, int64_t r, int64_t b, uint8_t exp,
+                        const uint8_t codes[Q35_BFP_BLOCK]) {
     uint8_t *p = data;
     size_t eo, co;
     locate(dt, n_in, r, b, &eo, &co);
@@ -136,8 +151,8 @@ void q35_bfp_put_block(q35_dtype dt, void *data, int64_t n_in, int64_t r, int64_
     }
 }
 
-uint8_t q35_bfp_get_block(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t b,
-                          uint8_t codes[Q35_BFP_BLOCK]) {
+uint8_t q35_bfp_get_stored(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t b,
+                           uint8_t codes[Q35_BFP_BLOCK]) {
     const uint8_t *p = data;
     size_t eo, co;
     locate(dt, n_in, r, b, &eo, &co);
@@ -148,6 +163,13 @@ uint8_t q35_bfp_get_block(q35_dtype dt, const void *data, int64_t n_in, int64_t 
         codes[kk] = dt == Q35_DT_BFP8 ? c : high ? (uint8_t)(c >> 4) : (uint8_t)(c & 0x0f);
     }
     return p[eo];
+}
+
+void q35_bfp_clear(q35_dtype dt, void *data, int64_t n_out, int64_t n_in) {
+    size_t bytes = q35_bfp_tensor_bytes(dt, n_out, n_in), unit = q35_bfp_unit_bytes(dt);
+    memset(data, 0, bytes);
+    if (dt == Q35_DT_BFP4) /* code 0 is stored as 8 in both nibbles, after each unit's 64 exponent bytes */
+        for (size_t at = 0; at < bytes; at += unit) memset((uint8_t *)data + at + 64, 0x88, unit - 64);
 }
 
 q35_status q35_bfp_pack_matrix(q35_dtype dt, void *dst, size_t dst_size, const void *src, q35_dtype src_dt,
@@ -163,7 +185,7 @@ q35_status q35_bfp_pack_matrix(q35_dtype dt, void *dst, size_t dst_size, const v
     size_t need = q35_bfp_tensor_bytes(dt, n_out, n_in);
     if (dst_size < need)
         return q35_fail(err, Q35_ERR_ARG, "bfp pack: destination holds %zu bytes, need %zu", dst_size, need);
-    memset(dst, 0, need); /* padding rows: exponent 0, code 0 */
+    q35_bfp_clear(dt, dst, n_out, n_in); /* padding rows: exponent 0, code 0 */
     int64_t n_blk = n_in / Q35_BFP_BLOCK;
     for (int64_t r = 0; r < n_out; r++) {
         for (int64_t b = 0; b < n_blk; b++) {
@@ -183,16 +205,20 @@ q35_status q35_bfp_pack_matrix(q35_dtype dt, void *dst, size_t dst_size, const v
     return Q35_OK;
 }
 
+float q35_bfp_decode_stored(q35_dtype dt, uint8_t exp, uint8_t s) {
+    return dt == Q35_DT_BFP4 ? (float)ldexp((double)s - 8.0, exp - 129) : q35_bfp_decode(dt, exp, s);
+}
+
 void q35_bfp_get_row(q35_dtype dt, const void *data, int64_t n_in, int64_t r, float *out) {
     for (int64_t b = 0; b < n_in / Q35_BFP_BLOCK; b++) {
-        uint8_t codes[Q35_BFP_BLOCK];
-        uint8_t exp = q35_bfp_get_block(dt, data, n_in, r, b, codes);
-        for (int i = 0; i < Q35_BFP_BLOCK; i++) out[b * Q35_BFP_BLOCK + i] = q35_bfp_decode(dt, exp, codes[i]);
+        uint8_t s[Q35_BFP_BLOCK];
+        uint8_t exp = q35_bfp_get_stored(dt, data, n_in, r, b, s);
+        for (int i = 0; i < Q35_BFP_BLOCK; i++) out[b * Q35_BFP_BLOCK + i] = q35_bfp_decode_stored(dt, exp, s[i]);
     }
 }
 
 float q35_bfp_get(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t i) {
-    uint8_t codes[Q35_BFP_BLOCK];
-    uint8_t exp = q35_bfp_get_block(dt, data, n_in, r, i / Q35_BFP_BLOCK, codes);
-    return q35_bfp_decode(dt, exp, codes[i % Q35_BFP_BLOCK]);
+    uint8_t s[Q35_BFP_BLOCK];
+    uint8_t exp = q35_bfp_get_stored(dt, data, n_in, r, i / Q35_BFP_BLOCK, s);
+    return q35_bfp_decode_stored(dt, exp, s[i % Q35_BFP_BLOCK]);
 }

@@ -24,7 +24,7 @@
  *
  * A tensor [n_out, n_in] (n_in % 16 == 0) is stored in panels of 16 rows,
  * four panels to a group (64 rows; Q35_BFP_GROUP_ROWS): ceil(n_out / 64)
- * groups, rows past n_out are padding (exponent 0, code 0). With n_blk =
+ * groups, rows past n_out are padding (exponent 0, code 0: value 0). With n_blk =
  * n_in / 16 and C the bytes of one block's codes (128 for bfp4, 256 for
  * bfp8), group g starts at byte g * q35_bfp_group_bytes() and is n_blk
  * units, one per block b, of U = 4 * (16 + C) bytes (576 or 1088):
@@ -34,8 +34,21 @@
  *     codes      4 * C bytes: panel p's at 64 + p * C; its block b is four
  *                groups q = 0..3 of four inputs k = 16b + 4q + j (j = 0..3):
  *     bfp8: group = 64 bytes,  byte 4r + j = code(row r, k)
- *     bfp4: group = 32 bytes,  byte 4r + j (r < 8): low nibble = code(row r, k),
- *                                                   high nibble = code(row r + 8, k)
+ *     bfp4: group = 32 bytes,  byte 4r + j (r < 8): low nibble = stored(row r, k),
+ *                                                   high nibble = stored(row r + 8, k)
+ *
+ * bfp8 stores each code as it is. bfp4 stores each code c as its value in
+ * steps plus 8 (offset binary): stored = 8 + m for c = m (sign clear), 8 - m
+ * for c = 8 | m (q35_bfp4_stored), so 1..15 for -7..7 and 8 for zero, and
+ * the kernels feed the nibble to the unsigned operand of their integer dot
+ * products as it is (the offset cancels against -8 times x's block sum);
+ * as the codec's sign and magnitude they cost two table lookups per 32
+ * code bytes (vpshufb), 8 of the 78 AVX2 instructions of a 16 x 16 block
+ * for two tokens. The stored 0 is the one nibble no code is written as
+ * (the codec's -0, code 8, is stored as 8): it reads as value -8 (a block
+ * step times -8) in the kernels, get_row and get alike, and get_block
+ * turns it into code 8. Cache files before format 3 stored the codes
+ * themselves.
  *
  * So 4.5 and 8.5 bits per weight, as in TT. One 32- or 64-byte group is
  * exactly one vpdpbusd operand: each 32-bit lane is one row and its four
@@ -129,12 +142,33 @@ static inline size_t q35_bfp_panel_codes(q35_dtype dt, int64_t n_in, int64_t r) 
            Q35_BFP_GROUP * Q35_BFP_PANEL + (size_t)(r / Q35_BFP_PANEL % Q35_BFP_GROUP) * (dt == Q35_DT_BFP4 ? 128 : 256);
 }
 
+/* A bfp4 code's stored form (value + 8) and back. Code 8 (-0) is stored
+ * as 8 (zero), and the stored 0 (-8, no code's value) reads as code 8; so
+ * both keep every value the codec has. */
+static inline uint8_t q35_bfp4_stored(uint8_t code) {
+    return (uint8_t)(code & 8 ? 8 - (code & 7) : 8 + (code & 7));
+}
+static inline uint8_t q35_bfp4_code(uint8_t stored) {
+    return (uint8_t)(stored >= 8 ? stored - 8 : stored ? 8 | (8 - stored) : 8);
+}
+
 /* Stores / loads block b of row r (exponent and 16 unpacked codes) in the
  * panel layout described above. */
 void q35_bfp_put_block(q35_dtype dt, void *data, int64_t n_in, int64_t r, int64_t b, uint8_t exp,
                        const uint8_t codes[Q35_BFP_BLOCK]);
 uint8_t q35_bfp_get_block(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t b,
                           uint8_t codes[Q35_BFP_BLOCK]);
+/* The same with the stored values (bfp4: value + 8, 0..15; bfp8: the
+ * codes), as the kernels read them: a copy through these is exact for any
+ * bytes. */
+void q35_bfp_put_stored(q35_dtype dt, void *data, int64_t n_in, int64_t r, int64_t b, uint8_t exp,
+                        const uint8_t stored[Q35_BFP_BLOCK]);
+uint8_t q35_bfp_get_stored(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t b,
+                           uint8_t stored[Q35_BFP_BLOCK]);
+
+/* Sets a whole [n_out, n_in] tensor (its padding rows too) to exponent 0
+ * and code 0, the value zero: what pack_matrix leaves in padding rows. */
+void q35_bfp_clear(q35_dtype dt, void *data, int64_t n_out, int64_t n_in);
 
 /* Converts a row-major [n_out, n_in] F32 or BF16 matrix (src_dt) into the
  * panel layout of dt in dst (dst_size >= q35_bfp_tensor_bytes(dt, n_out,
@@ -143,7 +177,12 @@ uint8_t q35_bfp_get_block(q35_dtype dt, const void *data, int64_t n_in, int64_t 
 q35_status q35_bfp_pack_matrix(q35_dtype dt, void *dst, size_t dst_size, const void *src, q35_dtype src_dt,
                                int64_t n_out, int64_t n_in, unsigned flags, q35_error *err);
 
-/* Row r of a packed [*, n_in] tensor decoded to n_in floats, and one element. */
+/* A stored value as a float: bfp4's value + 8 as it is (the stored 0 is -8
+ * steps, as the kernels read it), bfp8's code by the codec. */
+float q35_bfp_decode_stored(q35_dtype dt, uint8_t exp, uint8_t stored);
+
+/* Row r of a packed [*, n_in] tensor decoded to n_in floats, and one
+ * element: the codec's values (bfp4's stored 0, outside it, as -8 steps). */
 void q35_bfp_get_row(q35_dtype dt, const void *data, int64_t n_in, int64_t r, float *out);
 float q35_bfp_get(q35_dtype dt, const void *data, int64_t n_in, int64_t r, int64_t i);
 

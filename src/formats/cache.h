@@ -48,7 +48,7 @@
 #include "formats/safetensors.h"
 
 #define Q35_CACHE_MAGIC "Q35CACHE"
-#define Q35_CACHE_VERSION 2u /* 2: bfp panels in groups of four, block by block (bfp.h) */
+#define Q35_CACHE_VERSION 3u /* 2: bfp panels in groups of four, block by block (bfp.h); 3: bfp4 codes stored as value + 8 */
 #define Q35_CACHE_HEADER_BYTES 128u
 #define Q35_CACHE_RECORD_BYTES 256u
 #define Q35_CACHE_NAME_MAX 128

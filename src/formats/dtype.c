@@ -28,9 +28,9 @@ static void decode_bfp(q35_dtype dt, const void *data, int64_t cols, int64_t i0,
         if (r != have_r || k / Q35_BFP_BLOCK != have_b) {
             have_r = r;
             have_b = k / Q35_BFP_BLOCK;
-            exp = q35_bfp_get_block(dt, data, cols, r, have_b, codes);
+            exp = q35_bfp_get_stored(dt, data, cols, r, have_b, codes);
         }
-        out[i] = q35_bfp_decode(dt, exp, codes[k % Q35_BFP_BLOCK]);
+        out[i] = q35_bfp_decode_stored(dt, exp, codes[k % Q35_BFP_BLOCK]);
     }
 }
 
@@ -94,7 +94,7 @@ void q35_dtype_copy_row(q35_dtype dt, void *dst, int64_t dst_row, const void *sr
     }
     for (int64_t b = 0; b < cols / Q35_BFP_BLOCK; b++) {
         uint8_t codes[Q35_BFP_BLOCK];
-        uint8_t exp = q35_bfp_get_block(dt, src, cols, src_row, b, codes);
-        q35_bfp_put_block(dt, dst, cols, dst_row, b, exp, codes);
+        uint8_t exp = q35_bfp_get_stored(dt, src, cols, src_row, b, codes);
+        q35_bfp_put_stored(dt, dst, cols, dst_row, b, exp, codes);
     }
 }

@@ -257,7 +257,7 @@ q35_status q35_bfp_pack_gptq(q35_dtype dt, void *dst, const float *W, int64_t n_
     if (!q35_bfp_mant_bits(dt) || n_rows <= 0 || n_in <= 0 || n_in % Q35_BFP_BLOCK || g->n != n_in)
         return q35_fail(err, Q35_ERR_ARG, "gptq: cannot code [%lld, %lld] as %s", (long long)n_rows, (long long)n_in,
                         q35_dtype_name(dt));
-    memset(dst, 0, q35_bfp_tensor_bytes(dt, n_rows, n_in)); /* padding rows: exponent 0, code 0 */
+    q35_bfp_clear(dt, dst, n_rows, n_in); /* padding rows: exponent 0, code 0 */
     int64_t n_panels = (n_rows + Q35_BFP_PANEL - 1) / Q35_BFP_PANEL;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_panels) n_threads = (int)n_panels;

@@ -260,7 +260,7 @@ static void fill_bfp_codes(const q35_cache_item *it, int64_t r0, int64_t n, uint
                         uint8_t lo = code_tables.mag4[r & 0xff], hi = code_tables.mag4[(r >> 8) & 0xff];
                         lo = lo ? (uint8_t)(lo | ((r >> 16) & 1) << 3) : 0;
                         hi = hi ? (uint8_t)(hi | ((r >> 17) & 1) << 3) : 0;
-                        v = (uint8_t)(lo | hi << 4);
+                        v = (uint8_t)(q35_bfp4_stored(lo) | q35_bfp4_stored(hi) << 4);
                     } else {
                         uint8_t m = code_tables.mag8[r & 0xff];
                         v = m ? (uint8_t)(m | ((r >> 16) & 1) << 7) : 0;

@@ -64,14 +64,14 @@ void q35_cuda_mat_pack_rows(const q35_tensor *t, const q35_cuda_mat_layout *L, i
         uint8_t *dst = (uint8_t *)codes + (size_t)(r - r0) * L->pitch, *e = (uint8_t *)exps + (size_t)(r - r0) * L->exp_pitch;
         for (int64_t b = 0; b < n_in / Q35_BFP_BLOCK; b++) {
             uint8_t c[Q35_BFP_BLOCK];
-            e[q35_cu_exp_of(L->dtype, b)] = q35_bfp_get_block(L->dtype, t->data, n_in, r, b, c);
+            e[q35_cu_exp_of(L->dtype, b)] = q35_bfp_get_stored(L->dtype, t->data, n_in, r, b, c);
             for (int q = 0; q < Q35_BFP_BLOCK; q += 4) { /* 4 lanes, 4 values each */
                 int k;
                 uint8_t *ch = dst + q35_cu_chunk_of(L->dtype, b * Q35_BFP_BLOCK + q, &k);
-                for (int m = 0; m < 4; m++) { /* sign-magnitude to offset-binary */
+                for (int m = 0; m < 4; m++) { /* to offset-binary: bfp8's sign and magnitude, bfp4's as stored */
                     const uint8_t v = c[q + m];
                     if (bfp8) ch[k + m] = (uint8_t)(v & 0x80 ? 128 - (v & 0x7f) : 128 + v);
-                    else ch[(k + m) / 2] |= (uint8_t)((v & 8 ? 8 - (v & 7) : 8 + v) << (4 * ((k + m) % 2)));
+                    else ch[(k + m) / 2] |= (uint8_t)(v << (4 * ((k + m) % 2)));
                 }
             }
         }

@@ -8,7 +8,7 @@
  * block to int8 into per-thread scratch, then each 16x16 weight block is
  * four vpdpbusd whose 32-bit lanes are the panel's 16 rows, so no
  * horizontal sums. vpdpbusd multiplies unsigned by signed bytes, so weight
- * codes become value + 8 (bfp4) or value + 128 (bfp8) and the block starts
+ * codes are value + 8 (bfp4, stored so: bfp.h) or become value + 128 (bfp8) and the block starts
  * from -8 * sum(q) or -128 * sum(q) to cancel the offset. One float FMA per
  * block and token applies x's block scale times the rows' 2^(E - 127 -
  * (w - 1)) (vscalefps makes every E exact, subnormal scales included). A
@@ -78,12 +78,12 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
 
 /* ---- bfp weight decode: one group (4 inputs x 16 rows) to offset bytes ---- */
 
-ALWAYS_INLINE __m512i bfp4_group(const uint8_t *p, __m512i lut) {
+ALWAYS_INLINE __m512i bfp4_group(const uint8_t *p) {
     /* the 32 bytes in both halves; the upper half shifted down a nibble */
     __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
     v = _mm512_mask_srli_epi16(v, (__mmask32)0xffff0000u, v, 4);
-    /* low nibbles: rows 0..7, high nibbles: rows 8..15 */
-    return _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+    /* low nibbles: rows 0..7, high nibbles: rows 8..15, stored as value + 8 (bfp.h) */
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
 }
 
 ALWAYS_INLINE __m512i bfp8_group(const uint8_t *p) {
@@ -157,36 +157,26 @@ ALWAYS_INLINE __m512 bfp_block_fma(const int is4, const int nt, const __m512i w[
     return bfp_dot_fma(_mm512_add_epi32(d0, d1), ws, xd, acc);
 }
 
-/* Two groups of bfp4_group (p: their 64 code bytes) with vpermb
- * (AVX512_VBMI), for CPUs that have it: vpermb reads only the index's low
- * 6 bits and the 16-byte table repeats in every lane, so a nibble needs no
- * AND, and one vpermb looks up all 64 low nibbles, one more (after a
- * shift) the 64 high ones; two lane shuffles then put each group's rows
- * 0-7 and 8-15 together. One 64-byte load and 5 vector uops for two groups
- * instead of two 32-byte broadcast loads and 4 uops (a broadcast load
- * measured 1.5 times a vector uop's cost on a Zen 5 core): with the weights
- * in cache one core's GEMV ran 50.5 -> 55.7 GB/s. Inline assembly: this file
- * is compiled without VBMI, the caller checks the CPU (bfp_gemv_tile). */
-ALWAYS_INLINE void bfp4_pair_vbmi(const uint8_t *p, __m512i lut, __m512i *w0, __m512i *w1) {
-    const __m512i v = _mm512_loadu_si512((const void *)p);
-    __m512i lo, hi;
-#ifdef Q35_AVX512_EMU /* tests/emu/avx512_emu.h: vpermb's intrinsic (v the indices, lut the table) */
-    lo = _mm512_permutexvar_epi8(v, lut);
-    hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
-#else
-    __asm__("vpermb %2, %1, %0" : "=v"(lo) : "v"(v), "v"(lut));
-    __asm__("vpermb %2, %1, %0" : "=v"(hi) : "v"(_mm512_srli_epi16(v, 4)), "v"(lut));
-#endif
+/* Two groups of bfp4_group (p: their 64 code bytes) from one 64-byte load:
+ * the 64 low nibbles, then the 64 high ones after a shift, and two lane
+ * shuffles put each group's rows 0-7 and 8-15 together. 5 vector uops for
+ * two groups instead of two 32-byte broadcast loads and 4 uops (a broadcast
+ * load measured 1.5 times a vector uop's cost on a Zen 5 core): with the
+ * weights in cache one core's GEMV ran 50.5 -> 55.7 GB/s. It was measured
+ * with the codes stored as sign and magnitude, when the nibbles were two
+ * vpermb lookups (AVX512_VBMI) in place of the two ANDs, and is still taken
+ * on the CPUs that have VBMI only (bfp_gemv_tile). */
+ALWAYS_INLINE void bfp4_pair(const uint8_t *p, __m512i *w0, __m512i *w1) {
+    const __m512i v = _mm512_loadu_si512((const void *)p), nib = _mm512_set1_epi8(0x0f);
+    const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
     *w0 = _mm512_shuffle_i64x2(lo, hi, 0x44); /* lo's and hi's lanes 0-1: the first group */
     *w1 = _mm512_shuffle_i64x2(lo, hi, 0xee); /* lanes 2-3: the second */
 }
 
 /* A block's four groups as offset bytes (value + 8 or value + 128). */
 ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[4]) {
-    /* code -> value + 8: codes 0..7 are +m, 8..15 are -m */
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
     #pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) w[g] = is4 ? bfp4_group(cb + g * 32, lut) : bfp8_group(cb + g * 64);
+    for (int g = 0; g < 4; g++) w[g] = is4 ? bfp4_group(cb + g * 32) : bfp8_group(cb + g * 64);
 }
 
 /* The panel tile's prefetch distance in blocks (8 KiB of bfp4, 16 of
@@ -276,7 +266,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
 #endif
 
 #ifndef BFP_GEMV_VBMI
-#define BFP_GEMV_VBMI 1 /* 0: never take bfp4_pair_vbmi */
+#define BFP_GEMV_VBMI 1 /* 0: never take bfp4_pair */
 #endif
 
 /* The GEMV's row exponents E - 127 - (w - 1) as floats (exact integers)
@@ -302,7 +292,7 @@ static inline int bfp_bytes_range64(__m512i lo, __m512i hi) {
 /* The GEMV's prefetch goes to L1 (bfp_prefetch_group_unit), on Zen 4 to L2 (below). With four streams 2 KiB ahead (before the
  * units), prefetches into L1 waited for its few fill buffers and those into L2 measured better (decode
  * 3.40-3.82 against 2.61-3.11 tok/s on 1 thread); with one stream of units and the paired loads of
- * bfp4_pair_vbmi, L1 reads more: [12288, 4096] x 24 from DRAM on one thread, interleaved, medians of 11:
+ * bfp4_pair, L1 reads more: [12288, 4096] x 24 from DRAM on one thread, interleaved, medians of 11:
  * bfp4 0.94 -> 0.99 and 0.94 -> 0.99 of a plain read, bfp8 0.92 -> 0.98 and 0.85 -> 0.94; two threads
  * 1.00 either way. */
 
@@ -358,7 +348,6 @@ ALWAYS_INLINE int bfp_gemv_loop(const int is4, const int nt, const int il, const
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4), block_bytes = BFP_CODE_BYTES(is4);
     const int ahead = l2 ? BFP_GEMV_PREFETCH_BLOCKS_L2(is4, nt) : BFP_GEMV_PREFETCH_BLOCKS(is4);
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1));
     __m512 acc[BFP_GEMV_PANELS][BFP_GEMV_TOKENS];
     #pragma GCC unroll 8
     for (int p = 0; p < np; p++)
@@ -380,8 +369,8 @@ ALWAYS_INLINE int bfp_gemv_loop(const int is4, const int nt, const int il, const
             const uint8_t *cb = u + 64 + p * block_bytes;
             __m512i w[4];
             if (is4 && vbmi) {
-                bfp4_pair_vbmi(cb, lut, &w[0], &w[1]);
-                bfp4_pair_vbmi(cb + 64, lut, &w[2], &w[3]);
+                bfp4_pair(cb, &w[0], &w[1]);
+                bfp4_pair(cb + 64, &w[2], &w[3]);
             } else {
                 bfp_block_decode(is4, cb, w);
             }
@@ -403,9 +392,9 @@ ALWAYS_INLINE int bfp_gemv_loop(const int is4, const int nt, const int il, const
     return 1;
 }
 
-/* bfp4 takes vpermb (bfp4_pair_vbmi) where the CPU has AVX512_VBMI: 2.5
- * vector uops per group and half a plain load, instead of 3 uops and a
- * broadcast load (bfp4_group). */
+/* bfp4 takes bfp4_pair where the CPU has AVX512_VBMI (where it was
+ * measured): 2.5 vector uops per group and half a plain load, instead of 2
+ * uops and a broadcast load (bfp4_group). */
 ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a,
                                  float *y, int64_t n_out) {
     const int vbmi = is4 && BFP_GEMV_VBMI && __builtin_cpu_supports("avx512vbmi");
