@@ -206,7 +206,9 @@ q35_status q35_bfp_pack_matrix(q35_dtype dt, void *dst, size_t dst_size, const v
 }
 
 float q35_bfp_decode_stored(q35_dtype dt, uint8_t exp, uint8_t s) {
-    return dt == Q35_DT_BFP4 ? (float)ldexp((double)s - 8.0, exp - 129) : q35_bfp_decode(dt, exp, s);
+    /* bfp4: (s - 8) steps of 2^(E - 127 - (w - 1)), exact in a float as the codec's values are */
+    return dt == Q35_DT_BFP4 ? (float)ldexp((double)s - 8.0, exp - 127 - (q35_bfp_mant_bits(dt) - 1))
+                             : q35_bfp_decode(dt, exp, s);
 }
 
 void q35_bfp_get_row(q35_dtype dt, const void *data, int64_t n_in, int64_t r, float *out) {

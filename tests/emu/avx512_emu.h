@@ -186,8 +186,6 @@ static inline emu_v E_shuffle_x128(emu_v a, emu_v b, int imm) {
 }
 /* vpermps: element i is a's element idx[i] mod 16 */
 static inline emu_v E_permutexvar_ps(emu_v idx, emu_v a) { emu_v r; for (int i = 0; i < 16; i++) r.f[i] = a.f[idx.u[i] & 15]; return r; }
-/* vpermb (AVX512_VBMI): byte i is a's byte idx[i] mod 64, across lanes */
-static inline emu_v E_permutexvar_epi8(emu_v idx, emu_v a) { emu_v r; for (int i = 0; i < 64; i++) r.ub[i] = a.ub[idx.ub[i] & 63]; return r; }
 #undef _mm512_setr_epi32
 #undef _mm512_insertf32x8
 #undef _mm512_extractf32x4_ps
@@ -221,12 +219,11 @@ static inline emu_v E_permutexvar_epi8(emu_v idx, emu_v a) { emu_v r; for (int i
 #define _mm512_shuffle_i32x4 E_shuffle_x128
 #define _mm512_shuffle_i64x2 E_shuffle_x128
 #define _mm512_permutexvar_ps E_permutexvar_ps
-#define _mm512_permutexvar_epi8 E_permutexvar_epi8
 
 /* avx512.c's inline assembly has intrinsic forms under Q35_AVX512_EMU. The
- * emulator has vpermb, so the CPU check for AVX512_VBMI answers yes (the
- * path the GEMV takes on such CPUs), or no where Q35_EMU_NO_VBMI is set (the
- * path without); avx512.c asks about nothing else. */
+ * CPU check for AVX512_VBMI (the bfp4 GEMV's paired loads are taken on such
+ * CPUs) answers yes, or no where Q35_EMU_NO_VBMI is set (the path without);
+ * avx512.c asks about nothing else. */
 #define Q35_AVX512_EMU 1
 static inline int E_cpu_supports(const char *feature) {
     if (strcmp(feature, "avx512vbmi")) abort();
