@@ -63,8 +63,9 @@ q35_status q35_engine_set_draft_vocab(q35_engine *e, const int32_t *ids, int32_t
         free(sorted);
         return q35_fail(err, Q35_ERR_NOMEM, "out of memory for a draft head of %d rows (%zu bytes)", n, bytes);
     }
-    memset(data, 0, alloc);
     if (q35_dtype_is_block(head->dtype)) q35_bfp_clear(head->dtype, data, n, H); /* padding rows: exponent 0, code 0 */
+    else memset(data, 0, bytes);
+    memset(data + bytes, 0, alloc - bytes); /* the alignment's tail */
     for (int32_t i = 0; i < n; i++) q35_dtype_copy_row(head->dtype, data, i, head->data, sorted[i], H);
     q35_spec_free_draft_head(e);
     e->n_draft = n;
