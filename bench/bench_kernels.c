@@ -17,8 +17,10 @@
  *  4. prefill: GFLOP/s at n_tok = 64 (2 * n_out * n_in * n_tok flops),
  *     for bfp weights also as a share of the int8 peak: the multiply-add
  *     rate of a loop of nothing but the tile's int8 dot instructions
- *     (avx2: vpmaddubsw, vpmaddwd, vpaddd per 32 products; avx512:
- *     vpdpbusd, 64 products), 12 independent chains, 1 and 2 threads;
+ *     (avx2: vpmaddubsw and a 16-bit add per 32 products, 6 independent
+ *     chains; avx512: vpdpbusd, 64 products, 12 chains), 1 and 2 threads,
+ *     measured at the start and again beside each prefill figure (the
+ *     share is against the best of the run);
  *  5. the layout comparison: bfp4 in 16-row panels (the library's layout and
  *     AVX2 kernel) against two other bfp4 layouts with AVX2 kernels written
  *     for them here: row-major with blocks along K ([n_out][n_blk exponents
@@ -131,10 +133,11 @@ static void measure_ceiling(void) {
     }
 }
 
-/* ---- the int8 peak: the dot instructions alone, 12 independent chains ---- */
+/* ---- the int8 peak: the dot instructions alone, in independent chains ---- */
 
 static double g_int8_peak[2][3]; /* [avx2, avx512][threads]: GOP/s, 2 per product */
 #define PEAK_ITERS 4000000L
+#define PEAK_REPS 15
 
 /* A pure vpmaddubsw loop (32 products each, summed in 16-bit lanes as the 4-bit tiles sum theirs
  * before they widen), in six independent chains. Each chain's operand passes an empty asm each
@@ -174,27 +177,38 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void *peak_avx512(
     return NULL;
 }
 
-static void measure_int8_peak(void) {
+/* GOP/s of fn[isa] on nt threads, the least time of PEAK_REPS runs of a few ms each, folded into
+ * g_int8_peak[isa][nt] as a running maximum: on a shared host a slow spell can last through all the
+ * runs (it once put two threads' peak below the prompt tile's rate beside it), so the prompt tile's
+ * share is taken against the best peak measured in the whole run, the peak being measured again
+ * right beside each prompt figure. */
+static void *(*const g_peak_fn[2])(void *) = {peak_avx2, peak_avx512};
+static double int8_peak_update(int isa, int nt) {
     static int32_t sink[2][16] __attribute__((aligned(64)));
-    void *(*fn[2])(void *) = {peak_avx2, peak_avx512};
-    const char *name[2] = {"avx2", "avx512"};
     const double products[2] = {PEAK_AVX2_CHAINS * 32.0 * PEAK_ITERS, 12.0 * 64 * PEAK_ITERS};
+    double best = 1e30;
+    for (int rep = 0; rep < PEAK_REPS; rep++) {
+        pthread_t th;
+        double t0 = q35_now_seconds();
+        if (nt == 2 && pthread_create(&th, NULL, g_peak_fn[isa], sink[1]) != 0) break;
+        g_peak_fn[isa](sink[0]);
+        if (nt == 2) pthread_join(th, NULL);
+        double dt = q35_now_seconds() - t0;
+        if (dt < best) best = dt;
+    }
+    const double gops = 2.0 * products[isa] * nt / best / 1e9;
+    if (gops > g_int8_peak[isa][nt]) g_int8_peak[isa][nt] = gops;
+    return g_int8_peak[isa][nt];
+}
+
+static void measure_int8_peak(void) {
+    const char *name[2] = {"avx2", "avx512"};
     for (int isa = 0; isa < 2; isa++) {
         if (isa == 1 && !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vnni")))
             continue;
         for (int nt = 1; nt <= 2; nt++) {
-            double best = 1e30;
-            for (int rep = 0; rep < 3; rep++) {
-                pthread_t th;
-                double t0 = q35_now_seconds();
-                if (nt == 2 && pthread_create(&th, NULL, fn[isa], sink[1]) != 0) break;
-                fn[isa](sink[0]);
-                if (nt == 2) pthread_join(th, NULL);
-                double dt = q35_now_seconds() - t0;
-                if (dt < best) best = dt;
-            }
-            g_int8_peak[isa][nt] = 2.0 * products[isa] * nt / best / 1e9;
+            int8_peak_update(isa, nt);
             printf("int8 peak %-6s  %d thread%s  %6.1f GOP/s\n", name[isa], nt, nt > 1 ? "s" : " ", g_int8_peak[isa][nt]);
             if (g_json)
                 fprintf(g_json, "{\"what\":\"int8_peak\",\"isa\":\"%s\",\"threads\":%d,\"gops\":%.1f}\n", name[isa],
@@ -321,10 +335,13 @@ static void bench_table(const q35_kernels *k, q35_dtype dt, const float *w, cons
         double gflops = 2.0 * N_OUT * N_IN * 64 / tp / 1e9;
         printf("  prefill(64) %6.1f GFLOP/s", gflops);
         if (g_json) fprintf(g_json, ",\"prefill64_gflops\":%.1f", gflops);
-        double peak = g_int8_peak[strncmp(k->name, "avx512", 6) == 0][nt];
-        if ((dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8) && peak > 0) {
+        const int isa = strncmp(k->name, "avx512", 6) == 0;
+        const double peak = (dt == Q35_DT_BFP4 || dt == Q35_DT_BFP8) && g_int8_peak[isa][nt] > 0
+                                ? int8_peak_update(isa, nt)
+                                : 0;
+        if (peak > 0) {
             printf(" (%.0f%% of int8 peak)", 100.0 * gflops / peak);
-            if (g_json) fprintf(g_json, ",\"pct_int8_peak\":%.1f", 100.0 * gflops / peak);
+            if (g_json) fprintf(g_json, ",\"pct_int8_peak\":%.1f,\"int8_peak_gops\":%.1f", 100.0 * gflops / peak, peak);
         }
         printf("\n");
         if (g_json) fprintf(g_json, "}\n");
