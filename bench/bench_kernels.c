@@ -177,7 +177,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void *peak_avx512(
     return NULL;
 }
 
-/* GOP/s of fn[isa] on nt threads, the least time of PEAK_REPS runs of a few ms each, folded into
+/* GOP/s of g_peak_fn[isa] on nt threads, the least time of PEAK_REPS runs of a few ms each, folded into
  * g_int8_peak[isa][nt] as a running maximum: on a shared host a slow spell can last through all the
  * runs (it once put two threads' peak below the prompt tile's rate beside it), so the prompt tile's
  * share is taken against the best peak measured in the whole run, the peak being measured again
@@ -204,6 +204,8 @@ static double int8_peak_update(int isa, int nt) {
 static void measure_int8_peak(void) {
     const char *name[2] = {"avx2", "avx512"};
     for (int isa = 0; isa < 2; isa++) {
+        if (isa == 0 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+            continue; /* g_int8_peak stays 0: no share is printed, no loop runs again */
         if (isa == 1 && !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vnni")))
             continue;
