@@ -47,9 +47,10 @@ KERNEL_TESTS="kernels.f32_matches_ref kernels.f16_matches_ref kernels.bf16_match
     kernels.batch_and_split_invariant kernels.bfp_gemv_matches_panel_tile kernels.bfp_gemv_exponent_add_matches_panel_tile
     kernels.bfp_small_batches_match_single_tokens kernels.bfp_small_batches_exponent_add_edges
     kernels.bfp_wide_matches_single_tokens kernels.bf16_x_rounding_is_exact
-    kernels.matmul_n_equals_separate_calls kernels.read_stream_reads_everything"
+    kernels.matmul_n_equals_separate_calls kernels.read_stream_reads_everything kernels.bfp_is_the_exact_integer_dot"
 run_named "$OUT/test_kernels_emu" $KERNEL_TESTS
 # the emulator answers yes to AVX512_VBMI (tests/emu/avx512_emu.h); the bfp4 GEMV without it too
 Q35_EMU_NO_VBMI=1 run_named "$OUT/test_kernels_emu" kernels.bfp4_matches_ref kernels.extreme_values_match_ref \
     kernels.bfp_gemv_matches_panel_tile kernels.bfp_gemv_exponent_add_matches_panel_tile \
-    kernels.bfp_small_batches_match_single_tokens kernels.bfp_small_batches_exponent_add_edges
+    kernels.bfp_small_batches_match_single_tokens kernels.bfp_small_batches_exponent_add_edges \
+    kernels.bfp_is_the_exact_integer_dot

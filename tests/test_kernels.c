@@ -232,6 +232,80 @@ TEST(kernels, bfp_typical_error) {
     }
 }
 
+/* What every fast table computes for bfp weights (kernels.h), in scalar C:
+ * x quantized per block of 16 (q = x * (127 / amax) rounded to the nearest
+ * even, d = amax / 127), then per block, in block order, one FMA of the
+ * block's exact dot of the weights (as the codec reads them) with q, times
+ * d. The weights of a block share one power of two, so the double sum is
+ * exact and, for weights of typical size, so is it as a float; the FMA's
+ * product is then the tiles' dot * (2^(E - bias) * d), rounded once. */
+static void bfp_exact_ref(float *y, const q35_tensor *W, const float *x, int64_t n_tok) {
+    const int64_t n_out = W->shape[0], n_in = W->shape[1];
+    float *row = malloc(sizeof(float) * (size_t)n_in);
+    if (!row) return;
+    for (int64_t o = 0; o < n_out; o++) {
+        q35_get_row_ref(row, W, o);
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * n_in;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < n_in; b += 16) {
+                float amax = 0.0f;
+                for (int64_t i = b; i < b + 16; i++) amax = fabsf(xt[i]) > amax ? fabsf(xt[i]) : amax;
+                const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+                double dot = 0.0;
+                for (int64_t i = b; i < b + 16; i++) {
+                    const float p = xt[i] * inv;
+                    dot += (double)row[i] * (double)lrintf(p);
+                }
+                acc = fmaf((float)dot, d, acc);
+            }
+            y[t * n_out + o] = acc;
+        }
+    }
+    free(row);
+}
+
+/* Each fast table's bfp products are that reference's bits, for every tile
+ * (one and two tokens, the small batches, the wide path of prompts) and
+ * zero blocks of x among them. Tolerance-free: a tile whose integer dot is
+ * off by one unit in any block fails here, where the float reference's
+ * bound above (x's rounding error) would let it pass. */
+TEST(kernels, bfp_is_the_exact_integer_dot) {
+    const q35_kernels *tables[MAX_FAST_TABLES];
+    int n_tables = fast_tables(tables);
+    q35_dtype dts[2] = {Q35_DT_BFP4, Q35_DT_BFP8};
+    /* 200 rows: three whole groups (the tiles of whole groups, two side by side) and a partial one */
+    int64_t shapes[][2] = {{200, 272}, {21, 48}, {130, 1040}};
+    int64_t n_toks[] = {1, 2, 3, 4, 5, 6, 8, 9, 17};
+    for (int d = 0; d < 2; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t n_out = shapes[s][0], n_in = shapes[s][1], max_tok = 17;
+            weights w;
+            REQUIRE(make_weights(&w, dts[d], n_out, n_in, 0));
+            float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
+            float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+            float *y_ref = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+            REQUIRE(x && y && y_ref);
+            for (int64_t i = 0; i < max_tok * n_in; i++) x[i] = (i / 16) % 11 == 3 ? 0.0f : (float)rng_unit();
+            for (size_t ti = 0; ti < sizeof n_toks / sizeof n_toks[0]; ti++) {
+                const int64_t n_tok = n_toks[ti];
+                bfp_exact_ref(y_ref, &w.t, x, n_tok);
+                for (int k = 0; k < n_tables; k++) {
+                    q35_kernels_matmul(tables[k], y, &w.t, x, n_tok, 0, n_out);
+                    long bad = 0;
+                    for (int64_t i = 0; i < n_tok * n_out; i++) bad += memcmp(&y[i], &y_ref[i], sizeof(float)) != 0;
+                    CHECK_MSG(bad == 0, "%s %s [%lld, %lld] x %lld tokens: %ld outputs differ from the exact dot",
+                              tables[k]->name, q35_dtype_name(dts[d]), (long long)n_out, (long long)n_in,
+                              (long long)n_tok, bad);
+                }
+            }
+            free(x);
+            free(y);
+            free(y_ref);
+            free(w.data);
+        }
+}
+
 /* y (n_tok, n_out) for x (n_tok, n_in) in three calls on row ranges split
  * at 7 and 33 (not panel-aligned, like uneven thread splits), or with
  * aligned at 64 and 80 (a whole group of four panels, then one panel: the

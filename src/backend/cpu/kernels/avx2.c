@@ -82,11 +82,11 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 
 static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) {
     size_t n_blk = (size_t)(n_tok * n_in / 16);
-    /* the wide path's scratch (and a->off, which the batch tile reads too) from 3 tokens on */
-    if (!act_alloc(a, n_blk, n_tok >= BFP_BATCH_TOKENS_MIN(1) ? (size_t)n_tok : 0)) return 0;
+    /* the wide path's scratch from BFP_WIDE_MIN_TOKENS on */
+    if (!act_alloc(a, n_blk, n_tok >= BFP_WIDE_MIN_TOKENS(1) ? (size_t)n_tok : 0)) return 0;
     int8_t *q = a->q;
     float *d = a->d;
-    int32_t *sum = a->sum, *off = a->off;
+    int32_t *o4 = a->o4;
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (size_t i = 0; i < n_blk; i++) {
         __m256 v0 = _mm256_loadu_ps(x + 16 * i), v1 = _mm256_loadu_ps(x + 16 * i + 8);
@@ -100,8 +100,9 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
         _mm_storeu_si128((__m128i *)(q + 16 * i), qb);
         /* sum of 16 signed bytes: |q + 128| sums with psadbw, minus 16 * 128 */
         __m128i sad = _mm_sad_epu8(_mm_xor_si128(qb, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
-        sum[i] = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
-        if (off) off[i] = (int32_t)((uint32_t)(uint16_t)(-4 * sum[i]) * 0x10001u);
+        const int32_t sum = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 2048;
+        /* bfp4's offset: -4 sum in both int16 halves, where the tiles start their int16 sums */
+        o4[i] = (int32_t)((uint32_t)(uint16_t)(-4 * sum) * 0x10001u);
         d[i] = amax / 127.0f;
     }
     if (a->xe) act_exp_ranges(a, n_tok, n_in / 16); /* the wide path's exponent add (decode needs none) */
@@ -178,14 +179,10 @@ ALWAYS_INLINE __m256 bfp_scale_fma_by(const int add_scales, __m256i dot, float x
                            acc);
 }
 
-/* bfp_scale_fma for the panel tile's sums: bfp4's int16 pairs (weights as
- * value + 8) minus the offset 8 * sum(q), broadcast from memory and shifted
- * in the vector unit; bfp8's int32 dot as it is. */
-ALWAYS_INLINE __m256 bfp_block_fma(const int is4, __m256i sum, const int32_t *xs, float xd, __m256 ws, __m256 acc) {
-    __m256i dot = is4 ? _mm256_sub_epi32(_mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
-                                         _mm256_slli_epi32(bcast_x4((const int8_t *)xs, 0), 3))
-                      : sum;
-    return bfp_scale_fma(dot, xd, ws, acc);
+/* bfp_scale_fma for the panel and GEMV tiles' sums: bfp4's int16 pairs (weights as value + 8, started at
+ * the offset -4 sum(q) in each half, bfp_group_dot) widened by vpmaddwd; bfp8's int32 dot as it is. */
+ALWAYS_INLINE __m256 bfp_block_fma(const int is4, __m256i sum, float xd, __m256 ws, __m256 acc) {
+    return bfp_scale_fma(is4 ? _mm256_madd_epi16(sum, _mm256_set1_epi16(1)) : sum, xd, ws, acc);
 }
 
 /* v, held in a register: GCC otherwise loads a vector shared by two tokens
@@ -228,15 +225,16 @@ ALWAYS_INLINE void bfp_group_decode(const int is4, const uint8_t *cb, int g, __m
 
 /* Adds group g's products with one token's broadcast x group xg to that
  * token's block sums of both halves (int16 for bfp4, int32 for bfp8; g = 0
- * starts them). */
+ * starts them: bfp4's at that token's block offset *o4, -4 sum(q) in both
+ * int16 halves of a lane, which vpmaddwd adds back to -8 sum(q)). */
 ALWAYS_INLINE void bfp_group_dot(const int is4, const uint8_t *cb, int g, const __m256i w[2], __m256i xg,
-                                 __m256i sum[2]) {
+                                 const int32_t *o4, __m256i sum[2]) {
     #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         if (is4) {
-            /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups fit int16 */
+            /* value + 8 (<= 15) times |x| (<= 127), pairs: the four groups and the offset fit int16 */
             __m256i p = _mm256_maddubs_epi16(w[h], xg);
-            sum[h] = g ? in_register(_mm256_add_epi16(sum[h], p)) : p;
+            sum[h] = in_register(_mm256_add_epi16(g ? sum[h] : bcast_x4((const int8_t *)o4, 0), p));
         } else {
             /* the weight's sign moves onto x (codes reloaded from L1) */
             __m256i sg = _mm256_loadu_si256((const __m256i *)(cb + 64 * g + 32 * h));
@@ -258,7 +256,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
     const int unit = BFP_UNIT(is4);
     const int8_t *xq = a->q + t0 * n_in;
     const float *xd = a->d + t0 * n_blk;
-    const int32_t *xs = a->sum + t0 * n_blk;
+    const int32_t *xo = a->o4 + t0 * n_blk;
     __m256 acc[ISA_BFP_NT][2];
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
@@ -273,14 +271,15 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
             __m256i w[2];
             bfp_group_decode(is4, cb, g, w);
             #pragma GCC unroll 8
-            for (int t = 0; t < nt; t++) bfp_group_dot(is4, cb, g, w, bcast_x4(xq + t * n_in + 16 * b, g), sum[t]);
+            for (int t = 0; t < nt; t++)
+                bfp_group_dot(is4, cb, g, w, bcast_x4(xq + t * n_in + 16 * b, g), xo + t * n_blk + b, sum[t]);
         }
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256 ws = exp_scale8(pn.exps + b * unit + 8 * h, is4 ? 129 : 133);
             #pragma GCC unroll 8
             for (int t = 0; t < nt; t++) {
-                acc[t][h] = bfp_block_fma(is4, sum[t][h], xs + t * n_blk + b, xd[t * n_blk + b], ws, acc[t][h]);
+                acc[t][h] = bfp_block_fma(is4, sum[t][h], xd[t * n_blk + b], ws, acc[t][h]);
             }
         }
     }
@@ -380,15 +379,15 @@ ALWAYS_INLINE void bfp_gemv_groups_tile(const int is4, const int ng, const int n
                     __m256i w[2];
                     bfp_group_decode(is4, cb, g, w);
                     #pragma GCC unroll 4
-                    for (int t = 0; t < nt; t++) bfp_group_dot(is4, cb, g, w, bcast_x4(xb + t * n_in, g), sum[t]);
+                    for (int t = 0; t < nt; t++)
+                        bfp_group_dot(is4, cb, g, w, bcast_x4(xb + t * n_in, g), a->o4 + t * n_blk + b, sum[t]);
                 }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
                     const __m256 ws = unit_row_scales(u, p, h, normal, bias);
                     #pragma GCC unroll 4
                     for (int t = 0; t < nt; t++)
-                        acc[gi][p][t][h] = bfp_block_fma(is4, sum[t][h], a->sum + t * n_blk + b, a->d[t * n_blk + b],
-                                                         ws, acc[gi][p][t][h]);
+                        acc[gi][p][t][h] = bfp_block_fma(is4, sum[t][h], a->d[t * n_blk + b], ws, acc[gi][p][t][h]);
                 }
             }
         }
@@ -416,7 +415,7 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
  * BFP_GEMV_PREFETCH_BLOCKS ahead), in passes of at most BFP_BATCH_PASS tokens over the group
  * (5-8 tokens: two, the second from L2). Within a pass a panel's block is decoded group by
  * group once for all its tokens, whose int16 sums (8 registers for four) start at the offset
- * -4 sum(q) in each half (a->off) as the wide path's do; the accumulators (4 panels x 4
+ * -4 sum(q) in each half (a->o4) as the wide path's do; the accumulators (4 panels x 4
  * tokens x 2 halves) wait in L1 between blocks. Each block and token ends in bfp_scale_fma
  * with the same exact integer dot, in block order: bfp_panel_tile's bits. Before, 4-8 tokens
  * took the wide path (a k-slice decoded into scratch, then the tokens over it; its slices
@@ -449,7 +448,7 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
     const int unit = BFP_UNIT(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4), bias = is4 ? 129 : 133;
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t0 * n_in;
-    const int32_t *xo = a->off + t0 * n_blk;
+    const int32_t *xo = a->o4 + t0 * n_blk;
     const float *xd = a->d + t0 * n_blk;
     __m256 accs[BFP_BATCH_GROUPS][BFP_GEMV_PANELS][BFP_BATCH_PASS][2];
     memset(accs, 0, sizeof accs); /* in L1 between blocks anyway */
@@ -487,7 +486,7 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
                                                      pr));
                             }
                         } else {
-                            bfp_group_dot(0, cb, g, w, xg, sum[t]);
+                            bfp_group_dot(0, cb, g, w, xg, NULL, sum[t]);
                         }
                     }
                 }
@@ -525,7 +524,7 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
  * of bfp_panel_tile.
  *
  * bfp4's offset -8 sum(q) starts the int16 sums instead of being subtracted
- * from the int32 dot: a->off holds -4 sum(q) in both int16 halves of a
+ * from the int32 dot: a->o4 holds -4 sum(q) in both int16 halves of a
  * lane, which vpmaddwd adds back to -8 sum(q). Bounds per int16 lane (one
  * row; inputs k = 4g + {0, 1} or {2, 3} of the four groups g): a vpmaddubsw
  * pair |(v + 8) q + (v' + 8) q'| <= 2 * 15 * 127 = 3810, four of them
@@ -610,7 +609,7 @@ ALWAYS_INLINE void bfp_slice_tile(const int is4, const int nt, const int add_sca
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t * n_in;
     const float *xd = a->d + t * n_blk;
-    const int32_t *xo = a->off + t * n_blk;
+    const int32_t *xo = a->o4 + t * n_blk;
     float *pacc = a->acc + 16 * (t - t0);
     __m256 acc[BFP_SLICE_TOKENS][2];
     #pragma GCC unroll 4

@@ -27,13 +27,11 @@
 typedef struct act_q8 {
     int8_t *q;     /* (n_tok, n_in) */
     float *d;      /* (n_tok, n_in / 16): x ~= q * d */
-    int32_t *sum;  /* (n_tok, n_in / 16): sum of q over the block (avx2.c) */
-    int32_t *o4;   /* as sum: -8 * sum and -128 * sum, the corrections of bfp4's and bfp8's offset codes, in */
-    int32_t *o8;   /* their place in avx512.c */
-    /* Allocated for the calls an ISA marks with act_alloc's wide_tok (the wide path's; avx2.c: from
-     * 3 tokens, for its batch tile reads off too), NULL otherwise; the slice arrays hold one slice
-     * per panel of a wide tile, panel p at p * BFP_SLICE_BLOCKS blocks: */
-    int32_t *off;  /* (n_tok, n_in / 16): -4 * sum in each int16 half (bfp4's offset, see avx2.c) */
+    int32_t *o4;   /* (n_tok, n_in / 16), from each block's sum of q: the correction of bfp4's offset codes,
+                    * avx512.c -8 * sum, avx2.c -4 * sum in each int16 half of the lane (see there) */
+    int32_t *o8;   /* as o4: -128 * sum, bfp8's (avx512.c) */
+    /* Allocated for the calls an ISA marks with act_alloc's wide_tok (the wide path's), NULL otherwise;
+     * the slice arrays hold one slice per panel of a wide tile, panel p at p * BFP_SLICE_BLOCKS blocks: */
     uint8_t *qu;   /* (n_tok, n_in): q + 128 as unsigned bytes (avx512.c) */
     uint8_t *xe;   /* (n_tok, 2): the least and greatest exponent field of a token's d */
     uint8_t *dec;  /* (panels, BFP_SLICE_BLOCKS, 256): one k-slice of a panel, decoded */
@@ -49,12 +47,12 @@ typedef struct act_q8 {
 
 /* Carves the arrays for n_blk activation blocks out of this thread's
  * scratch and, when wide_tok > 0 (the tokens of a call that takes the wide
- * path, or on avx2 its batch tile), those of the wide path too. */
+ * path), those of the wide path too. */
 static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
 #define ACT_ROUND(n) (((size_t)(n) + 63) & ~(size_t)63)
     const size_t q_bytes = ACT_ROUND(n_blk * 16), d_bytes = ACT_ROUND(n_blk * 4);
     const size_t slice = (size_t)BFP_WIDE_MAX_PANELS * BFP_SLICE_BLOCKS; /* blocks */
-    size_t at = q_bytes + 4 * d_bytes, off = at, qu = off + d_bytes, xe = qu + q_bytes,
+    size_t at = q_bytes + 3 * d_bytes, qu = at, xe = qu + q_bytes,
            dec = xe + ACT_ROUND(wide_tok * 2), ws = dec + slice * 256, wc = ws + slice * 64, wsb = wc + slice * 64,
            acc = wsb + slice * 64, end = acc + wide_tok * BFP_WIDE_MAX_PANELS * 64;
 #undef ACT_ROUND
@@ -62,10 +60,8 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     if (!s) return 0;
     a->q = (int8_t *)s;
     a->d = (float *)(s + q_bytes);
-    a->sum = (int32_t *)(s + q_bytes + d_bytes);
-    a->o4 = (int32_t *)(s + q_bytes + 2 * d_bytes);
-    a->o8 = (int32_t *)(s + q_bytes + 3 * d_bytes);
-    a->off = wide_tok ? (int32_t *)(s + off) : NULL;
+    a->o4 = (int32_t *)(s + q_bytes + d_bytes);
+    a->o8 = (int32_t *)(s + q_bytes + 2 * d_bytes);
     a->qu = wide_tok ? (uint8_t *)(s + qu) : NULL;
     a->xe = wide_tok ? (uint8_t *)(s + xe) : NULL;
     a->dec = wide_tok ? (uint8_t *)(s + dec) : NULL;
