@@ -27,6 +27,9 @@
  *    sum_{i in b} |w_i|, plus float rounding: at most 1/254 of sum_b
  *    max_b|x| * sum_{i in b}|w_i|, and in practice a few 1e-4 of
  *    sum_i |w_i x_i| on random data (tests/test_kernels.c checks the bound).
+ *    Each block then ends in one FMA, in block order: acc = fma(float(dot_b),
+ *    2^(E_b - bias) * d_b, acc), the same bits on every table
+ *    (kernels.bfp_is_the_exact_integer_dot computes it in scalar C).
  *
  * Every table computes one (token, row) output in the same order whatever
  * n_tok and [o0, o1) are, so results are bitwise independent of batching
