@@ -446,7 +446,6 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
     const int np = BFP_GEMV_PANELS;
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4), bias = is4 ? 129 : 133;
-    const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t0 * n_in;
     const int32_t *xo = a->o4 + t0 * n_blk;
     const float *xd = a->d + t0 * n_blk;
@@ -475,28 +474,15 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
                     __m256i w[2];
                     bfp_group_decode(is4, cb, g, w);
                     #pragma GCC unroll 4
-                    for (int t = 0; t < nt; t++) {
-                        const __m256i xg = bcast_x4(xb + t * n_in, g);
-                        if (is4) {
-                            #pragma GCC unroll 2
-                            for (int h = 0; h < 2; h++) {
-                                const __m256i pr = _mm256_maddubs_epi16(w[h], xg);
-                                sum[t][h] = in_register(
-                                    _mm256_add_epi16(g ? sum[t][h] : bcast_x4((const int8_t *)(ob + t * n_blk), 0),
-                                                     pr));
-                            }
-                        } else {
-                            bfp_group_dot(0, cb, g, w, xg, NULL, sum[t]);
-                        }
-                    }
+                    for (int t = 0; t < nt; t++)
+                        bfp_group_dot(is4, cb, g, w, bcast_x4(xb + t * n_in, g), ob + t * n_blk, sum[t]);
                 }
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
                     const __m256 ws = unit_row_scales(u, p, h, normal, bias);
                     #pragma GCC unroll 4
                     for (int t = 0; t < nt; t++)
-                        acc[p][t][h] = bfp_scale_fma(is4 ? _mm256_madd_epi16(sum[t][h], ones) : sum[t][h],
-                                                     xd[t * n_blk + b], ws, acc[p][t][h]);
+                        acc[p][t][h] = bfp_block_fma(is4, sum[t][h], xd[t * n_blk + b], ws, acc[p][t][h]);
                 }
             }
         }
