@@ -19,36 +19,35 @@
 
 size_t q35_attention_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_ctx, int32_t n_workers) {
     size_t T = (size_t)n_tok, NH = (size_t)c->n_head, HD = (size_t)c->head_dim, NKV = (size_t)c->n_head_kv;
-    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq, scores (ATTN_ROWS, NH/NKV, n_ctx) per
-     * worker */
-    return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)c->rotary_dim +
+    /* qg (T, NH*2*HD), k and v (T, NKV*HD), o (T, NH*HD), rope inv_freq and a row's cosines and sines (RD / 2
+     * each, in 2 RD), scores (ATTN_ROWS, NH/NKV, n_ctx) per worker */
+    return T * NH * HD * 2 + T * NKV * HD * 2 + T * NH * HD + (size_t)2 * c->rotary_dim +
            (size_t)n_workers * ATTN_ROWS * (NH / NKV) * (size_t)n_ctx;
 }
 
-/* transformers: inv_freq[i] = 1 / theta^(2i/RD) and angle = pos * inv_freq, in fp32. */
-static void rope(float *x, int32_t pos, int32_t rd, const float *inv_freq) {
-    int32_t half = rd / 2;
-    for (int32_t i = 0; i < half; i++) {
-        float ang = (float)pos * inv_freq[i];
-        float cs = cosf(ang), sn = sinf(ang);
-        float a = x[i], b = x[i + half];
-        x[i] = a * cs - b * sn;
-        x[i + half] = b * cs + a * sn;
+/* transformers: inv_freq[i] = 1 / theta^(2i/RD) and angle = pos * inv_freq[i], in fp32. The angles depend
+ * on the row's position only, so a row's cosines and sines are made once (rope_table) and every q and k
+ * head of the row rotated with them (rope_apply). With pos3 (mrope) each frequency takes the position
+ * that the interleaved mrope_section layout (model.h) picks, (t, h, w); with t == h == w it is the
+ * plain rotation at that position, bit for bit. */
+static void rope_table(float *cs, float *sn, int32_t pos, const int32_t *pos3, const int32_t section[3], int32_t rd,
+                       const float *inv_freq) {
+    for (int32_t i = 0; i < rd / 2; i++) {
+        int32_t p = pos;
+        if (pos3) p = pos3[(i % 3 == 1 && i < 3 * section[1]) ? 1 : (i % 3 == 2 && i < 3 * section[2]) ? 2 : 0];
+        float ang = (float)p * inv_freq[i];
+        cs[i] = cosf(ang);
+        sn[i] = sinf(ang);
     }
 }
 
-/* The same rotation with a position per frequency: pos3 (t, h, w) picked by
- * the interleaved mrope_section layout (model.h). With t == h == w it is
- * rope() at that position, bit for bit. */
-static void rope3(float *x, const int32_t pos3[3], const int32_t section[3], int32_t rd, const float *inv_freq) {
+/* rotate-half on the first rd dims of x */
+static void rope_apply(float *x, const float *cs, const float *sn, int32_t rd) {
     int32_t half = rd / 2;
     for (int32_t i = 0; i < half; i++) {
-        int axis = (i % 3 == 1 && i < 3 * section[1]) ? 1 : (i % 3 == 2 && i < 3 * section[2]) ? 2 : 0;
-        float ang = (float)pos3[axis] * inv_freq[i];
-        float cs = cosf(ang), sn = sinf(ang);
         float a = x[i], b = x[i + half];
-        x[i] = a * cs - b * sn;
-        x[i + half] = b * cs + a * sn;
+        x[i] = a * cs[i] - b * sn[i];
+        x[i + half] = b * cs[i] + a * sn[i];
     }
 }
 
@@ -125,7 +124,8 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
     const int32_t T = n_tok, NH = c->n_head, NKV = c->n_head_kv, HD = c->head_dim, RD = c->rotary_dim;
     const int32_t QD = NH * HD, KVD = NKV * HD;
     float *qg = scratch, *k = qg + (size_t)T * QD * 2, *v = k + (size_t)T * KVD, *o = v + (size_t)T * KVD;
-    float *inv_freq = o + (size_t)T * QD, *scores = inv_freq + RD;
+    float *inv_freq = o + (size_t)T * QD, *rope_cs = inv_freq + RD / 2, *rope_sn = rope_cs + RD / 2;
+    float *scores = inv_freq + 2 * RD;
 
     float *ys[3] = {qg, k, v};
     const q35_tensor *Ws[3] = {&l->q_proj, &l->k_proj, &l->v_proj};
@@ -138,17 +138,16 @@ void q35_attention_forward(const q35_host *hc, const q35_config *c, const q35_la
         for (int32_t t = 0; t < sg->n_rows; t++) {
             int32_t r = sg->row0 + t, pos = sg->pos0 + t;
             const int32_t *p3 = sg->pos3 ? sg->pos3 + (size_t)3 * t : NULL;
+            rope_table(rope_cs, rope_sn, pos + sg->rope_delta, p3, c->mrope_section, RD, inv_freq);
             for (int32_t h = 0; h < NH; h++) {
                 float *qh = qg + (size_t)r * QD * 2 + (size_t)h * 2 * HD;
                 q35_rmsnorm1p(qh, &l->q_norm, HD, c->rms_norm_eps);
-                if (p3) rope3(qh, p3, c->mrope_section, RD, inv_freq);
-                else rope(qh, pos + sg->rope_delta, RD, inv_freq);
+                rope_apply(qh, rope_cs, rope_sn, RD);
             }
             for (int32_t h = 0; h < NKV; h++) {
                 float *kh = k + (size_t)r * KVD + (size_t)h * HD;
                 q35_rmsnorm1p(kh, &l->k_norm, HD, c->rms_norm_eps);
-                if (p3) rope3(kh, p3, c->mrope_section, RD, inv_freq);
-                else rope(kh, pos + sg->rope_delta, RD, inv_freq);
+                rope_apply(kh, rope_cs, rope_sn, RD);
             }
             const size_t row_bytes = q35_kv_row_bytes(sg->q8, HD);
             for (int32_t h = 0; h < NKV; h++) {
