@@ -4,6 +4,7 @@
  * speculative verify relies on (a row gives the same bits alone or in a
  * batch, and the per-row state copies equal the states of single steps). */
 #include "backend/cpu/kernels/kernels.h"
+#include "base/util.h"
 #include "test.h"
 
 static uint64_t rng = 0x13198a2e03707344ull;
@@ -491,6 +492,60 @@ static void check_gate_op(int silu) {
 
 TEST(ops, silu_mul_matches_ref) { check_gate_op(1); }
 TEST(ops, sigmoid_mul_matches_ref) { check_gate_op(0); }
+
+/* rmsnorm1p: the reference within 2e-6 of the formula in double, src / sqrt(mean(src^2) + eps) (1 + w);
+ * every table the reference's bits, for BF16, F32 and F16 weights (F16 through the reference), lengths
+ * around the vector widths, rows of zeros, of huge values (1e30: the mean overflows a float, r = 0) and of
+ * subnormals, and in place. */
+TEST(ops, rmsnorm1p_matches_ref) {
+    const q35_kernels *tb[4];
+    const int nt = tables(tb);
+    enum { N = 4099 };
+    static float src[N], w32[N], want[N], got[N];
+    static uint16_t w16[N], wh[N];
+    const int32_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 255, 256, 257, 4096, 4099};
+    const int n_lens = (int)(sizeof lens / sizeof lens[0]);
+    for (int i = 0; i < N; i++) {
+        w32[i] = 0.5f * frand();
+        w16[i] = q35_f32_to_bf16(w32[i]);
+        wh[i] = q35_f32_to_f16(w32[i]);
+    }
+    const q35_tensor ws[3] = {{.name = "w", .dtype = Q35_DT_BF16, .ndim = 1, .shape = {N}, .data = w16, .nbytes = 2 * N},
+                              {.name = "w", .dtype = Q35_DT_F32, .ndim = 1, .shape = {N}, .data = w32, .nbytes = 4 * N},
+                              {.name = "w", .dtype = Q35_DT_F16, .ndim = 1, .shape = {N}, .data = wh, .nbytes = 2 * N}};
+    long formula_bad = 0, bits_bad = 0, checked = 0;
+    for (int kind = 0; kind < 4; kind++) {
+        for (int i = 0; i < N; i++)
+            src[i] = kind == 0 ? 3.0f * frand() : kind == 1 ? 0.0f : kind == 2 ? 1e30f * frand() : 1e-39f * frand();
+        for (int wi = 0; wi < 3; wi++)
+            for (int li = 0; li < n_lens; li++) {
+                const int32_t n = lens[li];
+                const float eps = 1e-6f;
+                q35_rmsnorm1p_ref(want, src, &ws[wi], n, eps);
+                if (kind == 0) {
+                    double ss = 0;
+                    for (int32_t i = 0; i < n; i++) ss += (double)src[i] * src[i];
+                    const double r = 1.0 / sqrt(ss / n + eps);
+                    for (int32_t i = 0; i < n; i++) {
+                        const double f = src[i] * r * (1.0 + q35_tensor_get_f32(&ws[wi], i));
+                        formula_bad += !(fabs(want[i] - f) <= 2e-6 * fabs(f) + 1e-30);
+                    }
+                }
+                if (kind == 1) /* zeros stay zeros */
+                    for (int32_t i = 0; i < n; i++) formula_bad += want[i] != 0.0f;
+                for (int ti = 0; ti < nt; ti++) {
+                    tb[ti]->rmsnorm1p(got, src, &ws[wi], n, eps);
+                    bits_bad += memcmp(got, want, sizeof(float) * (size_t)n) != 0;
+                    memcpy(got, src, sizeof(float) * (size_t)n); /* in place */
+                    tb[ti]->rmsnorm1p(got, got, &ws[wi], n, eps);
+                    bits_bad += memcmp(got, want, sizeof(float) * (size_t)n) != 0;
+                    checked += 2;
+                }
+            }
+    }
+    CHECK_MSG(formula_bad == 0 && bits_bad == 0, "%ld outputs off the formula, %ld of %ld calls not the reference's bits",
+              formula_bad, bits_bad, checked);
+}
 
 /* The GDN convolution: for every table, channel counts with and without a
  * vector tail (13 = 8 + 5, 16), kernel sizes 1, 3, 4, 16 and strided rows,

@@ -148,10 +148,5 @@ void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_te
 }
 
 void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
-    float r = 1.0f / sqrtf((float)(q35_sum_squares(src, n) / n) + eps), wf[256];
-    for (int32_t i0 = 0; i0 < n; i0 += 256) { /* the weights converted 256 at a time */
-        const int32_t m = n - i0 < 256 ? n - i0 : 256;
-        q35_weights_f32(wf, w, i0, m);
-        for (int32_t i = 0; i < m; i++) dst[i0 + i] = src[i0 + i] * r * (1.0f + wf[i]);
-    }
+    q35_kernels_get()->rmsnorm1p(dst, src, w, n, eps);
 }

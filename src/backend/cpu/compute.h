@@ -83,8 +83,9 @@ static inline void q35_weights_f32(float *dst, const q35_tensor *w, int64_t i0, 
 }
 
 /* RMSNorm with the (1 + w) weight convention: dst = src / rms(src) * (1 + w),
- * over n values, the sum of squares in double (q35_sum_squares). dst may be
- * src. */
+ * over n values, the sum of squares in double (q35_sum_squares's order): the
+ * kernel table's rmsnorm1p (kernels.h), the same bits in every table. dst may
+ * be src. */
 void q35_rmsnorm1p_to(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps);
 static inline void q35_rmsnorm1p(float *x, const q35_tensor *w, int32_t n, float eps) { q35_rmsnorm1p_to(x, x, w, n, eps); }
 

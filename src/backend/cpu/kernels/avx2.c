@@ -769,4 +769,4 @@ const q35_kernels q35_kernels_avx2 = {"avx2", matmul_n_isa, q35_get_row_ref, q35
                                        q35_gdn_chunked_avx2, q35_attend_heads_avx2, read_stream,
                                        q35_attend_rows_avx2, q35_gemm_f32_avx2, q35_softmax_rows_avx2,
                                        q35_attend_rows_q8_avx2, q35_silu_mul_avx2,
-                                       q35_sigmoid_mul_avx2, q35_conv_silu_avx2};
+                                       q35_sigmoid_mul_avx2, q35_conv_silu_avx2, q35_rmsnorm1p_avx2};

@@ -30,6 +30,7 @@
  * per vector, then silu_mul's silu. */
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/attend_q8.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -582,6 +583,44 @@ static inline __attribute__((always_inline)) void gate_mul(const int silu, float
 void q35_silu_mul_avx2(float *h, const float *g, const float *u, int64_t n) { gate_mul(1, h, g, u, n); }
 
 void q35_sigmoid_mul_avx2(float *h, const float *g, const float *u, int64_t n) { gate_mul(0, h, g, u, n); }
+
+/* ---- rmsnorm1p ---- */
+
+/* The sum of squares as two vectors of four doubles, which are the reference's eight partial sums (lane j
+ * of the first is sum j, of the second sum 4 + j; products of floats are exact in double), then the
+ * reference's tail and combination; the outputs the reference's float products. BF16 and F32 weights
+ * here, other dtypes through the reference. */
+void q35_rmsnorm1p_avx2(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
+    if (w->dtype != Q35_DT_BF16 && w->dtype != Q35_DT_F32) {
+        q35_rmsnorm1p_ref(dst, src, w, n, eps);
+        return;
+    }
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(src + i);
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(lo, lo));
+        s1 = _mm256_add_pd(s1, _mm256_mul_pd(hi, hi));
+    }
+    double s[8];
+    _mm256_storeu_pd(s, s0);
+    _mm256_storeu_pd(s + 4, s1);
+    for (int32_t t = i; t < n; t++) s[0] += (double)src[t] * src[t];
+    const double ss = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    const float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    const __m256 rv = _mm256_set1_ps(r), one = _mm256_set1_ps(1.0f);
+    const int bf16 = w->dtype == Q35_DT_BF16;
+    const uint16_t *wb = (const uint16_t *)w->data;
+    const float *wf = (const float *)w->data;
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 wv = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                                     _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(wb + i))), 16))
+                               : _mm256_loadu_ps(wf + i);
+        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(src + i), rv), _mm256_add_ps(one, wv)));
+    }
+    for (; i < n; i++) dst[i] = src[i] * r * (1.0f + (bf16 ? q35_bf16_to_f32(wb[i]) : wf[i]));
+}
 
 /* ---- conv_silu ---- */
 

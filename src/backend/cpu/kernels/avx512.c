@@ -894,11 +894,11 @@ const q35_kernels q35_kernels_avx512bf16 = {"avx512bf16", matmul_n_isa, q35_get_
                                              read_stream, attend_rows_isa, gemm_f32,
                                              q35_softmax_rows_avx2, attend_rows_q8_isa,
                                              q35_silu_mul_avx2, q35_sigmoid_mul_avx2,
-                                         q35_conv_silu_avx2};
+                                         q35_conv_silu_avx2, q35_rmsnorm1p_avx2};
 #else
 const q35_kernels q35_kernels_avx512 = {"avx512", matmul_n_isa, q35_get_row_ref, q35_gdn_recurrent_avx2,
                                          q35_gdn_chunked_avx2, attend_heads_isa, read_stream, attend_rows_isa,
                                          gemm_f32, q35_softmax_rows_avx2, attend_rows_q8_isa,
                                          q35_silu_mul_avx2, q35_sigmoid_mul_avx2,
-                                         q35_conv_silu_avx2};
+                                         q35_conv_silu_avx2, q35_rmsnorm1p_avx2};
 #endif

@@ -89,6 +89,13 @@ size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV);
 void q35_gdn_chunked_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                          float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 
+/* dst (n values) = rmsnorm1p(src) with weights w (n values, any dtype):
+ *   r = 1 / sqrtf((float)(ss / n) + eps),  dst[i] = src[i] * r * (1 + w[i])  (float, in that order)
+ * where ss, the sum of src[i]^2 in double, is q35_sum_squares's: eight partial sums, sum j taking
+ * i % 8 == j below n - n % 8 and sum 0 the rest, each product exact, combined as ((s0 + s1) + (s2 + s3))
+ * + ((s4 + s5) + (s6 + s7)). So every table gives the same bits. dst may be src. */
+void q35_rmsnorm1p_ref(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps);
+
 /* One query head against n_keys cached positions (rows of k and v, stride
  * kv_stride floats): o (HD) = softmax(scale * k q) v. scores (n_keys) is
  * scratch. */
@@ -199,6 +206,7 @@ void q35_attend_rows_q8_avx2(float *o, size_t o_row, size_t o_stride, const floa
 void q35_softmax_rows_avx2(float *S, size_t lds, int64_t rows, int64_t n, float scale);
 void q35_silu_mul_avx2(float *h, const float *g, const float *u, int64_t n);
 void q35_sigmoid_mul_avx2(float *h, const float *g, const float *u, int64_t n);
+void q35_rmsnorm1p_avx2(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps);
 void q35_conv_silu_avx2(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state, int32_t n,
                         int32_t T, int32_t CK, float *rows, size_t rows_stride);
 void q35_gemm_f32_avx2(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb, int64_t M,
@@ -229,6 +237,7 @@ typedef void (*q35_softmax_rows_fn)(float *S, size_t lds, int64_t rows, int64_t 
 typedef void (*q35_gate_mul_fn)(float *h, const float *g, const float *u, int64_t n);
 typedef void (*q35_conv_silu_fn)(float *y, size_t ldy, const float *x, size_t ldx, const float *w, float *state,
                                  int32_t n, int32_t T, int32_t CK, float *rows, size_t rows_stride);
+typedef void (*q35_rmsnorm1p_fn)(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps);
 typedef void (*q35_gemm_f32_fn)(float *C, size_t ldc, const float *A, size_t lda, const float *B, size_t ldb,
                                 int64_t M, int64_t N, int64_t K);
 
@@ -260,6 +269,7 @@ typedef struct q35_kernels {
     q35_gate_mul_fn silu_mul;
     q35_gate_mul_fn sigmoid_mul;
     q35_conv_silu_fn conv_silu;
+    q35_rmsnorm1p_fn rmsnorm1p;
 } q35_kernels;
 
 extern const q35_kernels q35_kernels_ref;

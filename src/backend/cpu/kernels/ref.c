@@ -317,6 +317,22 @@ void q35_sigmoid_mul_ref(float *h, const float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) h[i] = u[i] * (1.0f / (1.0f + expf(-g[i])));
 }
 
+void q35_rmsnorm1p_ref(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
+    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += (double)src[i + k] * src[i + k];
+    for (; i < n; i++) s[0] += (double)src[i] * src[i];
+    const double ss = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    const float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (i = 0; i < n; i++) {
+        const float wf = w->dtype == Q35_DT_BF16  ? q35_bf16_to_f32(((const uint16_t *)w->data)[i])
+                         : w->dtype == Q35_DT_F32 ? ((const float *)w->data)[i]
+                                                  : q35_tensor_get_f32(w, i);
+        dst[i] = src[i] * r * (1.0f + wf);
+    }
+}
+
 uint64_t q35_read_stream_ref(const void *p, size_t bytes) {
     const uint64_t *q = p;
     uint64_t s[8] = {0};
@@ -329,4 +345,4 @@ const q35_kernels q35_kernels_ref = {"ref", q35_matmul_n_ref, q35_get_row_ref, q
                                      q35_gdn_chunked_ref, q35_attend_heads_ref, q35_read_stream_ref,
                                      q35_attend_rows_ref, q35_gemm_f32_ref, q35_softmax_rows_ref,
                                      q35_attend_rows_q8_ref, q35_silu_mul_ref,
-                                     q35_sigmoid_mul_ref, q35_conv_silu_ref};
+                                     q35_sigmoid_mul_ref, q35_conv_silu_ref, q35_rmsnorm1p_ref};
