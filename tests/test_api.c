@@ -115,6 +115,81 @@ TEST(sampler, top_p_and_min_p_cut_the_tail) {
     q35_sampler_free(s);
 }
 
+/* The cuts rank only the candidates that can survive (sampler.c: buckets by distance from the best
+ * logit, of the softmax's mass for top-p, of counts for top-k); the distribution must be the one a
+ * ranking of the whole row gives: every candidate ranked by logit (ties: the lower id first), the k best,
+ * the top-p cut where the cumulative probability (over the top-k's sum in rank order, or without top-k
+ * the whole row's in id order) reaches top_p, then min-p, then the tempered softmax of the survivors.
+ * Flat and peaked rows, ties, -inf entries, a row of one finite logit, several top_k, top_p and min_p:
+ * bit for bit. */
+typedef struct { float l; int32_t id; } ranked;
+static int ranked_desc(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->l != y->l) return x->l > y->l ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+TEST(sampler, cuts_equal_a_ranking_of_the_whole_row) {
+    enum { V = 40000 };
+    float *l = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V), *want = malloc(sizeof(float) * V);
+    ranked *r = malloc(sizeof(ranked) * V);
+    REQUIRE(l && got && want && r);
+    const float top_ps[] = {0.1f, 0.5f, 0.9f, 0.95f, 0.999f, 1.0f}, min_ps[] = {0.0f, 0.01f, 0.3f};
+    const int32_t top_ks[] = {0, 1, 20, 1000};
+    uint64_t x = 12345;
+    long bad = 0, rows = 0;
+    for (int kind = 0; kind < 5; kind++) {
+        for (int32_t i = 0; i < V; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const float u = (float)((x >> 11) * 0x1.0p-53), w = (float)(((x >> 20) & 0xffff) / 65536.0);
+            l[i] = kind == 0   ? 3.0f * (u + w - 1.0f)                    /* flat */
+                   : kind == 1 ? (i % 97 == 0 ? 15.0f : 0.0f) + 4.0f * u  /* a few peaks */
+                   : kind == 2 ? (float)(int)(8.0f * u)                    /* eight values: ties */
+                   : kind == 3 ? (u < 0.5f ? -INFINITY : 2.0f * w)         /* half -inf */
+                               : (i == 777 ? 1.0f : -INFINITY);            /* one finite */
+        }
+        for (int32_t i = 0; i < V; i++) r[i] = (ranked){l[i], i}; /* the whole row ranked */
+        qsort(r, V, sizeof *r, ranked_desc);
+        for (size_t ki = 0; ki < sizeof top_ks / sizeof *top_ks; ki++)
+        for (size_t pi = 0; pi < sizeof top_ps / sizeof *top_ps; pi++)
+            for (size_t mi = 0; mi < sizeof min_ps / sizeof *min_ps; mi++) {
+                q35_sampler_params p = plain;
+                p.temperature = 0.7f, p.top_k = top_ks[ki], p.top_p = top_ps[pi], p.min_p = min_ps[mi];
+                if (!p.top_k && p.top_p >= 1.0f && p.min_p <= 0.0f) continue; /* no cut: another path */
+                const int32_t k = p.top_k ? p.top_k : V;
+                q35_sampler *s = new_sampler(p, V);
+                REQUIRE(s != NULL);
+                q35_sampler_probs(s, l, NULL, 0, got);
+                q35_sampler_free(s);
+                const float mx = r[0].l;
+                double sum = 0; /* over the top-k in rank order, or over the whole row in id order */
+                for (int32_t i = 0; i < k; i++) sum += exp((double)((k < V ? r[i].l : l[i]) - mx));
+                int32_t n = k;
+                if (p.top_p < 1.0f) {
+                    double acc = 0;
+                    for (int32_t i = 0; i < k; i++) {
+                        acc += exp((double)(r[i].l - mx)) / sum;
+                        if (acc >= p.top_p) { n = i + 1; break; }
+                    }
+                }
+                if (p.min_p > 0.0f) {
+                    int32_t m = 1;
+                    while (m < n && (double)(r[m].l - mx) >= log((double)p.min_p)) m++;
+                    n = m;
+                }
+                double tsum = 0;
+                for (int32_t i = 0; i < n; i++) tsum += exp((double)(r[i].l - mx) * (1.0f / p.temperature));
+                for (int32_t i = 0; i < V; i++) want[i] = 0.0f;
+                for (int32_t i = 0; i < n; i++)
+                    want[r[i].id] = (float)(exp((double)(r[i].l - mx) * (1.0f / p.temperature)) / tsum);
+                bad += memcmp(got, want, sizeof(float) * V) != 0;
+                rows++;
+            }
+    }
+    CHECK_MSG(bad == 0, "%ld of %ld rows: another distribution than the whole row's ranking", bad, rows);
+    free(l), free(got), free(want), free(r);
+}
+
 TEST(sampler, penalties_edit_only_seen_tokens) {
     enum { V = 4 };
     float c[V] = {2.0f, -2.0f, 1.0f, 1.0f};

@@ -19,6 +19,7 @@
 #include <string.h>
 
 typedef struct { float logit; int32_t id; } candidate;
+_Static_assert(sizeof(candidate) == sizeof(double), "the candidates' scratch holds the uncut draw's weights");
 
 struct q35_sampler {
     q35_sampler_params p;
@@ -161,47 +162,136 @@ static int32_t top_k_of(const q35_sampler *s) {
 }
 static bool uncut(const q35_sampler *s) { return top_k_of(s) == s->n_vocab && s->p.top_p >= 1.0f && s->p.min_p <= 0.0f; }
 
-/* Ranks a penalised row's candidates and applies top-k, then top-p and
- * min-p on the untempered distribution: the survivors are s->cand[0..n),
- * best first. n = 0 when even the best is -inf (s->cand[0] is then the
- * choice). */
-static int32_t cut_candidates(q35_sampler *s, const float *logits) {
-    int32_t V = s->n_vocab, k = top_k_of(s);
-    candidate *c = s->cand;
-    for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
-    if (k < V) select_top(c, V, k);
-    qsort(c, (size_t)k, sizeof *c, cand_desc);
-    int32_t n = k;
-    if (c[0].logit == -INFINITY) return 0;
-    float mx = c[0].logit;
-    double sum = 0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
+static float row_max(const float *logits, int32_t V) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    return mx;
+}
+
+/* The top-p and min-p cuts of ranked candidates c[0..n) (best first, c[0] the row's max), sum the
+ * untempered softmax's sum over the whole row: the survivors' count. reached: whether the cuts fell
+ * within the n, so that candidates ranked after them could not change the count (top-p's did, or it is
+ * off, or min-p's fell before the n). */
+static int32_t cut_tail(const q35_sampler *s, const candidate *c, int32_t n, double sum, bool *reached) {
+    const float mx = c[0].logit;
+    *reached = true;
     if (s->p.top_p < 1.0f) {
         double acc = 0;
-        for (int32_t i = 0; i < n; i++) {
+        int32_t i = 0;
+        for (; i < n; i++) {
             acc += exp((double)(c[i].logit - mx)) / sum;
-            if (acc >= s->p.top_p) { n = i + 1; break; }
+            if (acc >= s->p.top_p) break;
         }
+        *reached = i < n;
+        if (i < n) n = i + 1;
     }
     if (s->p.min_p > 0.0f) {
         /* p_i >= min_p * p_max  <=>  logit_i - max >= log(min_p) */
         double cut = log((double)s->p.min_p);
         int32_t m = 1;
         while (m < n && (double)(c[m].logit - mx) >= cut) m++;
+        if (m < n) *reached = true; /* min-p cut first, wherever top-p would */
         n = m;
     }
     return n;
 }
 
+#define SAMPLER_BUCKETS 512
+#define SAMPLER_BUCKET_SCALE 8.0f
+
+/* The bucket of a logit d below the row's max (d >= 0; inf for -inf): steps of 1 / SAMPLER_BUCKET_SCALE,
+ * SAMPLER_BUCKETS past the last step. Non-decreasing in d. */
+static inline int logit_bucket(float d) {
+    return d < (float)SAMPLER_BUCKETS / SAMPLER_BUCKET_SCALE ? (int)(d * SAMPLER_BUCKET_SCALE) : SAMPLER_BUCKETS;
+}
+
+/* Ranks a penalised row's candidates and applies top-k, then top-p and
+ * min-p on the untempered distribution: the survivors are s->cand[0..n),
+ * best first. n = 0 when even the best is -inf (s->cand[0] is then the
+ * choice). The softmax's sum for top-p is over the top-k candidates, or
+ * without top-k over the whole row in id order. Without top-k only the
+ * candidates that can survive are ranked: those less far below the best
+ * logit than the bucket (of 1/8 each) where the mass of the buckets before
+ * it reaches top_p, plus one bucket, and at least min_p times the best's
+ * probability, less a margin; should the cuts not fall among them after all
+ * (rounding), the whole row is ranked. */
+static int32_t cut_candidates(q35_sampler *s, const float *logits) {
+    int32_t V = s->n_vocab, k = top_k_of(s);
+    candidate *c = s->cand;
+    bool reached;
+    if (k == V) {
+        const float mx = row_max(logits, V);
+        if (mx == -INFINITY) {
+            c[0] = (candidate){-INFINITY, 0}; /* the first of equals */
+            return 0;
+        }
+        if (mx == INFINITY) { /* no finite distances: the whole row, as before */
+            for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
+            qsort(c, (size_t)V, sizeof *c, cand_desc);
+            double sum = 0;
+            for (int32_t i = 0; i < V; i++) sum += exp((double)(c[i].logit - mx));
+            return cut_tail(s, c, V, sum, &reached);
+        }
+        /* the softmax's sum, and its mass by how far below the max a logit is (SAMPLER_BUCKETS steps of
+         * 1 / SAMPLER_BUCKET_SCALE, the last bucket everything further) */
+        double sum = 0, mass[SAMPLER_BUCKETS + 1] = {0};
+        for (int32_t i = 0; i < V; i++) {
+            const float d = mx - logits[i];
+            const double e = exp((double)-d);
+            sum += e;
+            mass[logit_bucket(d)] += e;
+        }
+        /* buckets [0, nb) are ranked: through the one where top-p's mass is reached, and one more */
+        int nb = SAMPLER_BUCKETS + 1;
+        if (s->p.top_p < 1.0f) {
+            double cum = 0;
+            for (int b = 0; b < SAMPLER_BUCKETS; b++) {
+                cum += mass[b];
+                if (cum >= s->p.top_p * sum) {
+                    nb = b + 2;
+                    break;
+                }
+            }
+        }
+        const double min_cut = s->p.min_p > 0.0f ? log((double)s->p.min_p) - 1e-3 : -INFINITY;
+        int32_t m = 0;
+        for (int32_t i = 0; i < V; i++) {
+            const float d = mx - logits[i];
+            if (logit_bucket(d) < nb && (double)-d >= min_cut) c[m++] = (candidate){logits[i], i};
+        }
+        qsort(c, (size_t)m, sizeof *c, cand_desc);
+        const int32_t n = cut_tail(s, c, m, sum, &reached);
+        if (reached || m == V) return n;
+        for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
+        qsort(c, (size_t)V, sizeof *c, cand_desc);
+        return cut_tail(s, c, V, sum, &reached);
+    }
+    /* top-k: only the buckets that hold the k best are ranked (those after them hold smaller logits) */
+    const float mx = row_max(logits, V);
+    int nb = SAMPLER_BUCKETS + 1;
+    if (mx > -INFINITY) {
+        int32_t count[SAMPLER_BUCKETS + 1] = {0}, cum = 0;
+        for (int32_t i = 0; i < V; i++) count[logit_bucket(mx - logits[i])]++;
+        for (int b = 0; b < SAMPLER_BUCKETS; b++)
+            if ((cum += count[b]) >= k) {
+                nb = b + 1;
+                break;
+            }
+    }
+    int32_t m = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (nb > SAMPLER_BUCKETS || logit_bucket(mx - logits[i]) < nb) c[m++] = (candidate){logits[i], i};
+    select_top(c, m, k);
+    qsort(c, (size_t)k, sizeof *c, cand_desc);
+    if (c[0].logit == -INFINITY) return 0; /* c[0].logit is mx */
+    double sum = 0;
+    for (int32_t i = 0; i < k; i++) sum += exp((double)(c[i].logit - mx));
+    return cut_tail(s, c, k, sum, &reached);
+}
+
 static void clean_nan(float *logits, int32_t V) { /* NaN never wins and never gets probability */
     for (int32_t i = 0; i < V; i++)
         if (logits[i] != logits[i]) logits[i] = -INFINITY;
-}
-
-static float row_max(const float *logits, int32_t V) {
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    return mx;
 }
 
 int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
@@ -215,15 +305,14 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
         /* no cut: draw straight from the tempered softmax, in id order */
         float mx = row_max(logits, V);
         if (mx == -INFINITY) return 0;
-        double sum = 0;
-        for (int32_t i = 0; i < V; i++) sum += exp((double)(logits[i] - mx) * inv_t);
+        double *w = (double *)s->cand, sum = 0; /* the weights kept for the draw: one exp each */
+        for (int32_t i = 0; i < V; i++) sum += w[i] = exp((double)(logits[i] - mx) * inv_t);
         double u = rng_uniform(s->rng) * sum, acc = 0;
         int32_t last = 0;
         for (int32_t i = 0; i < V; i++) {
-            double w = exp((double)(logits[i] - mx) * inv_t);
-            if (w <= 0) continue;
+            if (w[i] <= 0) continue;
             last = i;
-            acc += w;
+            acc += w[i];
             if (u < acc) return i;
         }
         return last;
@@ -285,9 +374,9 @@ void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev,
     if (uncut(s)) {
         float mx = row_max(l, V);
         if (mx == -INFINITY) { one_hot(probs, V, 0); return; }
-        double sum = 0;
-        for (int32_t i = 0; i < V; i++) sum += exp((double)(l[i] - mx) * inv_t);
-        for (int32_t i = 0; i < V; i++) probs[i] = (float)(exp((double)(l[i] - mx) * inv_t) / sum);
+        double *w = (double *)s->cand, sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += w[i] = exp((double)(l[i] - mx) * inv_t);
+        for (int32_t i = 0; i < V; i++) probs[i] = (float)(w[i] / sum);
         return;
     }
     int32_t n = cut_candidates(s, l);
