@@ -6,6 +6,7 @@
 #include "server/request.h"
 #include "server/sse.h"
 #include "server/stop.h"
+#include "text/schema.h"
 #include "test.h"
 
 #include <float.h>
@@ -510,4 +511,60 @@ TEST(api, json_prefix_accepts_objects_and_their_prefixes) {
     }
     bool complete;
     CHECK(json_ok("{}\n ", &complete) && complete); /* trailing blanks are fine */
+}
+
+/* json_object's mask walks the token trie (q35_token_trie_mask_by, only the non-plain tokens inside a
+ * string); it must mark exactly the tokens whose bytes continue the state, as feeding each token's bytes
+ * to a copy of it does: every single byte, empty and missing tokens, and 4000 random strings of JSON's
+ * structural bytes, escapes, digits, letters, blanks, control bytes and whole and cut UTF-8 characters,
+ * from every prefix of a few objects (keys, strings, escapes, \\u digits, numbers, literals, nesting). */
+TEST(api, json_object_mask_by_trie_equals_token_by_token) {
+    enum { NT = 256 + 2 + 4000 };
+    static char store[NT][8];
+    const char *bytes[NT];
+    size_t len[NT];
+    for (int t = 0; t < 256; t++) store[t][0] = (char)t, bytes[t] = store[t], len[t] = 1;
+    bytes[256] = NULL, len[256] = 0;       /* a special token */
+    bytes[257] = store[257], len[257] = 0; /* empty */
+    static const char *const parts[] = {"{", "}", "[", "]", "\"", "\\", ":", ",", " ", "\n", "\t", "0", "1", "9", "-",
+                                        "+", ".", "e", "E", "u", "a", "f", "t", "r", "n", "l", "s", "A", "x", "\xc3\xa9",
+                                        "\xe4\xb8\xad", "\xc3", "\x01", "/", "b"};
+    const int np = (int)(sizeof parts / sizeof *parts);
+    uint64_t x = 99;
+    for (int t = 258; t < NT; t++) {
+        size_t n = 0;
+        int k = 1 + (int)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 61);
+        for (int i = 0; i < k; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const char *q = parts[(x >> 33) % (uint64_t)np];
+            size_t m = strlen(q);
+            if (n + m > sizeof store[t]) break;
+            memcpy(store[t] + n, q, m);
+            n += m;
+        }
+        bytes[t] = store[t], len[t] = n;
+    }
+    q35_token_trie *trie = q35_token_trie_new(bytes, len, NT);
+    REQUIRE(trie != NULL);
+    static uint8_t live[NT];
+    static const char *const docs[] = {
+        "{\"a\": [1, -2.5e+3, 0, true, false, null, {}, []], \"b\": {\"c\": \"x\\n\\u00e9\\\"\xc3\xa9\"}}",
+        "{ \"k\" :\n[ [ ] , { \"z\" : 0.5E-2 } ] }",
+    };
+    long bad = 0, states = 0;
+    for (size_t d = 0; d < sizeof docs / sizeof *docs; d++)
+        for (size_t k = 0; k < strlen(docs[d]); k++) {
+            q35_json_prefix js;
+            q35_json_prefix_init(&js);
+            REQUIRE(q35_json_prefix_feed(&js, docs[d], k));
+            q35_token_trie_mask_by(trie, q35_json_prefix_byte, &js, sizeof js, q35_json_prefix_in_string(&js), live);
+            for (int t = 0; t < NT; t++) {
+                q35_json_prefix trial = js;
+                const bool want = bytes[t] && len[t] && q35_json_prefix_feed(&trial, bytes[t], len[t]);
+                bad += want != (live[t] != 0);
+            }
+            states++;
+        }
+    CHECK_MSG(bad == 0 && states > 100, "%ld token decisions differ over %ld states", bad, states);
+    q35_token_trie_free(trie);
 }

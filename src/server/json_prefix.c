@@ -146,6 +146,10 @@ static bool feed_byte(q35_json_prefix *p, int c) {
     return false;
 }
 
+bool q35_json_prefix_byte(void *p, unsigned char c) { return feed_byte(p, c); }
+
+bool q35_json_prefix_in_string(const q35_json_prefix *p) { return p->mode == JP_STRING; }
+
 bool q35_json_prefix_feed(q35_json_prefix *p, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!feed_byte(p, (unsigned char)s[i])) return false;

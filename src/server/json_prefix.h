@@ -20,5 +20,9 @@ void q35_json_prefix_init(q35_json_prefix *p);
 /* false when the bytes cannot continue a valid object (p is then undefined) */
 bool q35_json_prefix_feed(q35_json_prefix *p, const char *s, size_t n);
 bool q35_json_prefix_complete(const q35_json_prefix *p);
+/* one byte (q35_json_prefix_feed's step; a q35_trie_byte_fn for a q35_json_prefix) */
+bool q35_json_prefix_byte(void *p, unsigned char c);
+/* inside a string, where any byte >= 0x20 but '"' and '\\' continues it and leaves the state as it is */
+bool q35_json_prefix_in_string(const q35_json_prefix *p);
 
 #endif

@@ -206,13 +206,12 @@ static void seq_json_mask(seq *s, float *row, int32_t V, const int32_t *prev, in
         return;
     }
     bool whole = !ok || q35_json_prefix_complete(&js); /* a whole object (or none possible) ends: EOS alone */
-    for (int32_t t = 0; t < V; t++) {
-        q35_json_prefix trial = js;
-        bool live = false;
-        for (int i = 0; whole && i < S->n_eos && !live; i++) live = S->eos[i] == t;
-        if (!whole) live = t < S->V && S->tok_len[t] && S->tok_bytes[t] && q35_json_prefix_feed(&trial, S->tok_bytes[t], S->tok_len[t]);
-        if (!live) row[t] = -INFINITY;
-    }
+    if (whole) memset(S->live, 0, (size_t)S->V);
+    else q35_token_trie_mask_by(S->trie, q35_json_prefix_byte, &js, sizeof js, q35_json_prefix_in_string(&js), S->live);
+    for (int i = 0; whole && i < S->n_eos; i++)
+        if (S->eos[i] >= 0 && S->eos[i] < S->V) S->live[S->eos[i]] = 1;
+    for (int32_t t = 0; t < V; t++)
+        if (t >= S->V || !S->live[t]) row[t] = -INFINITY;
 }
 
 /* json_schema (and a forced tool call, compiled the same way by request.c):

@@ -78,5 +78,12 @@ void q35_token_trie_free(q35_token_trie *t);
 /* Sets live[t] = 1 for each token whose bytes continue st, 0 otherwise;
  * returns how many are live. */
 int32_t q35_token_trie_mask(const q35_token_trie *t, const q35_schema *s, const q35_schema_state *st, uint8_t *live);
+/* The same for another byte recogniser: state (state_size bytes, copied per trie depth) fed one byte by
+ * feed (false: refused). plain_live: every token plain inside a JSON string (printable ASCII but '"' and
+ * '\\', and whole UTF-8 characters) continues the state and leaves it as it is, so only the others are
+ * walked. */
+typedef bool (*q35_trie_byte_fn)(void *state, unsigned char byte);
+int32_t q35_token_trie_mask_by(const q35_token_trie *t, q35_trie_byte_fn feed, const void *state, size_t state_size,
+                               bool plain_live, uint8_t *live);
 
 #endif

@@ -243,6 +243,35 @@ static int32_t walk_plain_dfa(const q35_token_trie *t, const q35_schema *s, cons
     return n_live;
 }
 
+/* walk() for an opaque recogniser (q35_token_trie_mask_by) */
+static int32_t walk_by(const trie *tr, q35_trie_byte_fn feed, const void *state, size_t size, uint8_t *live) {
+    unsigned char *at = malloc(size * ((size_t)tr->max_depth + 1));
+    if (!at) return 0;
+    memcpy(at, state, size);
+    int32_t n_live = 0;
+    for (uint32_t i = 0; i < tr->n;) {
+        const trie_node *nd = &tr->node[i];
+        unsigned char *cur = at + size * nd->depth;
+        memcpy(cur, cur - size, size);
+        if (!feed(cur, nd->byte)) { i = nd->end; continue; }
+        for (uint32_t k = nd->tok_lo; k < nd->tok_hi; k++) live[tr->order[k]] = 1;
+        n_live += (int32_t)(nd->tok_hi - nd->tok_lo);
+        i++;
+    }
+    free(at);
+    return n_live;
+}
+
+int32_t q35_token_trie_mask_by(const q35_token_trie *t, q35_trie_byte_fn feed, const void *state, size_t state_size,
+                               bool plain_live, uint8_t *live) {
+    memset(live, 0, (size_t)t->n_tokens);
+    if (!plain_live) return walk_by(&t->all, feed, state, state_size, live);
+    int32_t n_live = 0;
+    for (int32_t i = 0; i < t->n_tokens; i++)
+        if (t->chars[0][i] != NOT_PLAIN) { live[i] = 1; n_live++; }
+    return n_live + walk_by(&t->special[0], feed, state, state_size, live);
+}
+
 int32_t q35_token_trie_mask(const q35_token_trie *t, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
     memset(live, 0, (size_t)t->n_tokens);
     const q35_schema_dfa *D;
