@@ -3,7 +3,8 @@
 scripts/stress.sh and docs/serving.md).
 
 16 concurrent clients send a mix of requests (streaming and not, chat and
-completions, greedy and seeded sampling, n > 1) for SECONDS, while 500
+completions, greedy and seeded sampling with and without top-p / min-p /
+top-k cuts, json_object responses, n > 1) for SECONDS, while 500
 slow-header connections from 127.0.0.1 and 200 from 127.0.0.2 keep up their
 pressure, a fault thread injects disconnects mid-stream, slow headers,
 non-reading streams, oversized and malformed bodies, and the server goes
@@ -127,8 +128,11 @@ class Soak:
                 "stream": rng.random() < 0.5, "n": rng.choice([1, 1, 1, 2])}
         if not greedy:
             body["seed"] = rng.randrange(3)
+            body.update(rng.choice([{}, {"top_p": 0.9}, {"min_p": 0.05}, {"top_k": 20, "top_p": 0.95}]))
         if chat:
             body["messages"] = [{"role": "user", "content": text}]
+            if rng.random() < 0.25:
+                body["response_format"] = {"type": "json_object"}
         else:
             body["prompt"] = text
         key = json.dumps({k: v for k, v in body.items() if k != "stream"}, sort_keys=True)
