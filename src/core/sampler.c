@@ -225,13 +225,6 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
             c[0] = (candidate){-INFINITY, 0}; /* the first of equals */
             return 0;
         }
-        if (mx == INFINITY) { /* no finite distances: the whole row, as before */
-            for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
-            qsort(c, (size_t)V, sizeof *c, cand_desc);
-            double sum = 0;
-            for (int32_t i = 0; i < V; i++) sum += exp((double)(c[i].logit - mx));
-            return cut_tail(s, c, V, sum, &reached);
-        }
         /* the softmax's sum, and its mass by how far below the max a logit is (SAMPLER_BUCKETS steps of
          * 1 / SAMPLER_BUCKET_SCALE, the last bucket everything further) */
         double sum = 0, mass[SAMPLER_BUCKETS + 1] = {0};
@@ -241,9 +234,10 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
             sum += e;
             mass[logit_bucket(d)] += e;
         }
-        /* buckets [0, nb) are ranked: through the one where top-p's mass is reached, and one more */
+        /* buckets [0, nb) are ranked: through the one where top-p's mass is reached, and one more (a +inf
+         * logit leaves no finite distances: the whole row) */
         int nb = SAMPLER_BUCKETS + 1;
-        if (s->p.top_p < 1.0f) {
+        if (s->p.top_p < 1.0f && mx < INFINITY) {
             double cum = 0;
             for (int b = 0; b < SAMPLER_BUCKETS; b++) {
                 cum += mass[b];
@@ -253,15 +247,17 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
                 }
             }
         }
-        const double min_cut = s->p.min_p > 0.0f ? log((double)s->p.min_p) - 1e-3 : -INFINITY;
-        int32_t m = 0;
-        for (int32_t i = 0; i < V; i++) {
-            const float d = mx - logits[i];
-            if (logit_bucket(d) < nb && (double)-d >= min_cut) c[m++] = (candidate){logits[i], i};
+        if (mx < INFINITY) {
+            const double min_cut = s->p.min_p > 0.0f ? log((double)s->p.min_p) - 1e-3 : -INFINITY;
+            int32_t m = 0;
+            for (int32_t i = 0; i < V; i++) {
+                const float d = mx - logits[i];
+                if (logit_bucket(d) < nb && (double)-d >= min_cut) c[m++] = (candidate){logits[i], i};
+            }
+            qsort(c, (size_t)m, sizeof *c, cand_desc);
+            const int32_t n = cut_tail(s, c, m, sum, &reached);
+            if (reached || m == V) return n;
         }
-        qsort(c, (size_t)m, sizeof *c, cand_desc);
-        const int32_t n = cut_tail(s, c, m, sum, &reached);
-        if (reached || m == V) return n;
         for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
         qsort(c, (size_t)V, sizeof *c, cand_desc);
         return cut_tail(s, c, V, sum, &reached);

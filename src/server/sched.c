@@ -188,6 +188,15 @@ static bool seq_take_token(q35_sched *S, seq *s, int32_t tok, int32_t why) {
     return false;
 }
 
+/* Masks the row (V logits) to the tokens in S->live, and the end-of-sequence ids too when the document is
+ * whole. */
+static void mask_row(const q35_sched *S, float *row, int32_t V, bool whole) {
+    for (int i = 0; whole && i < S->n_eos; i++)
+        if (S->eos[i] >= 0 && S->eos[i] < S->V) S->live[S->eos[i]] = 1;
+    for (int32_t t = 0; t < V; t++)
+        if (t >= S->V || !S->live[t]) row[t] = -INFINITY;
+}
+
 /* json_object: only tokens whose bytes continue a JSON object, after
  * </think> when the prompt opened a think block (the end of sequence once
  * the object is whole). Draft rows come here too, as for json_schema
@@ -208,10 +217,7 @@ static void seq_json_mask(seq *s, float *row, int32_t V, const int32_t *prev, in
     bool whole = !ok || q35_json_prefix_complete(&js); /* a whole object (or none possible) ends: EOS alone */
     if (whole) memset(S->live, 0, (size_t)S->V);
     else q35_token_trie_mask_by(S->trie, q35_json_prefix_byte, &js, sizeof js, q35_json_prefix_in_string(&js), S->live);
-    for (int i = 0; whole && i < S->n_eos; i++)
-        if (S->eos[i] >= 0 && S->eos[i] < S->V) S->live[S->eos[i]] = 1;
-    for (int32_t t = 0; t < V; t++)
-        if (t >= S->V || !S->live[t]) row[t] = -INFINITY;
+    mask_row(S, row, V, whole);
 }
 
 /* json_schema (and a forced tool call, compiled the same way by request.c):
@@ -237,9 +243,7 @@ static void seq_schema_mask(seq *s, float *row, int32_t V, const int32_t *prev, 
     bool whole = ok && q35_schema_complete(s->schema, &st);
     if (ok && !q35_schema_closed(s->schema, &st)) q35_token_trie_mask(S->trie, s->schema, &st, S->live);
     else memset(S->live, 0, (size_t)S->V);
-    for (int i = 0; whole && i < S->n_eos; i++) S->live[S->eos[i]] = 1;
-    for (int32_t t = 0; t < V; t++)
-        if (t >= S->V || !S->live[t]) row[t] = -INFINITY;
+    mask_row(S, row, V, whole);
 }
 
 /* s's q35_logits_fn: logit_bias, then json_object's mask. The bias depends

@@ -165,23 +165,36 @@ void q35_token_trie_free(q35_token_trie *t) {
     free(t);
 }
 
-/* Marks the live tokens of one trie; returns how many. */
-static int32_t walk(const trie *tr, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
-    q35_schema_state *at = malloc(sizeof *at * ((size_t)tr->max_depth + 1));
+/* Marks the live tokens of one trie for a recogniser whose state (size bytes) is copied per depth by copy
+ * and fed a byte by feed (false: refused, and the node's subtree is skipped); returns how many. Inlined
+ * with constant callbacks, so the schema's walk calls its own functions directly. */
+static inline __attribute__((always_inline)) int32_t
+walk_with(const trie *tr, bool (*feed)(const void *ctx, void *st, unsigned char b),
+          void (*copy)(void *dst, const void *src, size_t size), const void *ctx, const void *state, size_t size,
+          uint8_t *live) {
+    unsigned char *at = malloc(size * ((size_t)tr->max_depth + 1));
     if (!at) return 0;
-    q35_schema_copy(&at[0], st);
+    copy(at, state, size);
     int32_t n_live = 0;
     for (uint32_t i = 0; i < tr->n;) {
         const trie_node *nd = &tr->node[i];
-        q35_schema_state *cur = &at[nd->depth];
-        q35_schema_copy(cur, &at[nd->depth - 1]);
-        if (!q35_schema_byte(s, cur, nd->byte)) { i = nd->end; continue; }
+        unsigned char *cur = at + size * nd->depth;
+        copy(cur, cur - size, size);
+        if (!feed(ctx, cur, nd->byte)) { i = nd->end; continue; }
         for (uint32_t k = nd->tok_lo; k < nd->tok_hi; k++) live[tr->order[k]] = 1;
         n_live += (int32_t)(nd->tok_hi - nd->tok_lo);
         i++;
     }
     free(at);
     return n_live;
+}
+
+static bool schema_feed(const void *ctx, void *st, unsigned char b) { return q35_schema_byte(ctx, st, b); }
+static void schema_copy(void *dst, const void *src, size_t size) { (void)size, q35_schema_copy(dst, src); }
+
+/* Marks the live tokens of one trie; returns how many. */
+static int32_t walk(const trie *tr, const q35_schema *s, const q35_schema_state *st, uint8_t *live) {
+    return walk_with(tr, schema_feed, schema_copy, s, st, sizeof *st, live);
 }
 
 /* The plain tokens from DFA state q0 with `room` characters left (INT32_MAX: no limit). */
@@ -243,23 +256,14 @@ static int32_t walk_plain_dfa(const q35_token_trie *t, const q35_schema *s, cons
     return n_live;
 }
 
-/* walk() for an opaque recogniser (q35_token_trie_mask_by) */
+/* walk() for an opaque recogniser (q35_token_trie_mask_by); ctx holds its byte function */
+typedef struct { q35_trie_byte_fn feed; } opaque_feed;
+static bool opaque_byte(const void *ctx, void *st, unsigned char b) { return ((const opaque_feed *)ctx)->feed(st, b); }
+static void plain_copy(void *dst, const void *src, size_t size) { memcpy(dst, src, size); }
+
 static int32_t walk_by(const trie *tr, q35_trie_byte_fn feed, const void *state, size_t size, uint8_t *live) {
-    unsigned char *at = malloc(size * ((size_t)tr->max_depth + 1));
-    if (!at) return 0;
-    memcpy(at, state, size);
-    int32_t n_live = 0;
-    for (uint32_t i = 0; i < tr->n;) {
-        const trie_node *nd = &tr->node[i];
-        unsigned char *cur = at + size * nd->depth;
-        memcpy(cur, cur - size, size);
-        if (!feed(cur, nd->byte)) { i = nd->end; continue; }
-        for (uint32_t k = nd->tok_lo; k < nd->tok_hi; k++) live[tr->order[k]] = 1;
-        n_live += (int32_t)(nd->tok_hi - nd->tok_lo);
-        i++;
-    }
-    free(at);
-    return n_live;
+    const opaque_feed f = {feed};
+    return walk_with(tr, opaque_byte, plain_copy, &f, state, size, live);
 }
 
 int32_t q35_token_trie_mask_by(const q35_token_trie *t, q35_trie_byte_fn feed, const void *state, size_t state_size,

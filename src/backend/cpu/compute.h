@@ -51,17 +51,6 @@ void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tens
 void q35_mlp(const q35_host *h, float *out, float *gate, float *up, const q35_tensor *W_gate, const q35_tensor *W_up,
              const q35_tensor *W_down, const float *x, int64_t n_tok);
 
-/* sum x[i]^2 over n values in double, in eight interleaved partial sums
- * (eight independent chains of adds, not one chain four cycles a value). */
-static inline double q35_sum_squares(const float *x, int32_t n) {
-    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += (double)x[i + k] * x[i + k];
-    for (; i < n; i++) s[0] += (double)x[i] * x[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
 /* w[i] as float: BF16 and F32 read inline, other dtypes through q35_tensor_get_f32. */
 static inline float q35_weight_f32(const q35_tensor *w, int64_t i) {
     if (w->dtype == Q35_DT_BF16) return q35_bf16_to_f32(((const uint16_t *)w->data)[i]);

@@ -89,11 +89,21 @@ size_t q35_gdn_chunk_scratch_floats(int32_t DK, int32_t DV);
 void q35_gdn_chunked_ref(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
                          float *o, int32_t T, int32_t DK, int32_t DV, float *scratch);
 
+/* sum x[i]^2 over n values in double, in eight interleaved partial sums
+ * (eight independent chains of adds, not one chain four cycles a value). */
+static inline double q35_sum_squares(const float *x, int32_t n) {
+    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += (double)x[i + k] * x[i + k];
+    for (; i < n; i++) s[0] += (double)x[i] * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 /* dst (n values) = rmsnorm1p(src) with weights w (n values, any dtype):
- *   r = 1 / sqrtf((float)(ss / n) + eps),  dst[i] = src[i] * r * (1 + w[i])  (float, in that order)
- * where ss, the sum of src[i]^2 in double, is q35_sum_squares's: eight partial sums, sum j taking
- * i % 8 == j below n - n % 8 and sum 0 the rest, each product exact, combined as ((s0 + s1) + (s2 + s3))
- * + ((s4 + s5) + (s6 + s7)). So every table gives the same bits. dst may be src. */
+ *   r = 1 / sqrtf((float)(q35_sum_squares(src, n) / n) + eps),  dst[i] = src[i] * r * (1 + w[i])
+ * (float, in that order; each product in the sum is exact), so every table gives the same bits. dst may
+ * be src. */
 void q35_rmsnorm1p_ref(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps);
 
 /* One query head against n_keys cached positions (rows of k and v, stride

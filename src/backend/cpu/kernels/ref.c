@@ -318,14 +318,8 @@ void q35_sigmoid_mul_ref(float *h, const float *g, const float *u, int64_t n) {
 }
 
 void q35_rmsnorm1p_ref(float *dst, const float *src, const q35_tensor *w, int32_t n, float eps) {
-    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += (double)src[i + k] * src[i + k];
-    for (; i < n; i++) s[0] += (double)src[i] * src[i];
-    const double ss = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    const float r = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (i = 0; i < n; i++) {
+    const float r = 1.0f / sqrtf((float)(q35_sum_squares(src, n) / n) + eps);
+    for (int32_t i = 0; i < n; i++) {
         const float wf = w->dtype == Q35_DT_BF16  ? q35_bf16_to_f32(((const uint16_t *)w->data)[i])
                          : w->dtype == Q35_DT_F32 ? ((const float *)w->data)[i]
                                                   : q35_tensor_get_f32(w, i);
