@@ -169,7 +169,6 @@ ALWAYS_INLINE float hmax8(__m256 v) {
 #define av_zero() _mm256_setzero_ps()
 #define av_set1(f) _mm256_set1_ps(f)
 #define av_load(p) _mm256_loadu_ps(p)
-#define av_load_i8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
 #define av_store(p, v) _mm256_storeu_ps((p), (v))
 #define av_fmadd(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define av_fnmadd(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
@@ -207,12 +206,95 @@ ALWAYS_INLINE float att_q8_score(const att_q8_query *qq, const uint8_t *row, int
     return q35_kv_q8_score_sum(I, qq->d, kd, nb);
 }
 
-/* a row's nb scales by lane: vector s lane l is scale idx[8 s + l] */
-static inline void att_q8_scale_vecs(float *dst, const void *row, int32_t nb, const int32_t *idx, int32_t nsv) {
-    const __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 d = _mm256_maskload_ps((const float *)row, lt);
-    for (int32_t s = 0; s < nsv; s++)
-        _mm256_store_ps(dst + 8 * s, _mm256_permutevar8x32_ps(d, _mm256_loadu_si256((const __m256i *)(idx + 8 * s))));
+/* The 8-bit cache's values (kernels.h) two keys at a time: vpmovsxbw of 16 codes of each, vpunpck{l,h}wd
+ * to (key, next key) pairs of one column per 32-bit lane (lane 4j + e of the low vector: column d0 + 8j +
+ * e, of the high one d0 + 8j + 4 + e, so block (d0 / 4 + 2j) % nb and the next), vpmaddwd with the pair's
+ * weights u for those blocks and vpaddd: 16 products in two instructions where the float tile took 8 an
+ * FMA and its codes a widening, a convert and a scale multiply per 8. A pair's weights come as four
+ * vectors: low and high, for column tiles whose d0 / 4 % 8 is 0 and 4. */
+typedef __m256i att_q8_wvec;
+#define ATT_Q8_VT 16
+#define ATT_Q8_WT 4
+typedef struct {
+    __m256i sidx, vidx[4], bm; /* a row's scales by lane (its nb first); the weight vectors' blocks by lane */
+} att_q8_vctx;
+ALWAYS_INLINE void att_q8_value_init(att_q8_vctx *c, int32_t nb) {
+    int32_t si[8], vi[4][8];
+    for (int l = 0; l < 8; l++) {
+        si[l] = l & (nb - 1);
+        for (int x = 0; x < 4; x++) vi[x][l] = (4 * (x >> 1) + 2 * (l / 4) + (x & 1)) & (nb - 1);
+    }
+    c->sidx = _mm256_loadu_si256((const __m256i *)si);
+    for (int x = 0; x < 4; x++) c->vidx[x] = _mm256_loadu_si256((const __m256i *)vi[x]);
+    c->bm = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+/* Pass 1: each key's products w v_d (lane b: block b % nb; an odd last pair's second weight 0) and their
+ * largest per head, which is M (kernels.h); pass 2: u, and the pair's two keys' u as int16 pairs (lane b:
+ * block b's) spread to the four weight vectors. */
+ALWAYS_INLINE void att_q8_value_prep(const int ng, const att_q8_vctx *c, const float *w, size_t ss,
+                                     const uint8_t *v, size_t kv_stride, int32_t c0, int32_t nk, __m256i *wt,
+                                     float *S) {
+    __m256 W[Q35_KV_Q8_VKEYS][4], mx[4];
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) mx[g] = _mm256_setzero_ps();
+    const int32_t n2 = (nk + 1) & ~1;
+    for (int32_t i = 0; i < n2; i++) {
+        const int32_t p = c0 + (i < nk ? i : i - 1);
+        const __m256 s = _mm256_permutevar8x32_ps(_mm256_maskload_ps((const float *)(v + (size_t)p * kv_stride), c->bm),
+                                                  c->sidx);
+        #pragma GCC unroll 4
+        for (int g = 0; g < ng; g++) {
+            W[i][g] = _mm256_mul_ps(_mm256_set1_ps(i < nk ? w[(size_t)g * ss + (size_t)p] : 0.0f), s);
+            mx[g] = _mm256_max_ps(mx[g], W[i][g]);
+        }
+    }
+    __m256 iv[4];
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) {
+        float inv;
+        q35_kv_q8_value_scales(hmax8(mx[g]), &inv, &S[g]);
+        iv[g] = _mm256_set1_ps(inv);
+    }
+    for (int32_t j = 0; 2 * j < n2; j++)
+        #pragma GCC unroll 4
+        for (int g = 0; g < ng; g++) {
+            const __m256i u0 = _mm256_cvtps_epi32(_mm256_mul_ps(W[2 * j][g], iv[g]));
+            const __m256i u1 = _mm256_cvtps_epi32(_mm256_mul_ps(W[2 * j + 1][g], iv[g]));
+            const __m256i pr = _mm256_or_si256(u0, _mm256_slli_epi32(u1, 16));
+            #pragma GCC unroll 4
+            for (int x = 0; x < 4; x++) wt[(4 * j + g) * 4 + x] = _mm256_permutevar8x32_epi32(pr, c->vidx[x]);
+        }
+}
+
+ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *o, size_t o_stride, const uint8_t *v, size_t kv_stride,
+                                     int32_t c0, int32_t nk, int32_t d0, int32_t nb, const __m256i *wt,
+                                     const float *S) {
+    __m256i lo[4], hi[4];
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) lo[g] = hi[g] = _mm256_setzero_si256();
+    const uint8_t *cv = v + sizeof(float) * (size_t)nb + d0 + (size_t)c0 * kv_stride;
+    const int x = 2 * ((d0 / 16) & 1);
+    for (int32_t j = 0; 2 * j < nk; j++, cv += 2 * kv_stride) {
+        const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)cv));
+        const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(cv + (2 * j + 1 < nk ? kv_stride : 0))));
+        const __m256i L = _mm256_unpacklo_epi16(a, b), H = _mm256_unpackhi_epi16(a, b);
+        const __m256i *wj = wt + 16 * j + x;
+        #pragma GCC unroll 4
+        for (int g = 0; g < ng; g++) {
+            lo[g] = _mm256_add_epi32(lo[g], _mm256_madd_epi16(L, wj[4 * g]));
+            hi[g] = _mm256_add_epi32(hi[g], _mm256_madd_epi16(H, wj[4 * g + 1]));
+            __asm__("" : "+x"(lo[g]), "+x"(hi[g])); /* accumulated in place: else GCC 12 copies each */
+        }
+    }
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) {
+        float *og = o + (size_t)g * o_stride + d0;
+        const __m256 sg = _mm256_set1_ps(S[g]);
+        _mm256_storeu_ps(og, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_permute2x128_si256(lo[g], hi[g], 0x20)), sg,
+                                             _mm256_loadu_ps(og)));
+        _mm256_storeu_ps(og + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_permute2x128_si256(lo[g], hi[g], 0x31)), sg,
+                                                 _mm256_loadu_ps(og + 8)));
+    }
 }
 /* Scores of 2 keys x 4 heads with 8 blocks (HD 256), att_q8_score's bits: each 32 codes of a key
  * are loaded once for the four heads, a head's codes once for the two keys, and the eight

@@ -754,7 +754,6 @@ static void gemm_f32(float *C, size_t ldc, const float *A, size_t lda, const flo
 #define av_zero() _mm512_setzero_ps()
 #define av_set1(f) _mm512_set1_ps(f)
 #define av_load(p) _mm512_loadu_ps(p)
-#define av_load_i8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
 #define av_store(p, v) _mm512_storeu_ps((p), (v))
 #define av_fmadd(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define av_fnmadd(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
@@ -871,12 +870,102 @@ static inline void att_q8_tile_4x4(const att_q8_query *qq, const uint8_t *k, siz
     _mm_storeu_ps(s + 3 * n_keys, _mm512_extractf32x4_ps(h, 3));
 }
 
-/* a row's nb scales by lane: vector s lane l is scale idx[16 s + l] */
-static inline void att_q8_scale_vecs(float *dst, const void *row, int32_t nb, const int32_t *idx, int32_t nsv) {
-    const __m512 d = _mm512_maskz_loadu_ps((__mmask16)((1u << nb) - 1), row);
-    for (int32_t s = 0; s < nsv; s++)
-        _mm512_store_ps(dst + 16 * s, _mm512_permutexvar_ps(_mm512_loadu_si512(idx + 16 * s), d));
+/* The 8-bit cache's values (kernels.h) two keys at a time over 32 columns: vpmovsxbw of each key's 32
+ * codes, then vpermt2w to (key, next key) pairs of one column per 32-bit lane, lane l of the first vector
+ * column c(l) = 4 (l / 2) + l % 2 and of the second c(l) + 2, so that lane l of both is in block l / 2
+ * (& (nb - 1)) and one vector of the pair's weights u serves both: vpdpwssd adds 32 products an
+ * instruction where the float tile took 16 an FMA and its codes a widening, a convert and a scale
+ * multiply per 16. */
+typedef __m512i att_q8_wvec;
+#define ATT_Q8_VT 32
+#define ATT_Q8_WT 1
+typedef struct {
+    __m512i sidx; /* a pair's scales by lane: lane i < 8 block i % nb of the first key, 8 + i of the second */
+    __m512i uidx; /* the pair's u (int32 lanes as above) to int16 pairs by lane */
+    __m512i cidx[2], oidx[2]; /* codes to pairs (both vectors); the sums back to column order (both halves) */
+    __mmask16 bm;
+} att_q8_vctx;
+ALWAYS_INLINE void att_q8_value_init(att_q8_vctx *c, int32_t nb) {
+    int32_t si[16], oi[2][16];
+    int16_t ui[32], ci[2][32];
+    for (int i = 0; i < 8; i++) si[i] = i & (nb - 1), si[8 + i] = 16 + (i & (nb - 1));
+    for (int l = 0; l < 16; l++) {
+        ui[2 * l] = (int16_t)(2 * ((l / 2) & (nb - 1))), ui[2 * l + 1] = (int16_t)(2 * (8 + ((l / 2) & (nb - 1))));
+        for (int h = 0; h < 2; h++) {
+            const int col = 4 * (l / 2) + l % 2 + 2 * h;
+            ci[h][2 * l] = (int16_t)col, ci[h][2 * l + 1] = (int16_t)(32 + col);
+        }
+    }
+    for (int col = 0; col < 32; col++) oi[col / 16][col % 16] = (col % 4 < 2 ? 0 : 16) + 2 * (col / 4) + col % 2;
+    c->sidx = _mm512_loadu_si512(si), c->uidx = _mm512_loadu_si512(ui);
+    for (int h = 0; h < 2; h++) c->cidx[h] = _mm512_loadu_si512(ci[h]), c->oidx[h] = _mm512_loadu_si512(oi[h]);
+    c->bm = (__mmask16)((1u << nb) - 1);
 }
+/* Pass 1: each pair's products w v_d by lane (blocks repeat in the lanes, an odd last pair's second
+ * weight is 0) and their largest per head, which is M (kernels.h); pass 2: u and the weight vectors. */
+ALWAYS_INLINE void att_q8_value_prep(const int ng, const att_q8_vctx *c, const float *w, size_t ss,
+                                     const uint8_t *v, size_t kv_stride, int32_t c0, int32_t nk, __m512i *wt,
+                                     float *S) {
+    __m512 W[Q35_KV_Q8_VKEYS / 2][4], mx[4];
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) mx[g] = _mm512_setzero_ps();
+    for (int32_t j = 0; 2 * j < nk; j++) {
+        const int32_t p = c0 + 2 * j, two = 2 * j + 1 < nk;
+        const __m512 sp = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(c->bm, v + (size_t)p * kv_stride), c->sidx,
+                                                 _mm512_maskz_loadu_ps(c->bm, v + (size_t)(p + two) * kv_stride));
+        #pragma GCC unroll 4
+        for (int g = 0; g < ng; g++) {
+            const float *wg = w + (size_t)g * ss;
+            const __m512 wp = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(wg[p]), _mm512_set1_ps(two ? wg[p + 1] : 0.0f));
+            W[j][g] = _mm512_mul_ps(wp, sp);
+            mx[g] = _mm512_max_ps(mx[g], W[j][g]);
+        }
+    }
+    __m512 iv[4];
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) {
+        float inv;
+        q35_kv_q8_value_scales(_mm512_reduce_max_ps(mx[g]), &inv, &S[g]);
+        iv[g] = _mm512_set1_ps(inv);
+    }
+    for (int32_t j = 0; 2 * j < nk; j++)
+        #pragma GCC unroll 4
+        for (int g = 0; g < ng; g++) /* 0 <= u <= 32767: an int32 lane's low int16 is u */
+            wt[4 * j + g] = _mm512_permutexvar_epi16(c->uidx, _mm512_cvtps_epi32(_mm512_mul_ps(W[j][g], iv[g])));
+}
+
+ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *o, size_t o_stride,
+                                     const uint8_t *v, size_t kv_stride, int32_t c0, int32_t nk, int32_t d0,
+                                     int32_t nb, const __m512i *wt, const float *S) {
+    __m512i acc[4][2];
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) acc[g][0] = acc[g][1] = _mm512_setzero_si512();
+    const uint8_t *cv = v + sizeof(float) * (size_t)nb + d0 + (size_t)c0 * kv_stride;
+    for (int32_t j = 0; 2 * j < nk; j++, cv += 2 * kv_stride) {
+        const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)cv));
+        const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(cv + (2 * j + 1 < nk ? kv_stride : 0))));
+        const __m512i L = _mm512_permutex2var_epi16(a, c->cidx[0], b), H = _mm512_permutex2var_epi16(a, c->cidx[1], b);
+        #pragma GCC unroll 4
+        for (int g = 0; g < ng; g++) {
+            acc[g][0] = _mm512_dpwssd_epi32(acc[g][0], L, wt[4 * j + g]);
+            acc[g][1] = _mm512_dpwssd_epi32(acc[g][1], H, wt[4 * j + g]);
+#ifndef Q35_AVX512_EMU /* accumulated in place: else GCC 12 copies each twice */
+            __asm__("" : "+v"(acc[g][0]), "+v"(acc[g][1]));
+#endif
+        }
+    }
+    #pragma GCC unroll 4
+    for (int g = 0; g < ng; g++) {
+        float *og = o + (size_t)g * o_stride + d0;
+        const __m512 sg = _mm512_set1_ps(S[g]);
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            _mm512_storeu_ps(og + 16 * h, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(acc[g][0], c->oidx[h],
+                                                                                                      acc[g][1])),
+                                                          sg, _mm512_loadu_ps(og + 16 * h)));
+    }
+}
+
 #define ATT_Q8_TILE att_q8_tile_4x4
 #define ATT_Q8_HDM 32
 #define ATT_KP 4

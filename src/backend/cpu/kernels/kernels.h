@@ -135,8 +135,26 @@ void q35_attend_rows_ref(float *o, size_t o_row, size_t o_stride, const float *q
  * rounds Q for K Q^T), and the score of a key with codes kc and scales kd is scale times
  * q35_kv_q8_score_sum of the exact integer block dots I[b] = sum of qc[i] kc[i] over the values i of
  * block b: the fast tables form those with integer dot products (AVX-512 vpdpbusd, AVX2 vpmaddubsw),
- * and every table gives the same bits for a score. The values are attend_rows's with the
- * dequantized value rows. Each row gives the same bits alone as in any block of rows. */
+ * and every table gives the same bits for a score. The values are integer dot products too: with a
+ * head's softmax weights w[p] (the reference's expf, the fast tables' polynomial) and the value rows'
+ * codes vc and scales vd, the keys go in blocks of Q35_KV_Q8_VKEYS from key 0, and for each block
+ *   M = max over its keys p of w[p] * max_b vd_p[b]   (= the largest w[p] * vd_p[b]: rounding is monotonic)
+ *   inv, S = q35_kv_q8_value_scales(M)
+ *   u_p[b] = rint(w[p] * vd_p[b] * inv)   (float products in that order, 0 <= u <= 32767)
+ *   o[d] = fmaf((float)I[d], S, o[d]),  I[d] = sum over the block's keys of u_p[block of d] vc_p[d]
+ * (I exact in int32: 32 keys x 32767 x 127 < 2^31), o starting at 0: each weight rounded to 15 bits of
+ * its block's largest, so |o - the same sum in exact arithmetic| <= 0.5 S sum |vc_p[d]| per block and
+ * float rounding (the fast tables: AVX-512 vpdpwssd, AVX2 vpmaddwd, over two keys' codes at a time).
+ * Given the same weights every table gives the same bits, and the fast tables share one softmax.
+ * Each row gives the same bits alone as in any block of rows. */
+#define Q35_KV_Q8_VKEYS 32
+/* a value block's scales from its largest weight M: inv = 32767 / M and S = M / 32767, both 0 where M
+ * is below FLT_MIN (so its weights round to 0, and the block adds fmaf(0, 0, o)) */
+static inline void q35_kv_q8_value_scales(float M, float *inv, float *S) {
+    const int ok = M >= 1.17549435e-38f;
+    *inv = ok ? 32767.0f / M : 0.0f;
+    *S = ok ? M / 32767.0f : 0.0f;
+}
 /* sum over b < nb of t_b = (float)I[b] * (qd[b] * kd[b]) (I[b] exact in a float: |I[b]| < 2^24), added
  * in a halving tree: while w > 1 terms are left, h = (w + 1) / 2 and t_b += t_{b + h} for b + h < w
  * (for 8 blocks: lanes b and b + 4, then b + 2, then b + 1, as a vector reduction) */

@@ -173,49 +173,32 @@ void q35_gdn_chunked_ref(float *S, const float *q, const float *k, const float *
     }
 }
 
-/* Element d of key / value row p: fp32 rows `stride` floats apart, or 8-bit
- * rows (formats/kv_q8.h) `stride` bytes apart. */
-typedef float (*kv_elem_fn)(const void *base, size_t stride, int32_t p, int32_t d, int32_t HD);
-
-static float kv_elem_f32(const void *base, size_t stride, int32_t p, int32_t d, int32_t HD) {
-    (void)HD;
-    return ((const float *)base)[(size_t)p * stride + (size_t)d];
-}
-
-static float kv_elem_q8(const void *base, size_t stride, int32_t p, int32_t d, int32_t HD) {
-    const uint8_t *row = (const uint8_t *)base + (size_t)p * stride;
-    const int32_t nb = q35_kv_q8_nblocks(HD);
-    float sc;
-    memcpy(&sc, row + sizeof(float) * (size_t)q35_kv_q8_block_of(d, nb), sizeof sc);
-    return (float)((const int8_t *)(row + sizeof(float) * (size_t)nb))[d] * sc;
-}
-
-/* the softmax of scores[0, n_keys) (mx their largest) and o = their weighted sum of the value rows */
-static void attend_values(float *o, const void *v, size_t kv_stride, int32_t n_keys, int32_t HD, float *scores,
-                          float mx, kv_elem_fn elem) {
+/* scores[0, n_keys) (mx their largest) in place by their softmax: expf, the sum in double */
+static void softmax_weights(float *scores, int32_t n_keys, float mx) {
     double sum = 0.0;
     for (int32_t p = 0; p < n_keys; p++) { scores[p] = expf(scores[p] - mx); sum += scores[p]; }
-    float inv = (float)(1.0 / sum);
-    for (int32_t d = 0; d < HD; d++) o[d] = 0.0f;
-    for (int32_t p = 0; p < n_keys; p++) {
-        float wgt = scores[p] * inv;
-        for (int32_t d = 0; d < HD; d++) o[d] += wgt * elem(v, kv_stride, p, d, HD);
-    }
+    const float inv = (float)(1.0 / sum);
+    for (int32_t p = 0; p < n_keys; p++) scores[p] *= inv;
 }
 
-static void attend_head(float *o, const float *q, const void *k, const void *v, size_t kv_stride, int32_t n_keys,
-                        int32_t HD, float scale, float *scores, kv_elem_fn elem) {
+/* fp32 rows kv_stride floats apart */
+static void attend_head(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
+                        int32_t HD, float scale, float *scores) {
     float mx = -INFINITY;
     for (int32_t p = 0; p < n_keys; p++) {
         double acc = 0.0;
-        for (int32_t d = 0; d < HD; d++) acc += (double)q[d] * elem(k, kv_stride, p, d, HD);
+        for (int32_t d = 0; d < HD; d++) acc += (double)q[d] * k[(size_t)p * kv_stride + (size_t)d];
         scores[p] = (float)acc * scale;
         if (scores[p] > mx) mx = scores[p];
     }
-    attend_values(o, v, kv_stride, n_keys, HD, scores, mx, elem);
+    softmax_weights(scores, n_keys, mx);
+    for (int32_t d = 0; d < HD; d++) o[d] = 0.0f;
+    for (int32_t p = 0; p < n_keys; p++)
+        for (int32_t d = 0; d < HD; d++) o[d] += scores[p] * v[(size_t)p * kv_stride + (size_t)d];
 }
 
-/* one query head over the 8-bit cache: its integer scores (kernels.h), then the values */
+/* one query head over the 8-bit cache: its integer scores, then the values by blocks of keys, each
+ * weight rounded to 15 bits of the block's largest (kernels.h) */
 static void attend_head_q8(float *o, const float *q, const uint8_t *k, const uint8_t *v, size_t kv_stride,
                            int32_t n_keys, int32_t HD, float scale, float *scores) {
     const int32_t nb = q35_kv_q8_nblocks(HD);
@@ -234,12 +217,34 @@ static void attend_head_q8(float *o, const float *q, const uint8_t *k, const uin
         scores[p] = q35_kv_q8_score_sum(I, qd, kd, nb) * scale;
         if (scores[p] > mx) mx = scores[p];
     }
-    attend_values(o, v, kv_stride, n_keys, HD, scores, mx, kv_elem_q8);
+    softmax_weights(scores, n_keys, mx);
+    for (int32_t d = 0; d < HD; d++) o[d] = 0.0f;
+    for (int32_t p0 = 0; p0 < n_keys; p0 += Q35_KV_Q8_VKEYS) {
+        const int32_t p1 = p0 + Q35_KV_Q8_VKEYS < n_keys ? p0 + Q35_KV_Q8_VKEYS : n_keys;
+        float M = 0.0f, inv, S;
+        for (int32_t p = p0; p < p1; p++) {
+            float vmax = 0.0f;
+            memcpy(kd, v + (size_t)p * kv_stride, sizeof(float) * (size_t)nb);
+            for (int32_t b = 0; b < nb; b++) vmax = kd[b] > vmax ? kd[b] : vmax;
+            M = scores[p] * vmax > M ? scores[p] * vmax : M;
+        }
+        q35_kv_q8_value_scales(M, &inv, &S);
+        int32_t I[32 * Q35_KV_Q8_MAX_BLOCKS] = {0};
+        for (int32_t p = p0; p < p1; p++) {
+            const uint8_t *row = v + (size_t)p * kv_stride;
+            const int8_t *vc = (const int8_t *)(row + sizeof(float) * (size_t)nb);
+            int32_t u[Q35_KV_Q8_MAX_BLOCKS];
+            memcpy(kd, row, sizeof(float) * (size_t)nb);
+            for (int32_t b = 0; b < nb; b++) u[b] = (int32_t)rintf(scores[p] * kd[b] * inv);
+            for (int32_t d = 0; d < HD; d++) I[d] += u[q35_kv_q8_block_of(d, nb)] * vc[d];
+        }
+        for (int32_t d = 0; d < HD; d++) o[d] = fmaf((float)I[d], S, o[d]);
+    }
 }
 
 void q35_attend_head_ref(float *o, const float *q, const float *k, const float *v, size_t kv_stride, int32_t n_keys,
                          int32_t HD, float scale, float *scores) {
-    attend_head(o, q, k, v, kv_stride, n_keys, HD, scale, scores, kv_elem_f32);
+    attend_head(o, q, k, v, kv_stride, n_keys, HD, scale, scores);
 }
 
 void q35_attend_heads_ref(float *o, size_t o_stride, const float *q, size_t q_stride, int32_t G, const float *k,
