@@ -266,9 +266,9 @@ ALWAYS_INLINE void att_q8_value_prep(const int ng, const att_q8_vctx *c, const f
         }
 }
 
-ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *o, size_t o_stride, const uint8_t *v, size_t kv_stride,
-                                     int32_t c0, int32_t nk, int32_t d0, int32_t nb, const __m256i *wt,
-                                     const float *S) {
+ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *o, size_t o_stride,
+                                     const uint8_t *v, size_t kv_stride, int32_t c0, int32_t nk, int32_t d0,
+                                     int32_t nb, const __m256i *wt, const float *S) {
     __m256i lo[4], hi[4];
     #pragma GCC unroll 4
     for (int g = 0; g < ng; g++) lo[g] = hi[g] = _mm256_setzero_si256();
@@ -276,7 +276,8 @@ ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *
     const int x = 2 * ((d0 / 16) & 1);
     for (int32_t j = 0; 2 * j < nk; j++, cv += 2 * kv_stride) {
         const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)cv));
-        const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(cv + (2 * j + 1 < nk ? kv_stride : 0))));
+        const __m256i b =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(cv + (2 * j + 1 < nk ? kv_stride : 0))));
         const __m256i L = _mm256_unpacklo_epi16(a, b), H = _mm256_unpackhi_epi16(a, b);
         const __m256i *wj = wt + 16 * j + x;
         #pragma GCC unroll 4

@@ -916,7 +916,8 @@ ALWAYS_INLINE void att_q8_value_prep(const int ng, const att_q8_vctx *c, const f
         #pragma GCC unroll 4
         for (int g = 0; g < ng; g++) {
             const float *wg = w + (size_t)g * ss;
-            const __m512 wp = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(wg[p]), _mm512_set1_ps(two ? wg[p + 1] : 0.0f));
+            const __m512 wp =
+                _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(wg[p]), _mm512_set1_ps(two ? wg[p + 1] : 0.0f));
             W[j][g] = _mm512_mul_ps(wp, sp);
             mx[g] = _mm512_max_ps(mx[g], W[j][g]);
         }
@@ -943,7 +944,8 @@ ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *
     const uint8_t *cv = v + sizeof(float) * (size_t)nb + d0 + (size_t)c0 * kv_stride;
     for (int32_t j = 0; 2 * j < nk; j++, cv += 2 * kv_stride) {
         const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)cv));
-        const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(cv + (2 * j + 1 < nk ? kv_stride : 0))));
+        const __m512i b =
+            _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(cv + (2 * j + 1 < nk ? kv_stride : 0))));
         const __m512i L = _mm512_permutex2var_epi16(a, c->cidx[0], b), H = _mm512_permutex2var_epi16(a, c->cidx[1], b);
         #pragma GCC unroll 4
         for (int g = 0; g < ng; g++) {
@@ -959,10 +961,10 @@ ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *
         float *og = o + (size_t)g * o_stride + d0;
         const __m512 sg = _mm512_set1_ps(S[g]);
         #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-            _mm512_storeu_ps(og + 16 * h, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(acc[g][0], c->oidx[h],
-                                                                                                      acc[g][1])),
-                                                          sg, _mm512_loadu_ps(og + 16 * h)));
+        for (int h = 0; h < 2; h++) {
+            const __m512i I = _mm512_permutex2var_epi32(acc[g][0], c->oidx[h], acc[g][1]); /* column order */
+            _mm512_storeu_ps(og + 16 * h, _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), sg, _mm512_loadu_ps(og + 16 * h)));
+        }
     }
 }
 
