@@ -234,6 +234,13 @@ static inline emu_v E_dpwssd(emu_v src, emu_v a, emu_v b) {
         for (int j = 0; j < 2; j++) src.u[i] += (uint32_t)((int32_t)(int16_t)a.h[2 * i + j] * (int16_t)b.h[2 * i + j]);
     return src;
 }
+/* vpshufd: in each 128-bit lane, element i is the lane's element (imm >> 2i) & 3; vpunpck{l,h}wd: in
+ * each 128-bit lane, the low (high) four 16-bit elements of a and b alternately */
+static inline emu_v E_shuffle_epi32(emu_v a, int imm) { emu_v r; for (int i = 0; i < 16; i++) r.u[i] = a.u[i / 4 * 4 + ((imm >> 2 * (i % 4)) & 3)]; return r; }
+static inline emu_v E_unpack_epi16(emu_v a, emu_v b, int hi) { emu_v r; for (int i = 0; i < 32; i++) r.h[i] = (i % 2 ? b : a).h[i / 8 * 8 + 4 * hi + i % 8 / 2]; return r; }
+#define _mm512_shuffle_epi32(a, imm) E_shuffle_epi32((a), (imm))
+#define _mm512_unpacklo_epi16(a, b) E_unpack_epi16((a), (b), 0)
+#define _mm512_unpackhi_epi16(a, b) E_unpack_epi16((a), (b), 1)
 #define _mm512_permutex2var_ps E_permutex2var_ps
 #define _mm512_permutex2var_epi32 E_permutex2var_epi32
 #define _mm512_permutex2var_epi16 E_permutex2var_epi16
