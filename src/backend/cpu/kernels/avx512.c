@@ -820,7 +820,10 @@ ALWAYS_INLINE float att_q8_score(const att_q8_query *qq, const uint8_t *row, int
 
 /* 4 keys x 4 heads with 8 blocks (so HD 256): each head's lanes folded to its 8 block sums (two heads per vector),
  * then the tree across 128-bit quarters (b + 4), and over the 4 keys at once (b + 2, b + 1): lane 4g + i
- * of the last vector is head g's score of key i, att_q8_score's bits. */
+ * of the last vector is head g's score of key i, att_q8_score's bits. Two keys' 8 chains of vpdpbusd go
+ * chunk by chunk side by side rather than one key's 4 after the other's (each chain's chunks in the same
+ * order, so the same sums): one thread's attention in L2 (4 heads of 256, 1024 keys, least of 800 calls,
+ * ten interleaved rounds on a Zen 4 core) 28.6-29.4 -> 27.8-28.3 ns per key. */
 static inline void att_q8_tile_4x4(const att_q8_query *qq, const uint8_t *k, size_t kv_stride, int32_t p0,
                                    float scale, float *s, size_t n_keys) {
     const __m512 qd01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(qq[0].d)), _mm256_load_ps(qq[1].d), 1);
@@ -832,21 +835,28 @@ static inline void att_q8_tile_4x4(const att_q8_query *qq, const uint8_t *k, siz
     for (int j = 0; j < 4; j++)
         #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) qc[g][j] = _mm512_load_si512(qq[g].c + 64 * j);
+    __m512i A[4][4];
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    #pragma GCC unroll 2
+    for (int i0 = 0; i0 < 4; i0 += 2) {
+        #pragma GCC unroll 2
+        for (int i = i0; i < i0 + 2; i++)
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) A[i][g] = _mm512_load_si512(qq[g].corr);
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            #pragma GCC unroll 2
+            for (int i = i0; i < i0 + 2; i++) {
+                const int8_t *kc = (const int8_t *)(k + (size_t)(p0 + i) * kv_stride + 32);
+                const __m512i kx = _mm512_xor_si512(_mm512_loadu_si512(kc + 64 * j), x80);
+                #pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) A[i][g] = _mm512_dpbusd_epi32(A[i][g], kx, qc[g][j]);
+            }
+    }
     #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         const uint8_t *row = k + (size_t)(p0 + i) * kv_stride;
-        const int8_t *kc = (const int8_t *)(row + 32);
-        const __m512i x80 = _mm512_set1_epi8((char)0x80);
-        __m512i a0 = _mm512_load_si512(qq[0].corr), a1 = _mm512_load_si512(qq[1].corr);
-        __m512i a2 = _mm512_load_si512(qq[2].corr), a3 = _mm512_load_si512(qq[3].corr);
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m512i kx = _mm512_xor_si512(_mm512_loadu_si512(kc + 64 * j), x80);
-            a0 = _mm512_dpbusd_epi32(a0, kx, qc[0][j]);
-            a1 = _mm512_dpbusd_epi32(a1, kx, qc[1][j]);
-            a2 = _mm512_dpbusd_epi32(a2, kx, qc[2][j]);
-            a3 = _mm512_dpbusd_epi32(a3, kx, qc[3][j]);
-        }
+        const __m512i a0 = A[i][0], a1 = A[i][1], a2 = A[i][2], a3 = A[i][3];
         const __m512i P = _mm512_add_epi32(_mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
                                            _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
         const __m512i Q = _mm512_add_epi32(_mm512_shuffle_i32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
