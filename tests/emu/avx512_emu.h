@@ -219,11 +219,10 @@ static inline emu_v E_permutexvar_ps(emu_v idx, emu_v a) { emu_v r; for (int i =
 #define _mm512_shuffle_i32x4 E_shuffle_x128
 #define _mm512_shuffle_i64x2 E_shuffle_x128
 #define _mm512_permutexvar_ps E_permutexvar_ps
-/* vpermt2ps / vpermt2d / vpermt2w: element i is a's element idx[i] mod n where idx's bit log2(n) is
+/* vpermt2ps / vpermt2d: element i is a's element idx[i] mod n where idx's bit log2(n) is
  * clear, else b's; vpermw: a's element idx[i] mod 32 */
 static inline emu_v E_permutex2var_ps(emu_v a, emu_v idx, emu_v b) { emu_v r; for (int i = 0; i < 16; i++) r.f[i] = (idx.u[i] & 16 ? b : a).f[idx.u[i] & 15]; return r; }
 static inline emu_v E_permutex2var_epi32(emu_v a, emu_v idx, emu_v b) { emu_v r; for (int i = 0; i < 16; i++) r.u[i] = (idx.u[i] & 16 ? b : a).u[idx.u[i] & 15]; return r; }
-static inline emu_v E_permutex2var_epi16(emu_v a, emu_v idx, emu_v b) { emu_v r; for (int i = 0; i < 32; i++) r.h[i] = (idx.h[i] & 32 ? b : a).h[idx.h[i] & 31]; return r; }
 static inline emu_v E_permutexvar_epi16(emu_v idx, emu_v a) { emu_v r; for (int i = 0; i < 32; i++) r.h[i] = a.h[idx.h[i] & 31]; return r; }
 /* vblendmps: b's element where k's bit is set, else a's */
 static inline emu_v E_mask_blend_ps(emu_mask16 k, emu_v a, emu_v b) { for (int i = 0; i < 16; i++) if (k >> i & 1) a.f[i] = b.f[i]; return a; }
@@ -243,7 +242,6 @@ static inline emu_v E_unpack_epi16(emu_v a, emu_v b, int hi) { emu_v r; for (int
 #define _mm512_unpackhi_epi16(a, b) E_unpack_epi16((a), (b), 1)
 #define _mm512_permutex2var_ps E_permutex2var_ps
 #define _mm512_permutex2var_epi32 E_permutex2var_epi32
-#define _mm512_permutex2var_epi16 E_permutex2var_epi16
 #define _mm512_permutexvar_epi16 E_permutexvar_epi16
 #define _mm512_mask_blend_ps E_mask_blend_ps
 #define _mm512_cvtepi8_epi16 E_cvtepi8_epi16

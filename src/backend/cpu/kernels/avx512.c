@@ -945,6 +945,11 @@ ALWAYS_INLINE void att_q8_value_prep(const int ng, const att_q8_vctx *c, const f
             wt[4 * j + g] = _mm512_permutexvar_epi16(c->uidx, _mm512_cvtps_epi32(_mm512_mul_ps(W[j][g], iv[g])));
 }
 
+/* a value row's 32 codes from p as int16, in the column order 0 1 4 5 2 3 6 7 of each 8 */
+ALWAYS_INLINE __m512i att_q8_codes_0145(const uint8_t *p) {
+    return _mm512_shuffle_epi32(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)), 0xd8);
+}
+
 ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *o, size_t o_stride,
                                      const uint8_t *v, size_t kv_stride, int32_t c0, int32_t nk, int32_t d0,
                                      int32_t nb, const __m512i *wt, const float *S) {
@@ -953,9 +958,7 @@ ALWAYS_INLINE void att_q8_value_tile(const int ng, const att_q8_vctx *c, float *
     for (int g = 0; g < ng; g++) acc[g][0] = acc[g][1] = _mm512_setzero_si512();
     const uint8_t *cv = v + sizeof(float) * (size_t)nb + d0 + (size_t)c0 * kv_stride;
     for (int32_t j = 0; 2 * j < nk; j++, cv += 2 * kv_stride) {
-        const __m512i a = _mm512_shuffle_epi32(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)cv)), 0xd8);
-        const __m512i b = _mm512_shuffle_epi32(
-            _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(cv + (2 * j + 1 < nk ? kv_stride : 0)))), 0xd8);
+        const __m512i a = att_q8_codes_0145(cv), b = att_q8_codes_0145(cv + (2 * j + 1 < nk ? kv_stride : 0));
         const __m512i L = _mm512_unpacklo_epi16(a, b), H = _mm512_unpackhi_epi16(a, b);
         #pragma GCC unroll 4
         for (int g = 0; g < ng; g++) {
