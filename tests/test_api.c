@@ -1,5 +1,6 @@
 /* test_api.c: the sampler and the server's protocol logic (src/sampler.c,
  * src/server/) on synthetic inputs: no model, no sockets. */
+#include "core/generate.h"
 #include "server/auth.h"
 #include "server/json_prefix.h"
 #include "server/metrics.h"
@@ -163,13 +164,16 @@ TEST(sampler, cuts_equal_a_ranking_of_the_whole_row) {
                 q35_sampler_probs(s, l, NULL, 0, got);
                 q35_sampler_free(s);
                 const float mx = r[0].l;
-                double sum = 0; /* over the top-k in rank order, or over the whole row in id order */
-                for (int32_t i = 0; i < k; i++) sum += exp((double)((k < V ? r[i].l : l[i]) - mx));
+                double sum = 0; /* over the top-k in rank order, or the whole row's (the sampler's order) */
+                if (k < V)
+                    for (int32_t i = 0; i < k; i++) sum += (double)q35_sampler_exp(r[i].l - mx);
+                else
+                    sum = q35_sampler_row_sum(l, V, mx);
                 int32_t n = k;
                 if (p.top_p < 1.0f) {
                     double acc = 0;
                     for (int32_t i = 0; i < k; i++) {
-                        acc += exp((double)(r[i].l - mx)) / sum;
+                        acc += (double)q35_sampler_exp(r[i].l - mx) / sum;
                         if (acc >= p.top_p) { n = i + 1; break; }
                     }
                 }
@@ -179,16 +183,100 @@ TEST(sampler, cuts_equal_a_ranking_of_the_whole_row) {
                     n = m;
                 }
                 double tsum = 0;
-                for (int32_t i = 0; i < n; i++) tsum += exp((double)(r[i].l - mx) * (1.0f / p.temperature));
+                const float inv_t = 1.0f / p.temperature;
+                for (int32_t i = 0; i < n; i++) tsum += (double)q35_sampler_exp((r[i].l - mx) * inv_t);
                 for (int32_t i = 0; i < V; i++) want[i] = 0.0f;
                 for (int32_t i = 0; i < n; i++)
-                    want[r[i].id] = (float)(exp((double)(r[i].l - mx) * (1.0f / p.temperature)) / tsum);
+                    want[r[i].id] = (float)((double)q35_sampler_exp((r[i].l - mx) * inv_t) / tsum);
                 bad += memcmp(got, want, sizeof(float) * V) != 0;
                 rows++;
             }
     }
     CHECK_MSG(bad == 0, "%ld of %ld rows: another distribution than the whole row's ranking", bad, rows);
     free(l), free(got), free(want), free(r);
+}
+
+/* The sampler's e^x (sampler.c): within 1 ulp of exp over [-87, 0], exactly 1 at 0 and 0 at -inf and
+ * below -87; a row's weights, made four lanes at a time, are the scalar's bits (the uncut distribution
+ * at temperature 1 is each weight times the reciprocal of the row's sum), and that sum is the weights'
+ * sum up to the order of the additions. */
+TEST(sampler, weights_are_exp_within_1_ulp_in_every_lane) {
+    long bad = 0;
+    double worst = 0;
+    for (int32_t i = 0; i <= (1 << 21); i++) {
+        const float x = -87.0f * (float)i / (float)(1 << 21);
+        const double want = exp((double)x), got = q35_sampler_exp(x);
+        const double ulp = (double)nextafterf((float)want, INFINITY) - (double)(float)want;
+        const double e = fabs(got - want) / ulp;
+        worst = e > worst ? e : worst;
+        bad += e > 1.0;
+    }
+    CHECK_MSG(bad == 0, "%ld of 2^21 points beyond 1 ulp (worst %.2f)", bad, worst);
+    CHECK(q35_sampler_exp(0.0f) == 1.0f);
+    CHECK(q35_sampler_exp(-INFINITY) == 0.0f);
+    CHECK(q35_sampler_exp(-87.5f) == 0.0f && q35_sampler_exp(-1e30f) == 0.0f);
+    CHECK(q35_sampler_exp(-86.9f) > 0.0f);
+
+    enum { V = 1001 }; /* blocks of 256 and a part, lanes and a part */
+    float l[V], probs[V];
+    for (int32_t i = 0; i < V; i++) l[i] = i == 500 ? -INFINITY : (float)((i * 7919) % 997) / 50.0f - 10.0f;
+    l[3] = 20.0f;
+    q35_sampler *s = new_sampler(plain, V);
+    REQUIRE(s != NULL);
+    q35_sampler_probs(s, l, NULL, 0, probs);
+    q35_sampler_free(s);
+    const double sum = q35_sampler_row_sum(l, V, 20.0f);
+    const float inv = (float)(1.0 / sum);
+    double ref = 0;
+    long diff = 0;
+    for (int32_t i = 0; i < V; i++) {
+        const float w = q35_sampler_exp(l[i] - 20.0f);
+        ref += w;
+        diff += probs[i] != w * inv;
+    }
+    CHECK_MSG(diff == 0, "%ld weights differ from the scalar's", diff);
+    CHECK(probs[500] == 0.0f && probs[3] > 0.99f);
+    CHECK_NEAR(sum, ref, 1e-12 * ref);
+}
+
+/* The uncut draw walks blocks of weights, then one block: over a row of several blocks with heavy
+ * tokens in different ones, the frequencies follow the tempered softmax, and the same seed gives the
+ * same tokens. */
+TEST(sampler, uncut_draw_across_blocks_follows_softmax) {
+    enum { V = 1500, N = 30000 };
+    static float l[V], c[V];
+    const int32_t heavy[] = {0, 255, 256, 700, 1023, 1499};
+    for (int32_t i = 0; i < V; i++) l[i] = -4.0f + (float)(i % 13) / 13.0f;
+    for (size_t h = 0; h < sizeof heavy / sizeof *heavy; h++) l[heavy[h]] = 2.0f + 0.25f * (float)h;
+    q35_sampler_params p = plain;
+    p.temperature = 0.8f;
+    q35_sampler *a = new_sampler(p, V), *b = new_sampler(p, V);
+    REQUIRE(a && b);
+    static int count[V];
+    memset(count, 0, sizeof count);
+    long same = 0;
+    for (int i = 0; i < N; i++) {
+        memcpy(c, l, sizeof l);
+        const int32_t ta = q35_sampler_sample(a, c);
+        memcpy(c, l, sizeof l);
+        same += ta == q35_sampler_sample(b, c);
+        REQUIRE(ta >= 0 && ta < V);
+        count[ta]++;
+    }
+    CHECK(same == N);
+    double z = 0, rest = 0;
+    for (int32_t i = 0; i < V; i++) z += exp(l[i] / 0.8);
+    for (size_t h = 0; h < sizeof heavy / sizeof *heavy; h++) {
+        const int32_t t = heavy[h];
+        CHECK_NEAR(count[t] / (double)N, exp(l[t] / 0.8) / z, 0.012);
+        rest += exp(l[t] / 0.8) / z;
+    }
+    long light = 0;
+    for (int32_t i = 0; i < V; i++) light += count[i];
+    for (size_t h = 0; h < sizeof heavy / sizeof *heavy; h++) light -= count[heavy[h]];
+    CHECK_NEAR(light / (double)N, 1.0 - rest, 0.012);
+    q35_sampler_free(a);
+    q35_sampler_free(b);
 }
 
 TEST(sampler, penalties_edit_only_seen_tokens) {

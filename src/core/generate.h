@@ -43,5 +43,9 @@ int32_t q35_sampler_vocab(const q35_sampler *s);
 /* The sampler draws nothing and penalises nothing: it picks the argmax. */
 bool q35_sampler_is_argmax(const q35_sampler *s);
 int32_t q35_sampler_sample_after(q35_sampler *s, float *logits, const int32_t *prev, int32_t n_prev);
+/* The sampler's e^x (within 1 ulp; 0 below -87), the same bits on every machine, and its softmax sum
+ * of e^(logits[i] - mx) over a row (in blocks of lanes: its own order, not id order). */
+float q35_sampler_exp(float x);
+double q35_sampler_row_sum(const float *logits, int32_t n, float mx);
 
 #endif

@@ -19,7 +19,7 @@
 #include <string.h>
 
 typedef struct { float logit; int32_t id; } candidate;
-_Static_assert(sizeof(candidate) == sizeof(double), "the candidates' scratch holds the uncut draw's weights");
+_Static_assert(sizeof(candidate) >= sizeof(float), "the candidates' scratch holds the uncut draw's weights");
 
 struct q35_sampler {
     q35_sampler_params p;
@@ -33,6 +33,7 @@ struct q35_sampler {
     int32_t n_prompt_ids;
     uint8_t *penalised;     /* (n_vocab) scratch mark for the repetition penalty */
     candidate *cand;        /* (n_vocab) */
+    double *block_sums;     /* (SAMPLER_BLOCKS(n_vocab)) the uncut draw's weights by block */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -55,6 +56,101 @@ static uint64_t xoshiro_next(uint64_t s[4]) {
 /* Uniform in [0, 1) with 53 random bits. */
 static double rng_uniform(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
 
+/* ---- the softmax's weights: e^x in float, the same bits on every machine ----
+ * Four lanes at a time in GCC's generic vectors (SSE2 on a baseline x86-64 build), each product
+ * and sum rounded once (ISO C: no contraction; a * b + c never written as one expression), so a lane
+ * gives the bits of the scalar form on any machine. Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2
+ * (ln2 in two parts, n ln2's first part exact), a degree-6 polynomial in r, times 2^n from the exponent
+ * bits; 0 below -87 (a weight under FLT_MIN of the best token's 1) and at -inf; within 1 ulp of exp
+ * elsewhere (0.98 at worst over 2^24 points; tests). */
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) f32x4 exp4(f32x4 x) {
+    const i32x4 dead = x < -87.0f;
+    x = (f32x4)((i32x4)x & ~dead);
+    f32x4 m = x * 1.44269504088896341f;
+    m = m + 12582912.0f; /* 1.5 * 2^23: n in the low bits, rounded to nearest */
+    const f32x4 n = m - 12582912.0f;
+    const f32x4 hi = n * 0.693359375f, lo = n * -2.12194440e-4f;
+    f32x4 r = x - hi;
+    r = r - lo;
+    f32x4 p = r * 1.9875691500e-4f;
+    p = p + 1.3981999507e-3f;
+    p = p * r;
+    p = p + 8.3334519073e-3f;
+    p = p * r;
+    p = p + 4.1665795894e-2f;
+    p = p * r;
+    p = p + 1.6666665459e-1f;
+    p = p * r;
+    p = p + 5.0000001201e-1f;
+    const f32x4 r2 = r * r;
+    p = p * r2;
+    p = p + r;
+    p = p + 1.0f;
+    i32x4 e = (i32x4)m - 0x4b400000; /* n, from m's bits */
+    e = e + 127;
+    e = e << 23;
+    const f32x4 y = p * (f32x4)e;
+    return (f32x4)((i32x4)y & ~dead);
+}
+
+float q35_sampler_exp(float x) {
+    const f32x4 v = {x};
+    return exp4(v)[0];
+}
+
+#define SAMPLER_BLOCK 256 /* entries per block sum: the uncut draw walks the blocks, then one block */
+#define SAMPLER_BLOCKS(n) (((n) + SAMPLER_BLOCK - 1) / SAMPLER_BLOCK)
+
+#define SAMPLER_BUCKETS 512
+#define SAMPLER_BUCKET_SCALE 8.0f
+
+/* The bucket of a logit d below the row's max (d >= 0; inf for -inf): steps of 1 / SAMPLER_BUCKET_SCALE,
+ * SAMPLER_BUCKETS past the last step. Non-decreasing in d. */
+static inline int logit_bucket(float d) {
+    return d < (float)SAMPLER_BUCKETS / SAMPLER_BUCKET_SCALE ? (int)(d * SAMPLER_BUCKET_SCALE) : SAMPLER_BUCKETS;
+}
+
+/* The weights e^((l[i] - mx) * inv_t) of l[0..n) into w (NULL: not kept; w may be l) and their sum in
+ * double: each block of SAMPLER_BLOCK entries summed in eight partial sums by lane and those in a fixed
+ * tree, into blocks[b] unless NULL, the blocks added in order. With mass, each weight also goes to
+ * mass[logit_bucket(mx - l[i])] (untempered rows: inv_t 1). */
+static double exp_row(float *w, double *blocks, double *mass, const float *l, int32_t n, float mx, float inv_t) {
+    double total = 0;
+    for (int32_t b0 = 0; b0 < n; b0 += SAMPLER_BLOCK) {
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const int32_t b1 = n - b0 < SAMPLER_BLOCK ? n : b0 + SAMPLER_BLOCK;
+        for (int32_t i = b0; i < b1; i += 8) {
+            float v[8], e[8];
+            if (b1 - i >= 8) memcpy(v, l + i, sizeof v);
+            else
+                for (int k = 0; k < 8; k++) v[k] = i + k < b1 ? l[i + k] : -INFINITY;
+            for (int h = 0; h < 8; h += 4) {
+                f32x4 d;
+                memcpy(&d, v + h, sizeof d);
+                d = d - mx;
+                d = d * inv_t;
+                const f32x4 x = exp4(d);
+                memcpy(e + h, &x, sizeof x);
+            }
+            for (int k = 0; k < 8; k++) s[k] += (double)e[k];
+            if (w) memcpy(w + i, e, sizeof(float) * (size_t)(b1 - i < 8 ? b1 - i : 8));
+            if (mass)
+                for (int k = 0; k < 8 && i + k < b1; k++) mass[logit_bucket(mx - v[k])] += (double)e[k];
+        }
+        const double sb = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        if (blocks) blocks[b0 / SAMPLER_BLOCK] = sb;
+        total += sb;
+    }
+    return total;
+}
+
+double q35_sampler_row_sum(const float *logits, int32_t n, float mx) {
+    return exp_row(NULL, NULL, NULL, logits, n, mx, 1.0f);
+}
+
 q35_status q35_sampler_new(const q35_sampler_params *params, int32_t vocab_size, q35_sampler **out,
                            q35_error *err) {
     *out = NULL;
@@ -74,7 +170,9 @@ q35_status q35_sampler_new(const q35_sampler_params *params, int32_t vocab_size,
     s->prompt_ids = malloc(n * sizeof *s->prompt_ids);
     s->penalised = calloc(n, 1);
     s->cand = malloc(n * sizeof *s->cand);
-    if (!s->out_count || !s->out_ids || !s->in_prompt || !s->prompt_ids || !s->penalised || !s->cand) {
+    s->block_sums = malloc((size_t)SAMPLER_BLOCKS(vocab_size) * sizeof *s->block_sums);
+    if (!s->out_count || !s->out_ids || !s->in_prompt || !s->prompt_ids || !s->penalised || !s->cand ||
+        !s->block_sums) {
         q35_sampler_free(s);
         return q35_fail(err, Q35_ERR_NOMEM, "sampler: out of memory for %d candidates", vocab_size);
     }
@@ -87,7 +185,7 @@ q35_status q35_sampler_new(const q35_sampler_params *params, int32_t vocab_size,
 void q35_sampler_free(q35_sampler *s) {
     if (!s) return;
     free(s->out_count); free(s->out_ids); free(s->in_prompt); free(s->prompt_ids);
-    free(s->penalised); free(s->cand);
+    free(s->penalised); free(s->cand); free(s->block_sums);
     free(s);
 }
 
@@ -162,9 +260,19 @@ static int32_t top_k_of(const q35_sampler *s) {
 }
 static bool uncut(const q35_sampler *s) { return top_k_of(s) == s->n_vocab && s->p.top_p >= 1.0f && s->p.min_p <= 0.0f; }
 
-static float row_max(const float *logits, int32_t V) {
+static float row_max(const float *logits, int32_t V) { /* a NaN never wins, as in the scalar form */
+    f32x4 m4[2] = {{-INFINITY, -INFINITY, -INFINITY, -INFINITY}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
+    int32_t i = 0;
+    for (; i + 8 <= V; i += 8)
+        for (int h = 0; h < 2; h++) {
+            f32x4 v;
+            memcpy(&v, logits + i + 4 * h, sizeof v);
+            const i32x4 gt = v > m4[h];
+            m4[h] = (f32x4)(((i32x4)v & gt) | ((i32x4)m4[h] & ~gt));
+        }
     float mx = -INFINITY;
-    for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int k = 0; k < 8; k++) mx = m4[k / 4][k % 4] > mx ? m4[k / 4][k % 4] : mx;
+    for (; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
     return mx;
 }
 
@@ -179,7 +287,7 @@ static int32_t cut_tail(const q35_sampler *s, const candidate *c, int32_t n, dou
         double acc = 0;
         int32_t i = 0;
         for (; i < n; i++) {
-            acc += exp((double)(c[i].logit - mx)) / sum;
+            acc += (double)q35_sampler_exp(c[i].logit - mx) / sum;
             if (acc >= s->p.top_p) break;
         }
         *reached = i < n;
@@ -194,15 +302,6 @@ static int32_t cut_tail(const q35_sampler *s, const candidate *c, int32_t n, dou
         n = m;
     }
     return n;
-}
-
-#define SAMPLER_BUCKETS 512
-#define SAMPLER_BUCKET_SCALE 8.0f
-
-/* The bucket of a logit d below the row's max (d >= 0; inf for -inf): steps of 1 / SAMPLER_BUCKET_SCALE,
- * SAMPLER_BUCKETS past the last step. Non-decreasing in d. */
-static inline int logit_bucket(float d) {
-    return d < (float)SAMPLER_BUCKETS / SAMPLER_BUCKET_SCALE ? (int)(d * SAMPLER_BUCKET_SCALE) : SAMPLER_BUCKETS;
 }
 
 /* Ranks a penalised row's candidates and applies top-k, then top-p and
@@ -227,13 +326,8 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
         }
         /* the softmax's sum, and its mass by how far below the max a logit is (SAMPLER_BUCKETS steps of
          * 1 / SAMPLER_BUCKET_SCALE, the last bucket everything further) */
-        double sum = 0, mass[SAMPLER_BUCKETS + 1] = {0};
-        for (int32_t i = 0; i < V; i++) {
-            const float d = mx - logits[i];
-            const double e = exp((double)-d);
-            sum += e;
-            mass[logit_bucket(d)] += e;
-        }
+        double mass[SAMPLER_BUCKETS + 1] = {0};
+        const double sum = mx < INFINITY ? exp_row(NULL, NULL, mass, logits, V, mx, 1.0f) : NAN;
         /* buckets [0, nb) are ranked: through the one where top-p's mass is reached, and one more (a +inf
          * logit leaves no finite distances: the whole row) */
         int nb = SAMPLER_BUCKETS + 1;
@@ -281,7 +375,7 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
     qsort(c, (size_t)k, sizeof *c, cand_desc);
     if (c[0].logit == -INFINITY) return 0; /* c[0].logit is mx */
     double sum = 0;
-    for (int32_t i = 0; i < k; i++) sum += exp((double)(c[i].logit - mx));
+    for (int32_t i = 0; i < k; i++) sum += (double)q35_sampler_exp(c[i].logit - mx);
     return cut_tail(s, c, k, sum, &reached);
 }
 
@@ -298,20 +392,28 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
 
     float inv_t = 1.0f / s->p.temperature;
     if (uncut(s)) {
-        /* no cut: draw straight from the tempered softmax, in id order */
+        /* no cut: draw straight from the tempered softmax, in id order: the block where the draw falls,
+         * then the entry within it (the block's last weighted one should rounding leave the walk short) */
         float mx = row_max(logits, V);
         if (mx == -INFINITY) return 0;
-        double *w = (double *)s->cand, sum = 0; /* the weights kept for the draw: one exp each */
-        for (int32_t i = 0; i < V; i++) sum += w[i] = exp((double)(logits[i] - mx) * inv_t);
+        if (mx == INFINITY) return q35_argmax(logits, V); /* all the mass at +inf: the first of them */
+        float *w = (float *)s->cand;
+        const double sum = exp_row(w, s->block_sums, NULL, logits, V, mx, inv_t);
         double u = rng_uniform(s->rng) * sum, acc = 0;
-        int32_t last = 0;
-        for (int32_t i = 0; i < V; i++) {
+        int32_t b = 0;
+        for (; b < SAMPLER_BLOCKS(V) - 1 && !(u < acc + s->block_sums[b]); b++) acc += s->block_sums[b];
+        const int32_t b0 = b * SAMPLER_BLOCK, b1 = V - b0 < SAMPLER_BLOCK ? V : b0 + SAMPLER_BLOCK;
+        int32_t last = -1;
+        for (int32_t i = b0; i < b1; i++) {
             if (w[i] <= 0) continue;
             last = i;
             acc += w[i];
             if (u < acc) return i;
         }
-        return last;
+        if (last >= 0) return last;
+        for (int32_t i = b0 - 1; i >= 0; i--) /* rounding past a last block of no weight */
+            if (w[i] > 0) return i;
+        return q35_argmax(logits, V);
     }
 
     int32_t n = cut_candidates(s, logits);
@@ -319,10 +421,10 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
     if (!n) return c[0].id;
     float mx = c[0].logit;
     double tsum = 0;
-    for (int32_t i = 0; i < n; i++) tsum += exp((double)(c[i].logit - mx) * inv_t);
+    for (int32_t i = 0; i < n; i++) tsum += (double)q35_sampler_exp((c[i].logit - mx) * inv_t);
     double u = rng_uniform(s->rng) * tsum, acc = 0;
     for (int32_t i = 0; i < n; i++) {
-        acc += exp((double)(c[i].logit - mx) * inv_t);
+        acc += (double)q35_sampler_exp((c[i].logit - mx) * inv_t);
         if (u < acc) return c[i].id;
     }
     return c[n - 1].id;
@@ -370,9 +472,9 @@ void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev,
     if (uncut(s)) {
         float mx = row_max(l, V);
         if (mx == -INFINITY) { one_hot(probs, V, 0); return; }
-        double *w = (double *)s->cand, sum = 0;
-        for (int32_t i = 0; i < V; i++) sum += w[i] = exp((double)(l[i] - mx) * inv_t);
-        for (int32_t i = 0; i < V; i++) probs[i] = (float)(w[i] / sum);
+        if (mx == INFINITY) { one_hot(probs, V, q35_argmax(l, V)); return; }
+        const float inv = (float)(1.0 / exp_row(probs, NULL, NULL, l, V, mx, inv_t));
+        for (int32_t i = 0; i < V; i++) probs[i] *= inv;
         return;
     }
     int32_t n = cut_candidates(s, l);
@@ -380,18 +482,15 @@ void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev,
     if (!n) { one_hot(probs, V, c[0].id); return; }
     float mx = c[0].logit;
     double tsum = 0;
-    for (int32_t i = 0; i < n; i++) tsum += exp((double)(c[i].logit - mx) * inv_t);
+    for (int32_t i = 0; i < n; i++) tsum += (double)q35_sampler_exp((c[i].logit - mx) * inv_t);
     for (int32_t i = 0; i < V; i++) probs[i] = 0.0f;
-    for (int32_t i = 0; i < n; i++) probs[c[i].id] = (float)(exp((double)(c[i].logit - mx) * inv_t) / tsum);
+    for (int32_t i = 0; i < n; i++) probs[c[i].id] = (float)((double)q35_sampler_exp((c[i].logit - mx) * inv_t) / tsum);
 }
 
 float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int32_t *top_ids,
                    float *top_logprobs) {
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
-    float lse = mx + (float)log(sum);
+    const float mx = row_max(logits, n);
+    const float lse = mx + (float)log(exp_row(NULL, NULL, NULL, logits, n, mx, 1.0f));
     if (k > n) k = n;
     /* insertion into a small sorted list: k is at most a few dozen */
     int32_t have = 0;
