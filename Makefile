@@ -64,6 +64,10 @@ $(BUILD)/test_runner: $(TEST_OBJ) $(BUILD)/libqwen35.a
 $(BUILD)/bench_schema: bench/bench_schema.c $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
 
+# What choosing a token costs at the Qwen3.5 vocabulary (ms per draw, distribution, logprobs).
+$(BUILD)/bench_sampler: bench/bench_sampler.c $(BUILD)/libqwen35.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)
+
 # Kernel microbenchmark (GEMV GB/s, batch cost, prefill GFLOP/s, bfp layouts).
 $(BUILD)/bench_kernels: bench/bench_kernels.c $(BUILD)/libqwen35.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libqwen35.a $(LDFLAGS) $(LDLIBS)

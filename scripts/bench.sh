@@ -18,9 +18,12 @@
 #    short text prompt on the cache above, at each thread count
 #    (`qwen35 speed --vision`): bench-data/vision.json, also bench.json's
 #    "vision".
-# 4. Runs the kernel and tokenizer micro-benchmarks where they are built, and
-#    the json_schema token mask at the Qwen3.5 vocabulary (bench_schema: ms
-#    per masked row, and its share of the decode step above).
+# 4. Runs the kernel and tokenizer micro-benchmarks where they are built, the
+#    json_schema token mask at the Qwen3.5 vocabulary (bench_schema: ms per
+#    masked row, and its share of the decode step above), and the sampler at
+#    that vocabulary (bench_sampler: ms per token for greedy, temperature,
+#    top-p, min-p, top-k, speculation's distribution and logprobs, and its
+#    share of the decode step): bench-data/sampler.json.
 # Environment: Q35_BENCH_THREADS (default "1,2"), Q35_BENCH_PROMPTS
 # (default "254,512,2048"), Q35_BENCH_POLICY (default "default"),
 # Q35_BENCH_DRAFT_ROWS (default "16384,32768,65536"; 0: none),
@@ -74,7 +77,9 @@ make -s "$BUILD/bench_kernels" BUILD="$BUILD" && "$BUILD/bench_kernels" --quick 
 if [ -x scripts/bench-tokenizer.sh ]; then scripts/bench-tokenizer.sh "$BUILD"; fi
 # grammar-constrained decoding: the json_schema mask of one row at the Qwen3.5
 # vocabulary, and its share of the decode step bench.json measured
+STEP_MS=$(python3 -c 'import json; d = json.load(open("bench.json")); print(1000 / max(r["tok_s"] for r in d["decode"]))' 2>/dev/null || echo 0)
 if [ -f tests/data/tokenizers-gen/qwen35/tokenizer.json ]; then
-    STEP_MS=$(python3 -c 'import json; d = json.load(open("bench.json")); print(1000 / max(r["tok_s"] for r in d["decode"]))' 2>/dev/null || echo 0)
     make -s "$BUILD/bench_schema" BUILD="$BUILD" && "$BUILD/bench_schema" --decode-ms "$STEP_MS"
 fi
+# choosing the token: the sampler at the Qwen3.5 vocabulary
+make -s "$BUILD/bench_sampler" BUILD="$BUILD" && "$BUILD/bench_sampler" --decode-ms "$STEP_MS" --json bench-data/sampler.json

@@ -217,14 +217,18 @@ TEST(sampler, weights_are_exp_within_1_ulp_in_every_lane) {
     CHECK(q35_sampler_exp(-87.5f) == 0.0f && q35_sampler_exp(-1e30f) == 0.0f);
     CHECK(q35_sampler_exp(-86.9f) > 0.0f);
 
-    enum { V = 1001 }; /* blocks of 256 and a part, lanes and a part */
-    float l[V], probs[V];
+    enum { V = 1001 }; /* blocks of 256 and a part, lanes and a part; NaNs count as -inf */
+    float l[V], lc[V], probs[V];
     for (int32_t i = 0; i < V; i++) l[i] = i == 500 ? -INFINITY : (float)((i * 7919) % 997) / 50.0f - 10.0f;
     l[3] = 20.0f;
+    memcpy(lc, l, sizeof l);
+    l[5] = l[17] = l[V - 1] = NAN;
+    lc[5] = lc[17] = lc[V - 1] = -INFINITY;
     q35_sampler *s = new_sampler(plain, V);
     REQUIRE(s != NULL);
     q35_sampler_probs(s, l, NULL, 0, probs);
     q35_sampler_free(s);
+    memcpy(l, lc, sizeof l);
     const double sum = q35_sampler_row_sum(l, V, 20.0f);
     const float inv = (float)(1.0 / sum);
     double ref = 0;
@@ -235,7 +239,7 @@ TEST(sampler, weights_are_exp_within_1_ulp_in_every_lane) {
         diff += probs[i] != w * inv;
     }
     CHECK_MSG(diff == 0, "%ld weights differ from the scalar's", diff);
-    CHECK(probs[500] == 0.0f && probs[3] > 0.99f);
+    CHECK(probs[500] == 0.0f && probs[5] == 0.0f && probs[17] == 0.0f && probs[V - 1] == 0.0f && probs[3] > 0.99f);
     CHECK_NEAR(sum, ref, 1e-12 * ref);
 }
 

@@ -146,14 +146,27 @@ int32_t q35_argmax(const float *logits, int32_t n) {
     float m = logits[0];
     int32_t i = 1;
 #ifdef __SSE2__
-    __m128 v = _mm_set1_ps(m);
-    for (; i + 4 <= n; i += 4) v = _mm_max_ps(_mm_loadu_ps(logits + i), v);
+    /* four chains of maxps (a NaN loaded is dropped: maxps returns its second operand), then the first
+     * entry equal to the max, sixteen compared at a time */
+    __m128 v[4] = {_mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m)};
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 4; k++) v[k] = _mm_max_ps(_mm_loadu_ps(logits + i + 4 * k), v[k]);
+    for (; i + 4 <= n; i += 4) v[0] = _mm_max_ps(_mm_loadu_ps(logits + i), v[0]);
     float lanes[4];
-    _mm_storeu_ps(lanes, v);
+    _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(v[0], v[1]), _mm_max_ps(v[2], v[3])));
     for (int j = 0; j < 4; j++) m = lanes[j] > m ? lanes[j] : m;
 #endif
     for (; i < n; i++) m = logits[i] > m ? logits[i] : m;
-    for (i = 0; logits[i] != m; i++) {}
+    i = 0;
+#ifdef __SSE2__
+    const __m128 mv = _mm_set1_ps(m);
+    for (; i + 16 <= n; i += 16) {
+        int hit = 0;
+        for (int k = 0; k < 4; k++) hit |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(logits + i + 4 * k), mv)) << 4 * k;
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+#endif
+    for (; logits[i] != m; i++) {}
     return i;
 }
 

@@ -380,7 +380,17 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
 }
 
 static void clean_nan(float *logits, int32_t V) { /* NaN never wins and never gets probability */
-    for (int32_t i = 0; i < V; i++)
+    int32_t i = 0;
+    for (; i + 8 <= V; i += 8) { /* eight at a time: a row seldom has any */
+        f32x4 a, b;
+        memcpy(&a, logits + i, sizeof a);
+        memcpy(&b, logits + i + 4, sizeof b);
+        const i32x4 nan = (a != a) | (b != b);
+        if (!(nan[0] | nan[1] | nan[2] | nan[3])) continue;
+        for (int k = 0; k < 8; k++)
+            if (logits[i + k] != logits[i + k]) logits[i + k] = -INFINITY;
+    }
+    for (; i < V; i++)
         if (logits[i] != logits[i]) logits[i] = -INFINITY;
 }
 
