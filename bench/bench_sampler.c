@@ -3,7 +3,7 @@
  * top-k with top-p (Qwen3.5's generation defaults), the distribution that
  * speculative sampling takes per verified row, and the top-5 logprobs. Two
  * rows: logits spread like a language model's (normal, sd 2.5, a few tokens
- * 10-16 above) and a flat one (uniform over 20, peaks every 5,000 ids),
+ * 16-22 above, which hold nearly all the mass) and a flat one (uniform over 20, peaks every 5,000 ids),
  * where top-p keeps many candidates. The least time of --reps calls each.
  *
  * Usage: bench_sampler [--reps N] [--decode-ms MS] [--json FILE]
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
         if (!rows[k] || !work) die("out of memory");
     }
     for (int32_t i = 0; i < V; i++) {
-        rows[0][i] = (float)(2.5 * gauss(&x)) + (i % 24832 == 11 ? 10.0f + (float)(i / 24832) * 0.6f : 0.0f);
+        rows[0][i] = (float)(2.5 * gauss(&x)) + (i % 24832 == 11 ? 16.0f + (float)(i / 24832) * 0.6f : 0.0f);
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         rows[1][i] = (float)((double)(x >> 11) * 0x1.0p-53 * 20.0 - 10.0) + (i % 5000 == 0 ? 25.0f : 0.0f);
     }
