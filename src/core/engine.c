@@ -4,11 +4,13 @@
  * opened over the bound weights (Q35_BACKEND: cpu, or the scalar reference).
  * q35_engine is never written after load, except by
  * q35_engine_set_draft_vocab. Sessions: session.c. */
+#include "core/generate.h"
 #include "core/session.h"
 #include "formats/cache.h"
 #include "formats/kv_q8.h"
 #include "model/tensors.h"
 
+#include <math.h>
 #include <stdlib.h>
 #ifdef __SSE2__
 #include <immintrin.h>
@@ -136,28 +138,33 @@ const char *q35_kv_cache_name(int32_t kv_cache) {
     return kv_cache == Q35_KV_F32 ? "f32" : kv_cache == Q35_KV_Q8 ? "q8" : NULL;
 }
 
-/* The first index of the greatest value, NaNs never greater (a NaN at 0
- * wins: nothing compares greater). Two passes over the row (a vocabulary's
- * logits, 1 MiB at Qwen3.5's, still in cache from the lm_head): the greatest
- * value four lanes at a time, then its first index. maxps(x, m) is
- * `x > m ? x : m` lane by lane, NaN in x included. */
-int32_t q35_argmax(const float *logits, int32_t n) {
-    if (n <= 0 || logits[0] != logits[0]) return 0;
-    float m = logits[0];
-    int32_t i = 1;
+/* The greatest of x[0..n) that is not NaN (-inf when none): four chains of
+ * maxps sixteen values at a time; maxps(x, m) is `x > m ? x : m` lane by
+ * lane, so a NaN in x is dropped. */
+float q35_row_max(const float *x, int32_t n) {
+    float m = -INFINITY;
+    int32_t i = 0;
 #ifdef __SSE2__
-    /* four chains of maxps (a NaN loaded is dropped: maxps returns its second operand), then the first
-     * entry equal to the max, sixteen compared at a time */
     __m128 v[4] = {_mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m)};
     for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 4; k++) v[k] = _mm_max_ps(_mm_loadu_ps(logits + i + 4 * k), v[k]);
-    for (; i + 4 <= n; i += 4) v[0] = _mm_max_ps(_mm_loadu_ps(logits + i), v[0]);
+        for (int k = 0; k < 4; k++) v[k] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * k), v[k]);
+    for (; i + 4 <= n; i += 4) v[0] = _mm_max_ps(_mm_loadu_ps(x + i), v[0]);
     float lanes[4];
     _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(v[0], v[1]), _mm_max_ps(v[2], v[3])));
     for (int j = 0; j < 4; j++) m = lanes[j] > m ? lanes[j] : m;
 #endif
-    for (; i < n; i++) m = logits[i] > m ? logits[i] : m;
-    i = 0;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* The first index of the greatest value, NaNs never greater (a NaN at 0
+ * wins: nothing compares greater). Two passes over the row (a vocabulary's
+ * logits, 1 MiB at Qwen3.5's, still in cache from the lm_head): the greatest
+ * value, then its first index, sixteen compared at a time. */
+int32_t q35_argmax(const float *logits, int32_t n) {
+    if (n <= 0 || logits[0] != logits[0]) return 0;
+    const float m = q35_row_max(logits, n); /* logits[0] or greater */
+    int32_t i = 0;
 #ifdef __SSE2__
     const __m128 mv = _mm_set1_ps(m);
     for (; i + 16 <= n; i += 16) {

@@ -43,6 +43,8 @@ int32_t q35_sampler_vocab(const q35_sampler *s);
 /* The sampler draws nothing and penalises nothing: it picks the argmax. */
 bool q35_sampler_is_argmax(const q35_sampler *s);
 int32_t q35_sampler_sample_after(q35_sampler *s, float *logits, const int32_t *prev, int32_t n_prev);
+/* engine.c: the greatest of x[0..n) that is not NaN (-inf when none), as q35_argmax finds it. */
+float q35_row_max(const float *x, int32_t n);
 /* The sampler's e^x (within 1 ulp; 0 below -87), the same bits on every machine, and its softmax sum
  * of e^(logits[i] - mx) over a row (in blocks of lanes: its own order, not id order). */
 float q35_sampler_exp(float x);

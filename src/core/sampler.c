@@ -260,22 +260,6 @@ static int32_t top_k_of(const q35_sampler *s) {
 }
 static bool uncut(const q35_sampler *s) { return top_k_of(s) == s->n_vocab && s->p.top_p >= 1.0f && s->p.min_p <= 0.0f; }
 
-static float row_max(const float *logits, int32_t V) { /* a NaN never wins, as in the scalar form */
-    f32x4 m4[2] = {{-INFINITY, -INFINITY, -INFINITY, -INFINITY}, {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
-    int32_t i = 0;
-    for (; i + 8 <= V; i += 8)
-        for (int h = 0; h < 2; h++) {
-            f32x4 v;
-            memcpy(&v, logits + i + 4 * h, sizeof v);
-            const i32x4 gt = v > m4[h];
-            m4[h] = (f32x4)(((i32x4)v & gt) | ((i32x4)m4[h] & ~gt));
-        }
-    float mx = -INFINITY;
-    for (int k = 0; k < 8; k++) mx = m4[k / 4][k % 4] > mx ? m4[k / 4][k % 4] : mx;
-    for (; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    return mx;
-}
-
 /* The top-p and min-p cuts of ranked candidates c[0..n) (best first, c[0] the row's max), sum the
  * untempered softmax's sum over the whole row: the survivors' count. reached: whether the cuts fell
  * within the n, so that candidates ranked after them could not change the count (top-p's did, or it is
@@ -319,7 +303,7 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
     candidate *c = s->cand;
     bool reached;
     if (k == V) {
-        const float mx = row_max(logits, V);
+        const float mx = q35_row_max(logits, V);
         if (mx == -INFINITY) {
             c[0] = (candidate){-INFINITY, 0}; /* the first of equals */
             return 0;
@@ -357,7 +341,7 @@ static int32_t cut_candidates(q35_sampler *s, const float *logits) {
         return cut_tail(s, c, V, sum, &reached);
     }
     /* top-k: only the buckets that hold the k best are ranked (those after them hold smaller logits) */
-    const float mx = row_max(logits, V);
+    const float mx = q35_row_max(logits, V);
     int nb = SAMPLER_BUCKETS + 1;
     if (mx > -INFINITY) {
         int32_t count[SAMPLER_BUCKETS + 1] = {0}, cum = 0;
@@ -404,7 +388,7 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
     if (uncut(s)) {
         /* no cut: draw straight from the tempered softmax, in id order: the block where the draw falls,
          * then the entry within it (the block's last weighted one should rounding leave the walk short) */
-        float mx = row_max(logits, V);
+        float mx = q35_row_max(logits, V);
         if (mx == -INFINITY) return 0;
         if (mx == INFINITY) return q35_argmax(logits, V); /* all the mass at +inf: the first of them */
         float *w = (float *)s->cand;
@@ -480,7 +464,7 @@ void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev,
     if (s->p.temperature <= 0) { one_hot(probs, V, q35_argmax(l, V)); return; }
     float inv_t = 1.0f / s->p.temperature;
     if (uncut(s)) {
-        float mx = row_max(l, V);
+        float mx = q35_row_max(l, V);
         if (mx == -INFINITY) { one_hot(probs, V, 0); return; }
         if (mx == INFINITY) { one_hot(probs, V, q35_argmax(l, V)); return; }
         const float inv = (float)(1.0 / exp_row(probs, NULL, NULL, l, V, mx, inv_t));
@@ -499,7 +483,7 @@ void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev,
 
 float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int32_t *top_ids,
                    float *top_logprobs) {
-    const float mx = row_max(logits, n);
+    const float mx = q35_row_max(logits, n);
     const float lse = mx + (float)log(exp_row(NULL, NULL, NULL, logits, n, mx, 1.0f));
     if (k > n) k = n;
     /* insertion into a small sorted list: k is at most a few dozen */
