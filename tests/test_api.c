@@ -121,7 +121,8 @@ TEST(sampler, top_p_and_min_p_cut_the_tail) {
  * logit, of the softmax's mass for top-p, of counts for top-k); the distribution must be the one a
  * ranking of the whole row gives: every candidate ranked by logit (ties: the lower id first), the k best,
  * the top-p cut where the cumulative probability (over the top-k's sum in rank order, or without top-k
- * the whole row's in id order) reaches top_p, then min-p, then the tempered softmax of the survivors.
+ * the whole row's, q35_sampler_row_sum) reaches top_p, then min-p, then the tempered softmax of the
+ * survivors, every weight q35_sampler_exp's.
  * Flat and peaked rows, ties, -inf entries, a row of one finite logit, several top_k, top_p and min_p:
  * bit for bit. */
 typedef struct { float l; int32_t id; } ranked;

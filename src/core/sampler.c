@@ -291,8 +291,8 @@ static int32_t cut_tail(const q35_sampler *s, const candidate *c, int32_t n, dou
 /* Ranks a penalised row's candidates and applies top-k, then top-p and
  * min-p on the untempered distribution: the survivors are s->cand[0..n),
  * best first. n = 0 when even the best is -inf (s->cand[0] is then the
- * choice). The softmax's sum for top-p is over the top-k candidates, or
- * without top-k over the whole row in id order. Without top-k only the
+ * choice). The softmax's sum for top-p is over the top-k candidates in rank
+ * order, or without top-k over the whole row (exp_row's order). Without top-k only the
  * candidates that can survive are ranked: those less far below the best
  * logit than the bucket (of 1/8 each) where the mass of the buckets before
  * it reaches top_p, plus one bucket, and at least min_p times the best's
