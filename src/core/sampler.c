@@ -397,17 +397,15 @@ int32_t q35_sampler_sample(q35_sampler *s, float *logits) {
         int32_t b = 0;
         for (; b < SAMPLER_BLOCKS(V) - 1 && !(u < acc + s->block_sums[b]); b++) acc += s->block_sums[b];
         const int32_t b0 = b * SAMPLER_BLOCK, b1 = V - b0 < SAMPLER_BLOCK ? V : b0 + SAMPLER_BLOCK;
-        int32_t last = -1;
         for (int32_t i = b0; i < b1; i++) {
-            if (w[i] <= 0) continue;
-            last = i;
             acc += w[i];
-            if (u < acc) return i;
+            if (w[i] > 0 && u < acc) return i;
         }
-        if (last >= 0) return last;
-        for (int32_t i = b0 - 1; i >= 0; i--) /* rounding past a last block of no weight */
-            if (w[i] > 0) return i;
-        return q35_argmax(logits, V);
+        /* rounding left the walk short: the last weighted entry up to this block's end (the max's weight
+         * is 1, so there is one) */
+        int32_t i = b1 - 1;
+        while (i > 0 && !(w[i] > 0)) i--;
+        return i;
     }
 
     int32_t n = cut_candidates(s, logits);
@@ -484,7 +482,7 @@ void q35_sampler_probs(q35_sampler *s, const float *logits, const int32_t *prev,
 float q35_logprobs(const float *logits, int32_t n, int32_t token, int32_t k, int32_t *top_ids,
                    float *top_logprobs) {
     const float mx = q35_row_max(logits, n);
-    const float lse = mx + (float)log(exp_row(NULL, NULL, NULL, logits, n, mx, 1.0f));
+    const float lse = mx + (float)log(q35_sampler_row_sum(logits, n, mx));
     if (k > n) k = n;
     /* insertion into a small sorted list: k is at most a few dozen */
     int32_t have = 0;
