@@ -581,9 +581,10 @@ TEST(kernels, bfp_small_batches_match_single_tokens) {
 
 /* The exponent add's edges in small batches (2-8 tokens in one call), against each token alone, bit
  * for bit: token 0's block scales d are all 2^(X - 127) (exponent field X), token 1's 1.5 * 2^(Y - 127)
- * (field Y > X), token 2's subnormal (at most 1e-36 / 127: an add would make it normal), the others
- * typical. Group 0's exponent bytes lie in [bias + 1 - X, bias + 11 - X], so
- * that token 0's products reach the least normal float; group 1 is the same but for one byte bias - X
+ * (field Y > X), the last token's subnormal (at most 1e-36 / 127: an add would make it normal), the
+ * others typical, so that the windows without the last token make their products by the add where it is
+ * exact. Group 0's exponent bytes lie in [bias + 1 - X, bias + 11 - X], so that token 0's products reach
+ * the least normal float; group 1 is the same but for one byte bias - X
  * in every block (a subnormal product: a tile must multiply there). Group 2's lie in [244 + bias - Y,
  * 254 + bias - Y] (token 1's products reach the greatest binade), group 3 likewise but for one byte
  * 255 + bias - Y (a product past the largest float: infinity, not an add's NaN). */
@@ -604,9 +605,9 @@ TEST(kernels, bfp_small_batches_exponent_add_edges) {
     static float x[max_tok * n_in], y[max_tok * n_out], y1[max_tok * n_out];
     const float ones[max_tok] = {1, 1, 1, 1, 1, 1, 1, 1};
     scaled_x(x, ones, max_tok, n_in);
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < max_tok; t += t < 1 ? 1 : max_tok - 2) /* 0, 1 and the last */
         for (int b = 0; b < n_blk; b++) {
-            const float amax = t == 2 ? 1e-36f : 127.0f * (t ? ldexpf(1.5f, EDGE_Y - 127) : ldexpf(1.0f, EDGE_X - 127));
+            const float amax = t > 1 ? 1e-36f : 127.0f * (t ? ldexpf(1.5f, EDGE_Y - 127) : ldexpf(1.0f, EDGE_X - 127));
             float *xb = x + t * n_in + 16 * b;
             for (int j = 0; j < 16; j++) xb[j] = amax * 0.99f * (float)rng_unit();
             xb[(5 * b) % 16] = b % 2 ? amax : -amax;
