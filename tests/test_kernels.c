@@ -508,7 +508,8 @@ static void bfp_block_ref(float *y, const q35_tensor *W, const float *x, int n_t
                 for (int i = 0; i < 16; i++) amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
                 const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
                 long dot = 0;
-                for (int i = 0; i < 16; i++) dot += (long)q35_bfp_decode_stored(dt, (uint8_t)bias, s[i]) * lrintf(xb[i] * inv);
+                for (int i = 0; i < 16; i++)
+                    dot += (long)q35_bfp_decode_stored(dt, (uint8_t)bias, s[i]) * lrintf(xb[i] * inv);
                 acc = fmaf((float)dot, ldexpf(1.0f, E - bias) * d, acc);
             }
             y[(size_t)t * n_out + o] = acc;
@@ -522,7 +523,8 @@ static long call_matches_block_ref(const q35_kernels *k, const q35_tensor *W, co
     q35_kernels_matmul(k, y, W, x, n_tok, 0, n_out);
     bfp_block_ref(y_ref, W, x, n_tok);
     long bad = 0;
-    for (int i = 0; i < n_tok * n_out; i++) bad += memcmp(&y[i], &y_ref[i], sizeof(float)) != 0 && !(isnan(y[i]) && isnan(y_ref[i]));
+    for (int i = 0; i < n_tok * n_out; i++)
+        bad += memcmp(&y[i], &y_ref[i], sizeof(float)) != 0 && !(isnan(y[i]) && isnan(y_ref[i]));
     CHECK_MSG(!bad, "%s %s, %d tokens: %ld outputs differ from the written-out product", k->name,
               q35_dtype_name(W->dtype), n_tok, bad);
     return bad != 0;

@@ -13,8 +13,9 @@
  * block and token applies x's block scale times the rows' 2^(E - 127 -
  * (w - 1)) (vscalefps makes every E exact, subnormal scales included; where
  * every product is a normal float, an integer add of E to x's scale's
- * exponent makes the same float, off the FMA's pipe). A panel tile serves up to 8 tokens, so the weights are read and decoded
- * once for a whole small batch, and it prefetches ahead in the panel
+ * exponent makes the same float, off the FMA's pipe). A panel tile serves
+ * up to 8 tokens, so the weights are read and decoded once for a whole
+ * small batch, and it prefetches ahead in the panel
  * stream (matmul_common.h). Batches of more than 8 tokens (prefill,
  * batched verify) decode each k-slice of two panels once into scratch
  * (bfp_slice_predecode) and then run a tile that only does the dot products
