@@ -430,9 +430,50 @@ TEST(kernels, bfp_gemv_matches_panel_tile) {
     }
 }
 
+/* The kernels' bfp product written out, for raw panels at any exponent byte: x quantized per block of
+ * 16 as the tables do (d = max|x| / 127, codes rounded to nearest even), each block's exact integer dot
+ * with the stored values, then one fmaf with the rows' 2^(E - bias) times d, that product rounded once
+ * (the multiply every tile's exponent add must equal). */
+static void bfp_block_ref(float *y, const q35_tensor *W, const float *x, int n_tok) {
+    const q35_dtype dt = W->dtype;
+    const int n_out = (int)W->shape[0], n_in = (int)W->shape[1], bias = dt == Q35_DT_BFP4 ? 129 : 133;
+    for (int o = 0; o < n_out; o++)
+        for (int t = 0; t < n_tok; t++) {
+            float acc = 0.0f;
+            for (int b = 0; b < n_in / 16; b++) {
+                const float *xb = x + (size_t)t * n_in + 16 * b;
+                uint8_t s[16];
+                const int E = q35_bfp_get_stored(dt, W->data, n_in, o, b, s);
+                float amax = 0.0f;
+                for (int i = 0; i < 16; i++) amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+                const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+                long dot = 0;
+                for (int i = 0; i < 16; i++)
+                    dot += (long)q35_bfp_decode_stored(dt, (uint8_t)bias, s[i]) * lrintf(xb[i] * inv);
+                acc = fmaf((float)dot, ldexpf(1.0f, E - bias) * d, acc);
+            }
+            y[(size_t)t * n_out + o] = acc;
+        }
+}
+
+/* One call of n_tok tokens against bfp_block_ref, bit for bit (NaN matching NaN): whether it differs. */
+static long call_matches_block_ref(const q35_kernels *k, const q35_tensor *W, const float *x, int n_tok, float *y,
+                                   float *y_ref) {
+    const int n_out = (int)W->shape[0];
+    q35_kernels_matmul(k, y, W, x, n_tok, 0, n_out);
+    bfp_block_ref(y_ref, W, x, n_tok);
+    long bad = 0;
+    for (int i = 0; i < n_tok * n_out; i++)
+        bad += memcmp(&y[i], &y_ref[i], sizeof(float)) != 0 && !(isnan(y[i]) && isnan(y_ref[i]));
+    CHECK_MSG(!bad, "%s %s, %d tokens: %ld outputs differ from the written-out product", k->name,
+              q35_dtype_name(W->dtype), n_tok, bad);
+    return bad != 0;
+}
+
 /* The decode path's scale products by the integer add of the exponents
- * (avx512.c's bfp4 GEMV on VBMI cores; bfp8 as a control) against the single-panel tiles'
- * multiply, bit for bit, at the edges where the add stops being exact:
+ * (avx512.c's GEMV: bfp4 on VBMI cores, bfp8) against the single-panel tiles
+ * and the product written out (bfp_block_ref), bit for bit, at the edges
+ * where the add stops being exact:
  * group 0 typical exponent bytes, group 1 all 0 (row scale 2^-bias), group
  * 2 all 255, group 3 typical but for one 0 byte in its last block (the
  * add's check covers the whole group), and a last panel of any bytes. Every
@@ -483,51 +524,11 @@ TEST(kernels, bfp_gemv_exponent_add_matches_panel_tile) {
                     long b = memcmp(y, yp, sizeof(float) * (size_t)(n * n_out)) != 0;
                     CHECK_MSG(!b, "%s %s, tokens %d..%d: decode path differs", tables[k]->name, q35_dtype_name(dts[d]),
                               t0, t0 + n - 1);
-                    bad += b;
+                    bad += b + call_matches_block_ref(tables[k], &W, xt, n, y, yp);
                 }
         free(w);
     }
     CHECK_EQ_INT(bad, 0);
-}
-
-/* The kernels' bfp product written out, for raw panels at any exponent byte: x quantized per block of
- * 16 as the tables do (d = max|x| / 127, codes rounded to nearest even), each block's exact integer dot
- * with the stored values, then one fmaf with the rows' 2^(E - bias) times d, that product rounded once
- * (the multiply every tile's exponent add must equal). */
-static void bfp_block_ref(float *y, const q35_tensor *W, const float *x, int n_tok) {
-    const q35_dtype dt = W->dtype;
-    const int n_out = (int)W->shape[0], n_in = (int)W->shape[1], bias = dt == Q35_DT_BFP4 ? 129 : 133;
-    for (int o = 0; o < n_out; o++)
-        for (int t = 0; t < n_tok; t++) {
-            float acc = 0.0f;
-            for (int b = 0; b < n_in / 16; b++) {
-                const float *xb = x + (size_t)t * n_in + 16 * b;
-                uint8_t s[16];
-                const int E = q35_bfp_get_stored(dt, W->data, n_in, o, b, s);
-                float amax = 0.0f;
-                for (int i = 0; i < 16; i++) amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
-                const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
-                long dot = 0;
-                for (int i = 0; i < 16; i++)
-                    dot += (long)q35_bfp_decode_stored(dt, (uint8_t)bias, s[i]) * lrintf(xb[i] * inv);
-                acc = fmaf((float)dot, ldexpf(1.0f, E - bias) * d, acc);
-            }
-            y[(size_t)t * n_out + o] = acc;
-        }
-}
-
-/* One call of n_tok tokens against bfp_block_ref, bit for bit (NaN matching NaN): whether it differs. */
-static long call_matches_block_ref(const q35_kernels *k, const q35_tensor *W, const float *x, int n_tok, float *y,
-                                   float *y_ref) {
-    const int n_out = (int)W->shape[0];
-    q35_kernels_matmul(k, y, W, x, n_tok, 0, n_out);
-    bfp_block_ref(y_ref, W, x, n_tok);
-    long bad = 0;
-    for (int i = 0; i < n_tok * n_out; i++)
-        bad += memcmp(&y[i], &y_ref[i], sizeof(float)) != 0 && !(isnan(y[i]) && isnan(y_ref[i]));
-    CHECK_MSG(!bad, "%s %s, %d tokens: %ld outputs differ from the written-out product", k->name,
-              q35_dtype_name(W->dtype), n_tok, bad);
-    return bad != 0;
 }
 
 /* Every window of 2..max_tok consecutive tokens of x in one call against each token alone (y1, which
