@@ -3,6 +3,7 @@
  * fast table against the scalar reference, and the batching invariance the
  * speculative verify relies on (a row gives the same bits alone or in a
  * batch, and the per-row state copies equal the states of single steps). */
+#include "backend/cpu/compute.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "base/util.h"
 #include "test.h"
@@ -58,6 +59,31 @@ static void gdn_case_make(gdn_case *c, int32_t T, int32_t DK, int32_t DV) {
 
 static void gdn_case_free(gdn_case *c) {
     free(c->S0); free(c->q); free(c->k); free(c->v); free(c->g); free(c->beta);
+}
+
+/* A BF16 tensor's values through q35_weights_f32 (eight at a time, then one by one): every offset and
+ * length, every bit pattern class (zeros, subnormals, infinities, NaNs with payloads) the bits of
+ * q35_weight_f32 one value at a time, and nothing written past the n asked for. */
+TEST(ops, bf16_weights_convert_bit_for_bit) {
+    uint16_t raw[80];
+    const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffff, 0x3f80};
+    for (int i = 0; i < 80; i++) raw[i] = i < 10 ? special[i] : (uint16_t)((rng = rng * 6364136223846793005ull + 1) >> 48);
+    q35_tensor w = {.name = "w", .dtype = Q35_DT_BF16, .ndim = 1, .shape = {80}, .data = raw, .nbytes = sizeof raw};
+    long bad = 0;
+    for (int64_t i0 = 0; i0 < 24; i0++)
+        for (int64_t n = 0; i0 + n <= 80; n++) {
+            float out[81];
+            memset(out, 0x5a, sizeof out);
+            q35_weights_f32(out, &w, i0, n);
+            for (int64_t i = 0; i < n; i++) {
+                const float want = q35_weight_f32(&w, i0 + i);
+                bad += memcmp(&out[i], &want, sizeof want) != 0;
+            }
+            uint32_t tail;
+            memcpy(&tail, &out[n], 4);
+            bad += tail != 0x5a5a5a5au;
+        }
+    CHECK_MSG(bad == 0, "%ld values differ from q35_weight_f32 or were written past n", bad);
 }
 
 TEST(ops, gdn_recurrent_matches_ref) {

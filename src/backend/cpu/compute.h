@@ -17,6 +17,10 @@
 #include "base/util.h"
 #include "formats/tensor.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 /* The kernels and the workers of one host backend: the CPU backend's
  * cpuid-chosen table and its pool, or the reference backend's scalar table
  * and no pool (everything on the calling thread). */
@@ -59,11 +63,22 @@ static inline float q35_weight_f32(const q35_tensor *w, int64_t i) {
 }
 
 /* w's values [i0, i0 + n) as q35_weight_f32 gives them, into dst: the
- * dtype checked once, so that the BF16 loop vectorizes. */
+ * dtype checked once; BF16 eight at a time (each value's 16 bits above 16
+ * zero bits, q35_bf16_to_f32's bits: GCC 12 at -O2 left the loop scalar,
+ * three instructions a value, where the GDN convolution converts its taps
+ * for every row of every layer). */
 static inline void q35_weights_f32(float *dst, const q35_tensor *w, int64_t i0, int64_t n) {
     if (w->dtype == Q35_DT_BF16) {
         const uint16_t *s = (const uint16_t *)w->data + i0;
-        for (int64_t i = 0; i < n; i++) dst[i] = q35_bf16_to_f32(s[i]);
+        int64_t i = 0;
+#ifdef __SSE2__
+        for (; i + 8 <= n; i += 8) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(s + i)), z = _mm_setzero_si128();
+            _mm_storeu_si128((__m128i *)(dst + i), _mm_unpacklo_epi16(z, v));
+            _mm_storeu_si128((__m128i *)(dst + i + 4), _mm_unpackhi_epi16(z, v));
+        }
+#endif
+        for (; i < n; i++) dst[i] = q35_bf16_to_f32(s[i]);
     } else if (w->dtype == Q35_DT_F32) {
         memcpy(dst, (const float *)w->data + i0, sizeof(float) * (size_t)n);
     } else {
