@@ -188,14 +188,19 @@ ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[
     for (int g = 0; g < 4; g++) w[g] = is4 ? bfp4_group(cb + g * 32) : bfp8_group(cb + g * 64);
 }
 
-/* The panel tile's prefetch distance in blocks (8 KiB of bfp4, 16 of
- * bfp8). It is one stream, so its lines in flight are the distance: at
- * matmul_common.h's 16 blocks, 5 and 8 tokens read 0.47 and 0.38 of a plain
- * read of the same matrices on one thread, at 64 0.60 and 0.45 (0.75 and
- * 0.94 against 0.65 and 0.76 on two; bfp8, 8 tokens: 0.75 against 0.64;
- * medians of 9 interleaved rounds). 8 tokens from L3 run 17 GB/s: the tile
- * is then at its compute. */
-#define BFP_TILE_PREFETCH_BLOCKS 64
+/* The panel tile's prefetch distance in blocks (32 KiB of either). It is
+ * one stream, so its lines in flight are the distance: at matmul_common.h's
+ * 16 blocks, 5 and 8 tokens read 0.47 and 0.38 of a plain read of the same
+ * matrices on one thread, at 64 0.60 and 0.45 (0.75 and 0.94 against 0.65
+ * and 0.76 on two; bfp8, 8 tokens: 0.75 against 0.64; medians of 9
+ * interleaved rounds). 8 tokens from L3 run 17 GB/s: the tile is then at
+ * its compute. From 64 blocks (8 KiB of bfp4, 16 of bfp8) to 32 KiB, on a
+ * Zen 4 VM ([12288, 4096] x 16 from DRAM, 8 tokens, the least of 12-15
+ * passes, interleaved builds): bfp4 on two threads 22.2-23.9 -> 20.3-20.6
+ * ms (the tile's arithmetic alone takes about 20.5), on one 43.7-47.1 ->
+ * 40.1-40.6; bfp8 23.6-24.3 -> 22.6-24.5; 5 bfp4 tokens 13.9-14.3 either
+ * way; 64 KiB was slower for both (bfp4 21.8-21.9, bfp8 25.6-27.9). */
+#define BFP_TILE_PREFETCH_BLOCKS(is4) ((is4) ? 256 : 128)
 
 #ifndef BFP_PANEL_EADD
 #define BFP_PANEL_EADD 1 /* 0: the panel tile's scales always by the multiply */
@@ -204,7 +209,7 @@ ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[
 /* Block b of a panel read from memory: asks for the block BFP_TILE_PREFETCH_BLOCKS ahead (into L2
  * where l2), decodes this one into w and returns its 16 exponent bytes. */
 ALWAYS_INLINE __m128i bfp_block_read(const int is4, const bfp_panel pn, int64_t b, __m512i w[4], const int l2) {
-    bfp_prefetch_block_ahead(pn, is4, b, BFP_TILE_PREFETCH_BLOCKS, l2);
+    bfp_prefetch_block_ahead(pn, is4, b, BFP_TILE_PREFETCH_BLOCKS(is4), l2);
     bfp_block_decode(is4, pn.codes + b * BFP_UNIT(is4), w);
     return _mm_loadu_si128((const __m128i *)(pn.exps + b * BFP_UNIT(is4)));
 }
@@ -238,7 +243,7 @@ ALWAYS_INLINE int bfp_panel_loop(const int is4, const int nt, const int il, cons
     #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     __m128i e_lo = _mm_set1_epi8((char)0xff), e_hi = _mm_setzero_si128();
-    bfp_prefetch_panel_ahead(pn, is4, BFP_TILE_PREFETCH_BLOCKS, l2);
+    bfp_prefetch_panel_ahead(pn, is4, BFP_TILE_PREFETCH_BLOCKS(is4), l2);
     for (int64_t b = 0; b < n_blk; b++) {
         __m512i w[4], eb = _mm512_setzero_si512();
         __m512 ws = _mm512_setzero_ps();
@@ -358,8 +363,11 @@ static inline int bfp_bytes_range64(__m512i lo, __m512i hi) {
  * ws * xd are xd * 2^e correctly rounded) or, with eadd, as one integer
  * add of e (the exponents shifted to a float's, E << 23) to xd's bits less
  * the bias (xdb), exact where bfp_exps_add_exact holds, which the caller
- * checks over the group before it keeps the result. The add runs on any of
- * a Zen 4 core's four vector pipes, vscalefps on the two that also carry
+ * checks over the group before it keeps the result (the panel tile's
+ * bfp_block_fma takes the bias off the exponents instead, once per block
+ * for all its tokens; here the eight panels of a block share a token's
+ * xdb, so the bias comes off x's bits once per token and block). The add
+ * runs on any of a Zen 4 core's four vector pipes, vscalefps on the two that also carry
  * the vpdpbusd and the FMA: with the weights in L2 one Zen 4 core's bfp4
  * GEMV ran 1.11-1.13x as fast (one and two tokens), and two tokens from
  * DRAM read 0.99-1.02 of a plain read, not 0.89-0.95 (interleaved, medians
