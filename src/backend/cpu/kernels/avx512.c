@@ -197,9 +197,10 @@ ALWAYS_INLINE void bfp_block_decode(const int is4, const uint8_t *cb, __m512i w[
  * its compute. From 64 blocks (8 KiB of bfp4, 16 of bfp8) to 32 KiB, on a
  * Zen 4 VM ([12288, 4096] x 16 from DRAM, 8 tokens, the least of 12-15
  * passes, interleaved builds): bfp4 on two threads 22.2-23.9 -> 20.3-20.6
- * ms (the tile's arithmetic alone takes about 20.5), on one 43.7-47.1 ->
- * 40.1-40.6; bfp8 23.6-24.3 -> 22.6-24.5; 5 bfp4 tokens 13.9-14.3 either
- * way; 64 KiB was slower for both (bfp4 21.8-21.9, bfp8 25.6-27.9). */
+ * ms in five of six rounds (22.7 against 23.2 in the sixth; the tile's
+ * arithmetic alone takes about 20.5), on one 43.7-47.1 -> 40.1-40.6; bfp8
+ * 23.6-24.3 -> 22.6-24.5; 5 bfp4 tokens 13.9-14.3 either way; 64 KiB was
+ * slower for both (bfp4 21.8-21.9, bfp8 24.6-27.9). */
 #define BFP_TILE_PREFETCH_BLOCKS(is4) ((is4) ? 256 : 128)
 
 #ifndef BFP_PANEL_EADD
@@ -367,11 +368,11 @@ static inline int bfp_bytes_range64(__m512i lo, __m512i hi) {
  * bfp_block_fma takes the bias off the exponents instead, once per block
  * for all its tokens; here the eight panels of a block share a token's
  * xdb, so the bias comes off x's bits once per token and block). The add
- * runs on any of a Zen 4 core's four vector pipes, vscalefps on the two that also carry
- * the vpdpbusd and the FMA: with the weights in L2 one Zen 4 core's bfp4
- * GEMV ran 1.11-1.13x as fast (one and two tokens), and two tokens from
- * DRAM read 0.99-1.02 of a plain read, not 0.89-0.95 (interleaved, medians
- * of 15; one token was at the read already). */
+ * runs on any of a Zen 4 core's four vector pipes, vscalefps on the two
+ * that also carry the vpdpbusd and the FMA: with the weights in L2 one Zen
+ * 4 core's bfp4 GEMV ran 1.11-1.13x as fast (one and two tokens), and two
+ * tokens from DRAM read 0.99-1.02 of a plain read, not 0.89-0.95
+ * (interleaved, medians of 15; one token was at the read already). */
 ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const int eadd, const __m512i w[4], const int8_t *xb,
                                   const int32_t *xo, const float *xd, __m512 e, __m512 acc) {
     __m512i d = _mm512_set1_epi32(*xo);
