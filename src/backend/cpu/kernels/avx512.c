@@ -128,6 +128,23 @@ ALWAYS_INLINE __m512i dpbusd_x4(__m512i d, __m512i w, const int8_t *xb, int g) {
     return d;
 }
 
+/* The four dpbusd_x4 of a block (x's 16 int8 at xb) with xb in a register
+ * and the groups at displacements 0, 4, 8 and 12 from it: the GEMV of three
+ * and four tokens takes this form (bfp_gemv_fma). */
+ALWAYS_INLINE __m512i dpbusd_block_x(__m512i d, const __m512i w[4], const int8_t *xb) {
+#ifdef Q35_AVX512_EMU
+    for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g));
+#else
+    __asm__("vpdpbusd (%5)%{1to16%}, %1, %0\n\t"
+            "vpdpbusd 4(%5)%{1to16%}, %2, %0\n\t"
+            "vpdpbusd 8(%5)%{1to16%}, %3, %0\n\t"
+            "vpdpbusd 12(%5)%{1to16%}, %4, %0"
+            : "+v"(d)
+            : "v"(w[0]), "v"(w[1]), "v"(w[2]), "v"(w[3]), "r"(xb), "m"(*(const int8_t(*)[16])xb));
+#endif
+    return d;
+}
+
 /* A block's exact integer dot d (16 rows) into acc: one FMA with x's block
  * scale xd times the row scales ws (a power of two, so the product is
  * rounded once). Every tile ends a block with this expression, or (the
@@ -372,12 +389,27 @@ static inline int bfp_bytes_range64(__m512i lo, __m512i hi) {
  * that also carry the vpdpbusd and the FMA: with the weights in L2 one Zen
  * 4 core's bfp4 GEMV ran 1.11-1.13x as fast (one and two tokens), and two
  * tokens from DRAM read 0.99-1.02 of a plain read, not 0.89-0.95
- * (interleaved, medians of 15; one token was at the read already). */
-ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const int eadd, const __m512i w[4], const int8_t *xb,
+ * (interleaved, medians of 15; one token was at the read already).
+ * x comes as broadcasts that GCC hoists out of the panel loop, one for the
+ * four panels; from three tokens on those (four a token) and the sums (16
+ * at four tokens) outgrow the 32 registers, and GCC 12 kept the sums on the
+ * stack (43 stack references a block at four tokens), so there each vpdpbusd
+ * takes x as its memory operand from one register a token (dpbusd_block_x;
+ * with the intrinsics' memory form GCC held the 16 addresses in registers
+ * and spilled those instead): 10 stack references. Zen 4, [512, 4096] from
+ * L2 on one thread, least of 400 calls, three interleaved rounds, ns per
+ * block, token and panel: bfp4 4 tokens 1.83-1.85 -> 1.75-1.77, 3 tokens
+ * 1.97-1.98 -> 1.96-1.97; bfp8 4 tokens 2.31-2.33 -> 2.13-2.14, 3 tokens
+ * 2.36-2.40 -> 2.32-2.34. */
+ALWAYS_INLINE __m512 bfp_gemv_fma(const int is4, const int nt, const int eadd, const __m512i w[4], const int8_t *xb,
                                   const int32_t *xo, const float *xd, __m512 e, __m512 acc) {
     __m512i d = _mm512_set1_epi32(*xo);
-    #pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g)); /* one broadcast for four panels */
+    if (nt >= 3) {
+        d = dpbusd_block_x(d, w, xb);
+    } else {
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) d = _mm512_dpbusd_epi32(d, w[g], bcast_x4(xb, g)); /* one broadcast for four panels */
+    }
     if (eadd) {
         int32_t xb32;
         memcpy(&xb32, xd, 4);
@@ -429,7 +461,7 @@ ALWAYS_INLINE int bfp_gemv_loop(const int is4, const int nt, const int il, const
                                   : bfp_row_exps_gemv(is4, u + 16 * p);
             #pragma GCC unroll 4
             for (int t = 0; t < nt; t++)
-                acc[p][t] = bfp_gemv_fma(is4, eadd, w, ACT_Q(a, il, t, b, n_in),
+                acc[p][t] = bfp_gemv_fma(is4, nt, eadd, w, ACT_Q(a, il, t, b, n_in),
                                          (is4 ? a->o4 : a->o8) + ACT_I(il, t, b, n_blk), a->d + ACT_I(il, t, b, n_blk),
                                          e, acc[p][t]);
         }
