@@ -3,8 +3,11 @@
  * prefill then decode == token by token, and any prompt split. */
 #include "backend/cpu/gdn.h"
 #include "golden.h"
+#include "model/prepare.h"
 #include "qwen35.h"
 #include "test.h"
+
+#include <jansson.h>
 
 #define LOGIT_TOL 1e-4 /* max |diff| / max |logit| against transformers fp32 */
 #define PATH_TOL 2e-5  /* between two engine paths that differ only in rounding */
@@ -199,6 +202,61 @@ TEST(model, batch_decode_rows_equal_single_sessions) {
     free(la); free(lb);
     q35_engine_free(e);
     golden_free(&g);
+}
+
+/* Batch steps of one row per sequence run a GDN layer with each worker on
+ * its own K heads (gdn.c: layer_worker) once the heads are big enough for
+ * the pool, which the tiny models' are not: a synthetic model with wider
+ * heads (4 K heads, 3 V heads each, DK 32 != DV 64). Its batch rows equal
+ * single sessions' bit for bit on 2 threads, on 3 (which do not divide the
+ * K heads) and on 5 (a worker without heads). */
+TEST(model, batch_rows_with_heads_per_worker_equal_single_sessions) {
+    char path[1300], cfg_path[1300], dir[1300];
+    snprintf(path, sizeof path, "%s/config.json", q35_test_path("models/tiny-c"));
+    snprintf(cfg_path, sizeof cfg_path, "%s/wide-gdn.json", q35_test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/wide-gdn", q35_test_tmpdir());
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, 0, &jerr), *tc = json_object_get(cfg, "text_config");
+    REQUIRE_MSG(tc, "%s: %s", path, jerr.text);
+    json_object_set_new(tc, "linear_num_key_heads", json_integer(4));
+    json_object_set_new(tc, "linear_num_value_heads", json_integer(12));
+    json_object_set_new(tc, "linear_key_head_dim", json_integer(32));
+    json_object_set_new(tc, "linear_value_head_dim", json_integer(64));
+    REQUIRE(json_dump_file(cfg, cfg_path, 0) == 0);
+    json_decref(cfg);
+    q35_prepare_params pp = {.synthetic = cfg_path, .out_dir = dir};
+    q35_error err = {0};
+    REQUIRE_MSG(!q35_prepare(&pp, &err), "%s", err.msg);
+    enum { N = 5 }; /* 5 rows x 12 heads x 32 x 64 > gdn.c's 1e5: the pool's */
+    const int threads[3] = {2, 3, 5};
+    for (int ti = 0; ti < 3; ti++) {
+        q35_engine_params ep = {.n_threads = threads[ti]};
+        q35_engine *e = NULL;
+        REQUIRE_MSG(!q35_engine_load(dir, &ep, &e, &err), "%s", err.msg);
+        const size_t V = (size_t)q35_engine_info(e)->vocab_size;
+        q35_session *a[N], *b[N];
+        float *la = malloc(sizeof(float) * V * N), *lb = malloc(sizeof(float) * V);
+        int32_t prompt[16];
+        for (int32_t i = 0; i < 16; i++) prompt[i] = (int32_t)((i * 37 + 11) % (int32_t)V);
+        for (int i = 0; i < N; i++) {
+            REQUIRE(q35_session_new(e, 64, &a[i], &err) == Q35_OK && q35_session_new(e, 64, &b[i], &err) == Q35_OK);
+            CHECK(q35_session_eval(a[i], prompt + i, 3 + 2 * i, NULL, 0, &err) == Q35_OK);
+            CHECK(q35_session_eval(b[i], prompt + i, 3 + 2 * i, NULL, 0, &err) == Q35_OK);
+        }
+        for (int step = 0; step < 3; step++) {
+            int32_t toks[N];
+            for (int i = 0; i < N; i++) toks[i] = (int32_t)((step * 53 + i * 29 + 5) % (int32_t)V);
+            CHECK(q35_batch_decode(a, toks, N, la, &err) == Q35_OK);
+            for (int i = 0; i < N; i++) {
+                CHECK(q35_session_eval(b[i], &toks[i], 1, lb, 0, &err) == Q35_OK);
+                CHECK_MSG(memcmp(la + i * V, lb, V * sizeof(float)) == 0, "%d threads: step %d row %d differs",
+                          threads[ti], step, i);
+            }
+        }
+        for (int i = 0; i < N; i++) { q35_session_free(a[i]); q35_session_free(b[i]); }
+        free(la); free(lb);
+        q35_engine_free(e);
+    }
 }
 
 TEST(model, snapshot_restore_continues_exactly) {

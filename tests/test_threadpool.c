@@ -47,6 +47,70 @@ TEST(pool, split_covers_aligned_ranges) {
         }
 }
 
+/* Home ranges with stealing (q35_homes), on one thread: a worker takes
+ * halves of its own home front to back, then the others' items one at a
+ * time from their backs, next worker first; every item once. */
+TEST(pool, homes_give_a_worker_its_own_halves_then_the_others_backs) {
+    q35_homes h;
+    q35_homes_init(&h, 10, 3); /* homes [0,3) [3,6) [6,10) */
+    CHECK_EQ_INT(h.parts, 3);
+    const int64_t want[][2] = {{0, 2}, {2, 3}, {5, 6}, {4, 5}, {3, 4}, {9, 10}, {8, 9}, {7, 8}, {6, 7}};
+    int64_t lo, hi;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        REQUIRE(q35_homes_claim(&h, 0, &lo, &hi));
+        CHECK_MSG(lo == want[i][0] && hi == want[i][1], "claim %zu: [%ld, %ld)", i, (long)lo, (long)hi);
+    }
+    CHECK(!q35_homes_claim(&h, 0, &lo, &hi));
+    CHECK(!q35_homes_claim(&h, 2, &lo, &hi));
+    q35_homes_init(&h, 2, 5); /* more workers than items: workers 2-4 have no home and only steal */
+    CHECK_EQ_INT(h.parts, 2);
+    REQUIRE(q35_homes_claim(&h, 4, &lo, &hi)); /* worker (4 + 1) % 2's home first */
+    CHECK(lo == 1 && hi == 2);
+    REQUIRE(q35_homes_claim(&h, 1, &lo, &hi)); /* its own is empty: worker 0's */
+    CHECK(lo == 0 && hi == 1);
+    CHECK(!q35_homes_claim(&h, 0, &lo, &hi));
+    q35_homes_init(&h, 0, 2);
+    CHECK(!q35_homes_claim(&h, 1, &lo, &hi));
+}
+
+typedef struct { q35_homes h; _Atomic int taken[1000]; int64_t n; atomic_int disorder; } homes_job;
+
+static void homes_worker(void *p, int ith, int nth) {
+    homes_job *j = p;
+    (void)nth;
+    int64_t lo, hi, own_end = -1;
+    while (q35_homes_claim(&j->h, ith, &lo, &hi)) {
+        int64_t home_lo, home_hi;
+        q35_split(j->n, 1, ith, j->h.parts, &home_lo, &home_hi);
+        if (ith < j->h.parts && lo >= home_lo && hi <= home_hi) { /* own ranges: in increasing order */
+            if (lo < own_end) atomic_fetch_add(&j->disorder, 1);
+            own_end = hi;
+        }
+        for (int64_t i = lo; i < hi; i++) atomic_fetch_add(&j->taken[i], 1);
+    }
+}
+
+/* On a pool of 2-5 workers racing for them, every item is taken exactly once. */
+TEST(pool, homes_claimed_by_racing_workers_take_each_item_once) {
+    static homes_job j;
+    long bad = 0;
+    for (int nth = 2; nth <= 5; nth++) {
+        q35_pool *pool;
+        q35_error err;
+        REQUIRE(q35_pool_new(nth, &pool, &err) == Q35_OK);
+        for (int r = 0; r < 200; r++) {
+            j.n = r % 2 ? 1000 : 1 + r % 7; /* many items, and fewer than workers */
+            for (int64_t i = 0; i < 1000; i++) atomic_store(&j.taken[i], 0);
+            q35_homes_init(&j.h, j.n, nth);
+            q35_pool_run(pool, homes_worker, &j);
+            for (int64_t i = 0; i < 1000; i++) bad += atomic_load(&j.taken[i]) != (i < j.n);
+        }
+        q35_pool_free(pool);
+    }
+    CHECK_MSG(bad == 0, "%ld items taken other than once", bad);
+    CHECK_EQ_INT(atomic_load(&j.disorder), 0);
+}
+
 /* The prompt three times over (144 rows) puts every part of a layer on the pool, the Gated DeltaNet's
  * heads and attention's units included (the 48-row prompt runs its heads inline), claimed by whichever
  * worker is free: 2 to 4 workers on however many cores, bit for bit against one thread. */

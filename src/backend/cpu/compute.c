@@ -23,6 +23,8 @@ typedef struct {
 
 static _Atomic uint64_t g_epoch;
 
+uint64_t q35_x_epoch_new(void) { return atomic_fetch_add_explicit(&g_epoch, 1, memory_order_relaxed) + 1; }
+
 static int64_t piece_blocks(const q35_tensor *W) { return (W->shape[0] + ROW_ALIGN - 1) / ROW_ALIGN; }
 
 /* Blocks [lo, hi) of the pieces' rows (below) in one kernel call, so x is
@@ -72,26 +74,21 @@ static double job_work(const matmul_job *j) {
 
 static void swiglu_worker(void *p, int ith, int nth);
 
-/* The job's matrices as one name: the first's role, then the others' last part. */
-static void job_name(const matmul_job *j, int swiglu, char *out, size_t size) {
+void q35_matmul_name(int n, const q35_tensor *const *Ws, char *out, size_t size) {
     char role[64];
-    q35_prof_role(j->Ws[0]->name, out, size);
-    for (int i = 1; i < j->n; i++) {
-        q35_prof_role(j->Ws[i]->name, role, sizeof role);
+    q35_prof_role(Ws[0]->name, out, size);
+    for (int i = 1; i < n; i++) {
+        q35_prof_role(Ws[i]->name, role, sizeof role);
         const char *last = strrchr(role, '.');
         size_t at = strlen(out);
         snprintf(out + at, size - at, " + %.24s", last ? last + 1 : role);
-    }
-    if (swiglu) {
-        size_t at = strlen(out);
-        snprintf(out + at, size - at, " (+silu)");
     }
 }
 
 static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
     const double t0 = h->prof ? q35_now_seconds() : 0;
     atomic_init(&j->next, 0);
-    j->epoch = atomic_fetch_add_explicit(&g_epoch, 1, memory_order_relaxed) + 1;
+    j->epoch = q35_x_epoch_new();
     j->n_blocks = 0;
     for (int i = 0; i < j->n; i++) j->n_blocks += piece_blocks(j->Ws[i]);
     if (job_work(j) < 2e5 || !h->pool) fn(j, 0, 1); /* too small to be worth a handoff */
@@ -101,7 +98,10 @@ static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
         double bytes = 0;
         for (int i = 0; i < j->n; i++) bytes += (double)j->Ws[i]->nbytes;
         if (h->prof_label) snprintf(name, sizeof name, "%s", h->prof_label);
-        else job_name(j, fn == swiglu_worker, name, sizeof name);
+        else {
+            q35_matmul_name(j->n, j->Ws, name, sizeof name);
+            if (fn == swiglu_worker) snprintf(name + strlen(name), sizeof name - strlen(name), " (+silu)");
+        }
         q35_prof_add(h->prof, h->prof_rows ? h->prof_rows : (int32_t)j->n_tok, name, bytes, q35_now_seconds() - t0);
     }
 }

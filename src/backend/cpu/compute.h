@@ -48,6 +48,14 @@ void q35_matmul(const q35_host *h, float *y, const q35_tensor *W, const float *x
 void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tensor *const *Ws, const float *x,
                       int64_t n_tok);
 
+/* A new value for kernels.h's q35_kernels_x_epoch, for a job whose workers
+ * call matmul_n several times with the same x. */
+uint64_t q35_x_epoch_new(void);
+
+/* The profile's name of a hand-off of n matrices (Q35_PROFILE): the first's
+ * role, then the others' last part ("linear_attn.in_proj_qkv + in_proj_z"). */
+void q35_matmul_name(int n, const q35_tensor *const *Ws, char *out, size_t size);
+
 /* out (n_tok, H) = down(silu(x W_gate^T) * (x W_up^T)), the SwiGLU MLP,
  * with gate and up (n_tok, I) as scratch. The gate and up products are one
  * handoff; each worker applies silu(gate) * up to the rows it has just

@@ -11,7 +11,8 @@
  * out_proj is a second one, over (sequence, K head) items: each item runs
  * the conv and norms of its own channels and then its V heads, so a decode
  * step reads each head's state twice (kernels.h: gdn_recurrent) and nothing
- * else waits on a single thread. */
+ * else waits on a single thread. A batch step of one row per sequence
+ * makes the two one handoff over K heads instead (layer_worker). */
 #include "backend/cpu/gdn.h"
 
 #include <math.h>
@@ -156,6 +157,58 @@ static void heads_worker(void *p, int ith, int nth) {
     }
 }
 
+/* The whole layer up to out_proj for a batch step of one row per sequence,
+ * in one hand-off: a worker takes ranges of K heads (q35_homes: its own
+ * share first) and for each computes the rows of the four projections that
+ * those heads read (their q and k channels, their V heads' v and z
+ * channels, b and a) in one kernel call, then those heads of every
+ * sequence, so the heads' inputs are in the cache of the core that wrote
+ * them. With the projections and the heads claimed apart
+ * (q35_matmul_multi, then heads_worker) the heads read them from the other
+ * core's cache, and in the VM's fast-reading spells that part doubled
+ * (docs/performance.md). Every row and head has the value the two
+ * hand-offs give it (a row's value does not depend on its range), so the
+ * results are bit for bit the same. */
+typedef struct {
+    heads_job h;
+    const float *xn;
+    uint64_t epoch; /* q35_kernels_x_epoch: each worker quantizes xn once */
+    int prof;       /* time worker 0's projections (t_proj, seconds) */
+    double t_proj;
+    q35_homes homes;
+} layer_job;
+
+static void layer_worker(void *p, int ith, int nth) {
+    (void)nth;
+    layer_job *lj = p;
+    const heads_job *j = &lj->h;
+    const q35_config *c = j->c;
+    const q35_layer_weights *l = j->l;
+    const int64_t HK = c->lin_n_head_k, DK = c->lin_head_k_dim, DV = c->lin_head_v_dim;
+    const int64_t rep = c->lin_n_head_v / HK, KD = HK * DK, DKV = DK * DV;
+    float *const ys[6] = {(float *)j->raw, (float *)j->raw, (float *)j->raw, (float *)j->z, (float *)j->bb,
+                          (float *)j->aa};
+    const q35_tensor *Ws[6] = {&l->in_proj_qkv, &l->in_proj_qkv, &l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b,
+                               &l->in_proj_a};
+    float *scr = j->head_scratch + (size_t)ith * j->head_stride;
+    int64_t lo, hi;
+    q35_kernels_x_epoch = lj->epoch;
+    while (q35_homes_claim(&lj->homes, ith, &lo, &hi)) {
+        const int64_t o0[6] = {lo * DK, KD + lo * DK, 2 * KD + lo * rep * DV, lo * rep * DV, lo * rep, lo * rep};
+        const int64_t o1[6] = {hi * DK, KD + hi * DK, 2 * KD + hi * rep * DV, hi * rep * DV, hi * rep, hi * rep};
+        const double t0 = ith == 0 && lj->prof ? q35_now_seconds() : 0;
+        j->k->matmul_n(6, ys, Ws, lj->xn, j->n_segs, o0, o1);
+        if (t0) lj->t_proj += q35_now_seconds() - t0;
+        for (int32_t si = 0; si < j->n_segs; si++) /* prefetching the state of the next (sequence, head) */
+            for (int64_t kh = lo; kh < hi; kh++) {
+                const q35_gdn_seg *next = kh + 1 < hi ? &j->segs[si] : si + 1 < j->n_segs ? &j->segs[si + 1] : NULL;
+                run_k_head(j, si, (int32_t)kh, scr,
+                           next ? next->ssm_state + (size_t)((kh + 1 < hi ? kh + 1 : lo) * rep * DKV) : NULL);
+            }
+    }
+    q35_kernels_x_epoch = 0;
+}
+
 void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs,
                      int32_t n_segs, const float *xn, float *out, int32_t n_tok, float *scratch) {
     const int32_t T = n_tok, CD = q35_conv_dim(c);
@@ -163,18 +216,34 @@ void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_we
     float *raw = scratch, *y = raw + (size_t)T * CD, *z = y + (size_t)T * CD, *core = z + (size_t)T * VD;
     float *bb = core + (size_t)T * VD, *aa = bb + (size_t)T * HV, *heads = aa + (size_t)T * HV;
 
-    /* the four projections of xn in one pass over the pool */
     float *ys[4] = {raw, z, bb, aa};
     const q35_tensor *Ws[4] = {&l->in_proj_qkv, &l->in_proj_z, &l->in_proj_b, &l->in_proj_a};
-    q35_matmul_multi(hc, 4, ys, Ws, xn, T);
-
-    const double t0 = hc->prof ? q35_now_seconds() : 0;
     int32_t max_rows = 0;
     for (int32_t si = 0; si < n_segs; si++) if (segs[si].n_rows > max_rows) max_rows = segs[si].n_rows;
     heads_job j = {hc->k, c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows), 0};
     /* a handoff costs microseconds: tiny models run their heads inline */
-    if ((double)T * HV * DK * DV < 1e5) heads_worker(&j, 0, 1);
-    else q35_pool_run(hc->pool, heads_worker, &j);
-    if (hc->prof) q35_prof_add(hc->prof, hc->prof_rows, "gdn: conv, norms, delta rule", 0, q35_now_seconds() - t0);
+    const int big = (double)T * HV * DK * DV >= 1e5;
+    if (big && n_segs == T && T >= 2) { /* one row per sequence: layer_worker */
+        if (hc->tap) hc->tap(hc->tap_ctx, 4, Ws, xn, T);
+        const double t0 = hc->prof ? q35_now_seconds() : 0;
+        layer_job lj = {j, xn, q35_x_epoch_new(), hc->prof != NULL, 0, {0}};
+        q35_homes_init(&lj.homes, c->lin_n_head_k, q35_pool_size(hc->pool));
+        q35_pool_run(hc->pool, layer_worker, &lj);
+        if (hc->prof) { /* worker 0's projections, then the rest of the hand-off */
+            char name[64];
+            q35_matmul_name(4, Ws, name, sizeof name);
+            double bytes = 0;
+            for (int i = 0; i < 4; i++) bytes += (double)Ws[i]->nbytes;
+            const double t = q35_now_seconds() - t0;
+            q35_prof_add(hc->prof, hc->prof_rows, name, bytes, lj.t_proj);
+            q35_prof_add(hc->prof, hc->prof_rows, "gdn: conv, norms, delta rule", 0, t - lj.t_proj);
+        }
+    } else {
+        q35_matmul_multi(hc, 4, ys, Ws, xn, T); /* the four projections of xn in one pass over the pool */
+        const double t0 = hc->prof ? q35_now_seconds() : 0;
+        if (big) q35_pool_run(hc->pool, heads_worker, &j);
+        else heads_worker(&j, 0, 1);
+        if (hc->prof) q35_prof_add(hc->prof, hc->prof_rows, "gdn: conv, norms, delta rule", 0, q35_now_seconds() - t0);
+    }
     q35_matmul(hc, out, &l->out_proj, core, T);
 }

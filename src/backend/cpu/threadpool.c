@@ -176,3 +176,37 @@ int q35_claim(_Atomic int64_t *next, int64_t n, int nth, int64_t *lo, int64_t *h
         }
     }
 }
+
+void q35_homes_init(q35_homes *h, int64_t n, int nth) {
+    h->parts = nth < n ? nth : (int)n;
+    if (h->parts > Q35_HOMES_MAX) h->parts = Q35_HOMES_MAX;
+    for (int p = 0; p < h->parts; p++) {
+        int64_t lo, hi;
+        q35_split(n, 1, p, h->parts, &lo, &hi);
+        atomic_init(&h->r[p], (uint64_t)hi << 32 | (uint64_t)lo);
+    }
+}
+
+/* [*lo, *hi) from home r: its front half (front) or its last item. */
+static int homes_take(_Atomic uint64_t *r, int front, int64_t *lo, int64_t *hi) {
+    uint64_t cur = atomic_load_explicit(r, memory_order_relaxed);
+    for (;;) {
+        const uint32_t a = (uint32_t)cur, b = (uint32_t)(cur >> 32);
+        if (a >= b) return 0;
+        const uint32_t n = front ? (b - a + 1) / 2 : 1;
+        const uint64_t left = front ? (uint64_t)b << 32 | (a + n) : (uint64_t)(b - 1) << 32 | a;
+        if (atomic_compare_exchange_weak_explicit(r, &cur, left, memory_order_relaxed, memory_order_relaxed)) {
+            *lo = front ? a : b - 1, *hi = front ? a + n : b;
+            return 1;
+        }
+    }
+}
+
+int q35_homes_claim(q35_homes *h, int ith, int64_t *lo, int64_t *hi) {
+    if (ith < h->parts && homes_take(&h->r[ith], 1, lo, hi)) return 1;
+    for (int d = 1; d <= h->parts; d++) {
+        const int p = (ith + d) % h->parts;
+        if (p != ith && homes_take(&h->r[p], 0, lo, hi)) return 1;
+    }
+    return 0;
+}

@@ -47,4 +47,24 @@ static inline int64_t q35_claim_one(_Atomic int64_t *next, int64_t n) {
     return i < n ? i : -1;
 }
 
+/* Items split into fixed home ranges, one per worker (q35_split's), that
+ * the others may steal from: for a job whose worker keeps what it computed
+ * in its cache for its own next step (the Gated DeltaNet's layer of a batch
+ * step: gdn.c), so each worker should run its own share, but a worker slowed
+ * by another tenant of its core must not hold the job. */
+#define Q35_HOMES_MAX 64
+typedef struct q35_homes {
+    int parts;                          /* homes: min(nth, n, Q35_HOMES_MAX) */
+    _Atomic uint64_t r[Q35_HOMES_MAX];  /* each home's items left: lo in the low 32 bits, hi in the high */
+} q35_homes;
+
+/* n items (< 2^31) for nth workers. */
+void q35_homes_init(q35_homes *h, int64_t n, int nth);
+/* The calling worker's next range [*lo, *hi): from the front of its own
+ * home, half of what is left there (at least one), in increasing order;
+ * once that is empty, one item at a time from the back of the others',
+ * starting with home (ith + 1) % parts. Workers without a home (ith >= parts)
+ * only steal. Returns 0 when every home is empty. */
+int q35_homes_claim(q35_homes *h, int ith, int64_t *lo, int64_t *hi);
+
 #endif
