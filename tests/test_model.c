@@ -204,12 +204,14 @@ TEST(model, batch_decode_rows_equal_single_sessions) {
     golden_free(&g);
 }
 
-/* Batch steps of one row per sequence run a GDN layer with each worker on
- * its own K heads (gdn.c: layer_worker) once the heads are big enough for
- * the pool, which the tiny models' are not: a synthetic model with wider
- * heads (4 K heads, 3 V heads each, DK 32 != DV 64). Its batch rows equal
- * single sessions' bit for bit on 2 threads, on 3 (which do not divide the
- * K heads) and on 5 (a worker without heads). */
+/* Steps of one row per sequence run a GDN layer with each worker on its
+ * own K heads (gdn.c: layer_worker) once the heads are big enough for the
+ * pool, which the tiny models' are not: a synthetic model with wider heads
+ * (4 K heads, 3 V heads each, DK 32 != DV 64), whose 5-row batch steps take
+ * that path and its single sessions' steps (one row: under gdn.c's 1e5) the
+ * two hand-offs, inline. The batch rows equal the single sessions' bit for
+ * bit on 2 threads, on 3 (which do not divide the K heads) and on 5 (a
+ * worker without heads). */
 TEST(model, batch_rows_with_heads_per_worker_equal_single_sessions) {
     char path[1300], cfg_path[1300], dir[1300];
     snprintf(path, sizeof path, "%s/config.json", q35_test_path("models/tiny-c"));

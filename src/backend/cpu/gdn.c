@@ -11,8 +11,9 @@
  * out_proj is a second one, over (sequence, K head) items: each item runs
  * the conv and norms of its own channels and then its V heads, so a decode
  * step reads each head's state twice (kernels.h: gdn_recurrent) and nothing
- * else waits on a single thread. A batch step of one row per sequence
- * makes the two one handoff over K heads instead (layer_worker). */
+ * else waits on a single thread. A step of one row per sequence (decode,
+ * alone or batched) makes the two one handoff over K heads instead
+ * (layer_worker). */
 #include "backend/cpu/gdn.h"
 
 #include <math.h>
@@ -157,8 +158,8 @@ static void heads_worker(void *p, int ith, int nth) {
     }
 }
 
-/* The whole layer up to out_proj for a batch step of one row per sequence,
- * in one hand-off: a worker takes ranges of K heads (q35_homes: its own
+/* The whole layer up to out_proj for a step of one row per sequence (a
+ * decode step, alone or batched), in one hand-off: a worker takes ranges of K heads (q35_homes: its own
  * share first) and for each computes the rows of the four projections that
  * those heads read (their q and k channels, their V heads' v and z
  * channels, b and a) in one kernel call, then those heads of every
@@ -223,7 +224,7 @@ void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_we
     heads_job j = {hc->k, c, l, segs, n_segs, raw, z, bb, aa, y, core, heads, head_scratch_floats(c, max_rows), 0};
     /* a handoff costs microseconds: tiny models run their heads inline */
     const int big = (double)T * HV * DK * DV >= 1e5;
-    if (big && n_segs == T && T >= 2) { /* one row per sequence: layer_worker */
+    if (big && n_segs == T) { /* one row per sequence (decode, batch steps): layer_worker */
         if (hc->tap) hc->tap(hc->tap_ctx, 4, Ws, xn, T);
         const double t0 = hc->prof ? q35_now_seconds() : 0;
         layer_job lj = {j, xn, q35_x_epoch_new(), hc->prof != NULL, 0, {0}};

@@ -29,7 +29,7 @@ size_t q35_gdn_scratch_floats(const q35_config *c, int32_t n_tok, int32_t n_work
 /* out (n_tok, H) = GDN mixer of xn (n_tok, H), where the rows are split into
  * sequences (segs), each advancing its own state. Projections run once over
  * all rows; (sequence, head) pairs are spread over the pool (with one row
- * per sequence, K heads: each worker computes its heads' projections). */
+ * per sequence, K heads: a worker computes its heads' projections). */
 void q35_gdn_forward(const q35_host *h, const q35_config *c, const q35_layer_weights *l, const q35_gdn_seg *segs,
                      int32_t n_segs, const float *xn, float *out, int32_t n_tok, float *scratch);
 

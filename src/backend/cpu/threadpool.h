@@ -49,7 +49,7 @@ static inline int64_t q35_claim_one(_Atomic int64_t *next, int64_t n) {
 
 /* Items split into fixed home ranges, one per worker (q35_split's), that
  * the others may steal from: for a job whose worker keeps what it computed
- * in its cache for its own next step (the Gated DeltaNet's layer of a batch
+ * in its cache for its own next step (the Gated DeltaNet's layer of a decode
  * step: gdn.c), so each worker should run its own share, but a worker slowed
  * by another tenant of its core must not hold the job. */
 #define Q35_HOMES_MAX 64
