@@ -74,15 +74,25 @@ static double job_work(const matmul_job *j) {
 
 static void swiglu_worker(void *p, int ith, int nth);
 
-void q35_matmul_name(int n, const q35_tensor *const *Ws, char *out, size_t size) {
-    char role[64];
-    q35_prof_role(Ws[0]->name, out, size);
-    for (int i = 1; i < n; i++) {
-        q35_prof_role(Ws[i]->name, role, sizeof role);
-        const char *last = strrchr(role, '.');
-        size_t at = strlen(out);
-        snprintf(out + at, size - at, " + %.24s", last ? last + 1 : role);
+void q35_prof_matmuls(const q35_host *h, int32_t rows, int n, const q35_tensor *const *Ws, const char *suffix,
+                      double seconds) {
+    char name[64], role[64];
+    double bytes = 0;
+    for (int i = 0; i < n; i++) bytes += (double)Ws[i]->nbytes;
+    if (h->prof_label) {
+        snprintf(name, sizeof name, "%s", h->prof_label);
+    } else { /* the first's role, then the others' last part */
+        q35_prof_role(Ws[0]->name, name, sizeof name);
+        for (int i = 1; i < n; i++) {
+            q35_prof_role(Ws[i]->name, role, sizeof role);
+            const char *last = strrchr(role, '.');
+            size_t at = strlen(name);
+            snprintf(name + at, sizeof name - at, " + %.24s", last ? last + 1 : role);
+        }
+        size_t at = strlen(name);
+        snprintf(name + at, sizeof name - at, "%s", suffix);
     }
+    q35_prof_add(h->prof, rows, name, bytes, seconds);
 }
 
 static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
@@ -93,17 +103,9 @@ static void run_job(const q35_host *h, matmul_job *j, q35_pool_fn fn) {
     for (int i = 0; i < j->n; i++) j->n_blocks += piece_blocks(j->Ws[i]);
     if (job_work(j) < 2e5 || !h->pool) fn(j, 0, 1); /* too small to be worth a handoff */
     else q35_pool_run(h->pool, fn, j);
-    if (h->prof) {
-        char name[64];
-        double bytes = 0;
-        for (int i = 0; i < j->n; i++) bytes += (double)j->Ws[i]->nbytes;
-        if (h->prof_label) snprintf(name, sizeof name, "%s", h->prof_label);
-        else {
-            q35_matmul_name(j->n, j->Ws, name, sizeof name);
-            if (fn == swiglu_worker) snprintf(name + strlen(name), sizeof name - strlen(name), " (+silu)");
-        }
-        q35_prof_add(h->prof, h->prof_rows ? h->prof_rows : (int32_t)j->n_tok, name, bytes, q35_now_seconds() - t0);
-    }
+    if (h->prof)
+        q35_prof_matmuls(h, h->prof_rows ? h->prof_rows : (int32_t)j->n_tok, j->n, j->Ws,
+                         fn == swiglu_worker ? " (+silu)" : "", q35_now_seconds() - t0);
 }
 
 void q35_matmul(const q35_host *h, float *y, const q35_tensor *W, const float *x, int64_t n_tok) {

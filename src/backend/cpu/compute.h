@@ -52,9 +52,11 @@ void q35_matmul_multi(const q35_host *h, int n, float *const *ys, const q35_tens
  * call matmul_n several times with the same x. */
 uint64_t q35_x_epoch_new(void);
 
-/* The profile's name of a hand-off of n matrices (Q35_PROFILE): the first's
- * role, then the others' last part ("linear_attn.in_proj_qkv + in_proj_z"). */
-void q35_matmul_name(int n, const q35_tensor *const *Ws, char *out, size_t size);
+/* Adds a hand-off of n matrices to h's profile (Q35_PROFILE; h->prof set):
+ * named h->prof_label, else the first's role, then the others' last part,
+ * then suffix ("linear_attn.in_proj_qkv + in_proj_z"), with their bytes. */
+void q35_prof_matmuls(const q35_host *h, int32_t rows, int n, const q35_tensor *const *Ws, const char *suffix,
+                      double seconds);
 
 /* out (n_tok, H) = down(silu(x W_gate^T) * (x W_up^T)), the SwiGLU MLP,
  * with gate and up (n_tok, I) as scratch. The gate and up products are one

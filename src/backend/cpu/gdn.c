@@ -200,11 +200,12 @@ static void layer_worker(void *p, int ith, int nth) {
         const double t0 = ith == 0 && lj->prof ? q35_now_seconds() : 0;
         j->k->matmul_n(6, ys, Ws, lj->xn, j->n_segs, o0, o1);
         if (t0) lj->t_proj += q35_now_seconds() - t0;
-        for (int32_t si = 0; si < j->n_segs; si++) /* prefetching the state of the next (sequence, head) */
-            for (int64_t kh = lo; kh < hi; kh++) {
-                const q35_gdn_seg *next = kh + 1 < hi ? &j->segs[si] : si + 1 < j->n_segs ? &j->segs[si + 1] : NULL;
+        for (int32_t si = 0; si < j->n_segs; si++)
+            for (int64_t kh = lo; kh < hi; kh++) { /* prefetching the state of the next (sequence, K head) */
+                const int32_t ns = kh + 1 < hi ? si : si + 1;
+                const int64_t nk = kh + 1 < hi ? kh + 1 : lo;
                 run_k_head(j, si, (int32_t)kh, scr,
-                           next ? next->ssm_state + (size_t)((kh + 1 < hi ? kh + 1 : lo) * rep * DKV) : NULL);
+                           ns < j->n_segs ? j->segs[ns].ssm_state + (size_t)(nk * rep * DKV) : NULL);
             }
     }
     q35_kernels_x_epoch = 0;
@@ -231,13 +232,8 @@ void q35_gdn_forward(const q35_host *hc, const q35_config *c, const q35_layer_we
         q35_homes_init(&lj.homes, c->lin_n_head_k, q35_pool_size(hc->pool));
         q35_pool_run(hc->pool, layer_worker, &lj);
         if (hc->prof) { /* worker 0's projections, then the rest of the hand-off */
-            char name[64];
-            q35_matmul_name(4, Ws, name, sizeof name);
-            double bytes = 0;
-            for (int i = 0; i < 4; i++) bytes += (double)Ws[i]->nbytes;
-            const double t = q35_now_seconds() - t0;
-            q35_prof_add(hc->prof, hc->prof_rows, name, bytes, lj.t_proj);
-            q35_prof_add(hc->prof, hc->prof_rows, "gdn: conv, norms, delta rule", 0, t - lj.t_proj);
+            q35_prof_matmuls(hc, hc->prof_rows, 4, Ws, "", lj.t_proj);
+            q35_prof_add(hc->prof, hc->prof_rows, "gdn: conv, norms, delta rule", 0, q35_now_seconds() - t0 - lj.t_proj);
         }
     } else {
         q35_matmul_multi(hc, 4, ys, Ws, xn, T); /* the four projections of xn in one pass over the pool */
