@@ -41,8 +41,10 @@ typedef struct act_q8 {
     float *acc;    /* (n_tok, panels, 16): the panels' partial sums between slices */
     int xr;        /* the least exponent field of every token's d | the greatest << 8 (avx512.c's GEMV; avx2.c's
                     * wide path, where xe) */
-    int il;        /* 0: q, d and sum token by token as above; else the call's n_tok (avx512.c, 2 to 8 tokens):
-                    * block by block, the tokens' blocks side by side (block b of token t at b * il + t) */
+    int il;        /* 0: q, d and sum token by token as above; else the tokens in groups of il, block by block
+                    * within a group, its tokens' blocks side by side: token t's block b at act_at(a, t, n_blk)
+                    * + b * il (avx512.c: 2 to 8 tokens, il = n_tok; avx2.c: also longer calls, il = 4, the
+                    * last group's missing tokens left as holes) */
 } act_q8;
 
 /* Carves the arrays for n_blk activation blocks out of this thread's
@@ -73,6 +75,12 @@ static inline int act_alloc(act_q8 *a, size_t n_blk, size_t wide_tok) {
     return 1;
 }
 
+/* Where token t's block 0 is in a's arrays (q in blocks of 16 bytes, d, o4, o8); its block b is b
+ * blocks further (token by token) or b * il (act_q8.il). */
+static inline int64_t act_at(const act_q8 *a, int64_t t, int64_t n_blk) {
+    return a->il ? (t - t % a->il) * n_blk + t % a->il : t * n_blk;
+}
+
 /* Whether the integer add of a row exponent (E - bias) << 23 to the bits of
  * a token's d is the product d * 2^(E - bias), exactly: when d and that
  * product are normal floats, for every d whose exponent field lies in xr
@@ -98,12 +106,12 @@ static inline int bfp_bytes_range(__m128i lo, __m128i hi) {
 
 /* After quantization: each token's least and greatest exponent field of its block scales d into a->xe
  * (where allocated), all tokens' into a->xr (as lo | hi << 8), what the exponent add's checks take.
- * Token t's block b is at d[il ? b * il + t : t * n_blk + b] (act_q8.il). */
+ * Token t's block b is at d[act_at(a, t, n_blk) + b * (il ? il : 1)] (act_q8.il). */
 static inline void act_exp_ranges(act_q8 *a, int64_t n_tok, int64_t n_blk) {
     uint32_t x_lo = 255, x_hi = 0;
     const int64_t stride = a->il ? a->il : 1;
     for (int64_t t = 0; t < n_tok; t++) {
-        const float *dt = a->d + (a->il ? t : t * n_blk);
+        const float *dt = a->d + act_at(a, t, n_blk);
         uint32_t e_lo = 255, e_hi = 0;
         for (int64_t b = 0; b < n_blk; b++) {
             uint32_t bits;
