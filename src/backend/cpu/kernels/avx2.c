@@ -102,7 +102,7 @@ static int act_quantize(act_q8 *a, const float *x, int64_t n_tok, int64_t n_in) 
     a->il = il;
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (size_t t = 0; t < (size_t)n_tok; t++) {
-        const size_t at = (size_t)act_at(a, (int64_t)t, (int64_t)n_row), step = il ? (size_t)il : 1;
+        const size_t at = (size_t)act_at(a, (int64_t)t, (int64_t)n_row), step = (size_t)act_step(a);
         for (size_t b = 0, j = t * n_row; b < n_row; b++, j++) {
             const size_t i = at + b * step; /* where token t's block b goes */
             __m256 v0 = _mm256_loadu_ps(x + 16 * j), v1 = _mm256_loadu_ps(x + 16 * j + 8);
@@ -272,7 +272,7 @@ ALWAYS_INLINE void bfp_panel_tile(const int is4, const int nt, const bfp_panel p
     const int64_t n_blk = n_in / 16;
     const int unit = BFP_UNIT(is4);
     /* token t0 + t's block b at t * ti + b * bi from t0's block 0 (act_q8.il: t0 .. t0 + nt - 1 in one group) */
-    const int64_t at = act_at(a, t0, n_blk), ti = a->il ? 1 : n_blk, bi = a->il ? a->il : 1;
+    const int64_t at = act_at(a, t0, n_blk), ti = a->il ? 1 : n_blk, bi = act_step(a);
     const int8_t *xq = a->q + 16 * at;
     const float *xd = a->d + at;
     const int32_t *xo = a->o4 + at;

@@ -81,6 +81,9 @@ static inline int64_t act_at(const act_q8 *a, int64_t t, int64_t n_blk) {
     return a->il ? (t - t % a->il) * n_blk + t % a->il : t * n_blk;
 }
 
+/* From one block of a token to its next (act_q8.il). */
+static inline int64_t act_step(const act_q8 *a) { return a->il ? a->il : 1; }
+
 /* Whether the integer add of a row exponent (E - bias) << 23 to the bits of
  * a token's d is the product d * 2^(E - bias), exactly: when d and that
  * product are normal floats, for every d whose exponent field lies in xr
@@ -106,10 +109,10 @@ static inline int bfp_bytes_range(__m128i lo, __m128i hi) {
 
 /* After quantization: each token's least and greatest exponent field of its block scales d into a->xe
  * (where allocated), all tokens' into a->xr (as lo | hi << 8), what the exponent add's checks take.
- * Token t's block b is at d[act_at(a, t, n_blk) + b * (il ? il : 1)] (act_q8.il). */
+ * Token t's block b is at d[act_at(a, t, n_blk) + b * act_step(a)] (act_q8.il). */
 static inline void act_exp_ranges(act_q8 *a, int64_t n_tok, int64_t n_blk) {
     uint32_t x_lo = 255, x_hi = 0;
-    const int64_t stride = a->il ? a->il : 1;
+    const int64_t stride = act_step(a);
     for (int64_t t = 0; t < n_tok; t++) {
         const float *dt = a->d + act_at(a, t, n_blk);
         uint32_t e_lo = 255, e_hi = 0;
