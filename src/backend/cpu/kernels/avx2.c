@@ -23,7 +23,9 @@
  * (bfp_gemv_groups_tile; two groups side by side, two streams),
  * prefetched ahead, so that decoding overlaps DRAM reads; batched decode
  * too (bfp4 calls of 3-8 tokens, bfp8 of 6-8), in passes of up to four
- * tokens (bfp_batch_tile); bfp8 calls of 3-5 tokens take the panel tile.
+ * tokens (bfp_batch_tile) or, bfp4's 5-8, all in one pass with each block
+ * decoded once (bfp_batch_one_pass); bfp8 calls of 3-5 tokens take the
+ * panel tile.
  * Longer calls (prefill, 9 tokens and more) take a panel in k-slices
  * (bfp_wide_panel): each slice is decoded once into L1 scratch
  * (bfp_slice_predecode) and every token passes over it four at a time
@@ -432,7 +434,7 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
 /* ---- small batches: 3 to 8 tokens (bfp8: 6 to 8) over one group's four panels, block by block ----
  * Read as the one-group decode tile reads them (one sequential stream of units, each asked for
  * BFP_GEMV_PREFETCH_BLOCKS ahead), in passes of at most BFP_BATCH_PASS tokens over the group
- * (5-8 tokens: two, the second from L2). Within a pass a panel's block is decoded group by
+ * (bfp8's 6-8 tokens: two, the second from L2; bfp4's 5-8 take bfp_batch_one_pass below). Within a pass a panel's block is decoded group by
  * group once for all its tokens, whose int16 sums (8 registers for four) start at the offset
  * -4 sum(q) in each half (a->o4) as the wide path's do; the accumulators (4 panels x 4
  * tokens x 2 halves) wait in L1 between blocks. Each block and token ends in bfp_scale_fma
@@ -443,7 +445,8 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
  * 1.92-2.23 / 3.42-3.97 / 4.16-4.54 / 5.19-5.68 -> 1.76-1.80 / 2.26-2.35 / 3.04 / 4.58, two
  * threads 1.82-2.10 / 2.92-3.20 / 3.31-3.36 / 4.53-4.55 -> 1.63-1.69 / 2.07-2.25 / 2.65 / 4.00.
  * Four tokens are bound by the arithmetic (29 vector ops a block and token, 8 of them
- * vpmaddubsw); all eight tokens in one pass spilled their sums and ran slower than two.
+ * vpmaddubsw); all eight tokens in one pass, with this loop's order, spilled their sums and ran
+ * slower than two.
  * bfp8 blocks go as in the panel tile (the weight's sign moved onto x, int32 sums). */
 #define BFP_BATCH_PASS 4 /* tokens per pass over a group: more spill */
 /* Passes of up to BFP_BATCH_PAIR_TOKENS tokens read two groups side by side (two streams, as the
@@ -516,6 +519,68 @@ ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, con
                 _mm256_storeu_ps(yp, accs[gi][p][t][0]);
                 _mm256_storeu_ps(yp + 8, accs[gi][p][t][1]);
             }
+}
+
+/* ---- bfp4 batches of BFP_BATCH_ONE_PASS_MIN to BFP_BATCH_TOKENS_MAX tokens: one pass over a group ----
+ * Read as bfp_batch_tile reads a group (one stream of units, each asked for BFP_GEMV_PREFETCH_BLOCKS
+ * ahead), but in one pass for all the call's tokens: each panel's block is decoded once into eight
+ * registers (its four groups' two halves), with its row scales, and the tokens go over it one after
+ * another, each with its two int16 sums (started at the offset -4 sum(q), as bfp_group_dot's) and
+ * bfp_block_fma into accumulators that wait in L1. Two passes decoded each block twice and read the
+ * group's second pass from L2. The same exact integer dots in block order: bfp_panel_tile's bits.
+ * From DRAM on a Zen 3 VM (16 copies, interleaved with two passes call by call, best of 6, 4-6 rounds),
+ * [12288, 4096] on two threads 5 / 6 / 7 / 8 tokens 0.83 / 0.91 / 0.90 / 0.94 of the time, on one
+ * 0.94 / 0.98 / 0.91 / 0.96; [4096, 12288] 5 / 8 tokens 0.89 / 0.93 (two threads), 0.87 / 0.91 (one).
+ * Tokens two at a time over the block spilled the weights and sums; 3 and 4 tokens ran as fast or
+ * slower (1.0-1.1), so they keep bfp_batch_tile. */
+#define BFP_BATCH_ONE_PASS_MIN 5
+ALWAYS_INLINE void bfp_batch_one_pass(const int nt, const bfp_panel pn, int64_t n_in, const act_q8 *a, float *y,
+                                      int64_t n_out) {
+    const int np = BFP_GEMV_PANELS, is4 = 1, unit = BFP_UNIT(is4), ahead = BFP_GEMV_PREFETCH_BLOCKS(is4), bias = 129;
+    const int64_t n_blk = n_in / 16, il = a->il; /* the call's tokens side by side (act_q8.il = nt) */
+    __m256 acc[BFP_GEMV_PANELS][BFP_BATCH_TOKENS_MAX][2];
+    memset(acc, 0, sizeof acc); /* in L1 between blocks anyway */
+    const uint8_t *group;
+    bfp_groups_begin(is4, 1, pn, n_blk, ahead, &group);
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *u = group + b * unit;
+        bfp_prefetch_group_unit(group, is4, b + ahead, 0);
+        const int normal = exps_at_least(u, bias - 126) && exps_at_least(u + 32, bias - 126);
+        #pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            const uint8_t *cb = u + 64 + p * BFP_CODE_BYTES(is4);
+            /* x's block, opaque per panel (as in bfp_batch_tile) */
+            const int8_t *xb = a->q + 16 * il * b;
+            const int32_t *ob = a->o4 + il * b;
+            const float *db = a->d + il * b;
+            __asm__("" : "+r"(xb), "+r"(ob), "+r"(db));
+            __m256i w[4][2];
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                bfp4_unpack(cb + 32 * g, w[g]);
+                w[g][0] = in_register(w[g][0]);
+                w[g][1] = in_register(w[g][1]);
+            }
+            const __m256 ws[2] = {unit_row_scales(u, p, 0, normal, bias), unit_row_scales(u, p, 1, normal, bias)};
+            #pragma GCC unroll 1 /* a loop: unrolled, the tokens' loads and sums compete for the registers */
+            for (int t = 0; t < nt; t++) {
+                __m256i sum[2];
+                #pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    const __m256i xg = bcast_x4(xb + 16 * t, g);
+                    #pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i pr = _mm256_maddubs_epi16(w[g][h], xg);
+                        sum[h] = in_register(_mm256_add_epi16(g ? sum[h] : bcast_x4((const int8_t *)(ob + t), 0), pr));
+                    }
+                }
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) acc[p][t][h] = bfp_block_fma(is4, sum[h], db[t], ws[h], acc[p][t][h]);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int p = 0; p < np; p++) bfp_store(nt, acc[p], y + 16 * p, n_out, 0, 16);
 }
 
 /* ---- calls of BFP_WIDE_MIN_TOKENS or more that no tile above takes: prefill, 9 tokens and more ----
