@@ -434,8 +434,9 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
 /* ---- small batches: 3 to 8 tokens (bfp8: 6 to 8) over one group's four panels, block by block ----
  * Read as the one-group decode tile reads them (one sequential stream of units, each asked for
  * BFP_GEMV_PREFETCH_BLOCKS ahead), in passes of at most BFP_BATCH_PASS tokens over the group
- * (bfp8's 6-8 tokens: two, the second from L2; bfp4's 5-8 take bfp_batch_one_pass below). Within a pass a panel's block is decoded group by
- * group once for all its tokens, whose int16 sums (8 registers for four) start at the offset
+ * (bfp8's 6-8 tokens: two, the second from L2; bfp4's 5-8 take bfp_batch_one_pass below). Within a
+ * pass a panel's block is decoded group by group once for all its tokens, whose int16 sums (8
+ * registers for four) start at the offset
  * -4 sum(q) in each half (a->o4) as the wide path's do; the accumulators (4 panels x 4
  * tokens x 2 halves) wait in L1 between blocks. Each block and token ends in bfp_scale_fma
  * with the same exact integer dot, in block order: bfp_panel_tile's bits. Before, 4-8 tokens
@@ -449,18 +450,15 @@ ALWAYS_INLINE void bfp_gemv_tile(const int is4, const int nt, const bfp_panel pn
  * slower than two.
  * bfp8 blocks go as in the panel tile (the weight's sign moved onto x, int32 sums). */
 #define BFP_BATCH_PASS 4 /* tokens per pass over a group: more spill */
-/* Passes of up to BFP_BATCH_PAIR_TOKENS tokens read two groups side by side (two streams, as the
- * GEMV does), where the call's rows hold both whole and, when there is a second pass, both fit an L2
- * of 512 KiB with room to spare (BFP_BATCH_PAIR_BYTES; two down_proj groups do not); larger passes
- * then take the two groups one after the other. On a Zen 4 VM with these kernels ([12288, 4096] x 16
- * from DRAM, interleaved, medians of 9-15), against a plain read on one thread: 3 / 5 / 6 / 7 tokens
- * 0.55 / 0.29 / 0.30 / 0.25 -> 0.64 / 0.33 / 0.33 / 0.27 (4 and 8 the same), on two threads (rows
- * halved) their cost 1.31 / 2.19 / 2.30 / 2.67 -> 1.10 / 1.94 / 2.19 / 2.45 plain reads (8: 2.90 ->
- * 2.81); in L2 the same. Passes of 4 cost 12% more over two groups (eight accumulator sets in L1 and
+/* bfp4 calls of up to BFP_BATCH_PAIR_TOKENS tokens read two groups side by side (two streams, as the
+ * GEMV does), where the call's rows hold both whole; 4 tokens take the two groups one after the other.
+ * On a Zen 4 VM with these kernels ([12288, 4096] x 16 from DRAM, interleaved, medians of 9-15),
+ * against a plain read on one thread: 3 tokens 0.55 -> 0.64 (passes of 2-3 tokens, when 5-7 tokens
+ * still took two: 0.29-0.30 -> 0.33), on two threads (rows halved) their cost 1.31 -> 1.10 plain
+ * reads; in L2 the same. Passes of 4 cost 12% more over two groups (eight accumulator sets in L1 and
  * the compiler's addressing), so they keep one. */
 #define BFP_BATCH_GROUPS 2
 #define BFP_BATCH_PAIR_TOKENS 3
-#define BFP_BATCH_PAIR_BYTES (384 * 1024)
 
 ALWAYS_INLINE void bfp_batch_tile(const int is4, const int ng, const int nt, const bfp_panel pn, int64_t n_in,
                                   const act_q8 *a, int64_t t0, float *y, int64_t n_out) {
