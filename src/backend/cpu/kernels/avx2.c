@@ -555,7 +555,7 @@ ALWAYS_INLINE void bfp_batch_one_pass(const int nt, const bfp_panel pn, int64_t 
             __m256i w[4][2];
             #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
-                bfp4_unpack(cb + 32 * g, w[g]);
+                bfp_group_decode(is4, cb, g, w[g]);
                 w[g][0] = in_register(w[g][0]);
                 w[g][1] = in_register(w[g][1]);
             }
@@ -564,14 +564,7 @@ ALWAYS_INLINE void bfp_batch_one_pass(const int nt, const bfp_panel pn, int64_t 
             for (int t = 0; t < nt; t++) {
                 __m256i sum[2];
                 #pragma GCC unroll 4
-                for (int g = 0; g < 4; g++) {
-                    const __m256i xg = bcast_x4(xb + 16 * t, g);
-                    #pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) {
-                        const __m256i pr = _mm256_maddubs_epi16(w[g][h], xg);
-                        sum[h] = in_register(_mm256_add_epi16(g ? sum[h] : bcast_x4((const int8_t *)(ob + t), 0), pr));
-                    }
-                }
+                for (int g = 0; g < 4; g++) bfp_group_dot(is4, cb, g, w[g], bcast_x4(xb + 16 * t, g), ob + t, sum);
                 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) acc[p][t][h] = bfp_block_fma(is4, sum[h], db[t], ws[h], acc[p][t][h]);
             }
